@@ -1,0 +1,109 @@
+"""Kernel specifications: the one record every stage keys on.
+
+A :class:`KernelSpec` names a fixed-size micro-kernel computing an ``mr x nr`` block
+of ``C = alpha * op(A) * op(B) + beta * C`` over a run-time depth ``K``.  The
+generator, the build, the harness, the tuned table and the run-time tiler all take
+the same record, and its :attr:`KernelSpec.name` is a pure function of it.
+
+Every kernel has the same C signature (column-major, BLAS convention)::
+
+    void name(int64_t K, const T *A, int64_t lda, const T *B, int64_t ldb,
+              T *C, int64_t ldc, T alpha, T beta);
+
+so an executing plan can chain kernels of any family.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, asdict
+
+DTYPES = ("f32", "f64")
+DTYPE_BYTES = {"f32": 4, "f64": 8}
+DTYPE_CTYPE = {"f32": "float", "f64": "double"}
+BLAS_PREFIX = {"f32": "s", "f64": "d"}
+TRANSPOSITIONS = ("nn", "nt", "tn", "tt")
+
+#: The grammar of kernel names; tests check every generated name against it.
+NAME_PATTERN = re.compile(
+    r"^at_(?P<prefix>[sd])gemm_(?P<isa>[a-z0-9]+)_(?P<trans>nn|nt|tn|tt)_"
+    r"(?P<mr>\d+)x(?P<nr>\d+)(?:_(?P<variant>[a-z][a-z0-9]*))?_u(?P<unroll>\d+)$"
+)
+
+
+@dataclass(frozen=True, order=True)
+class KernelSpec:
+    """One fixed-size micro-kernel.
+
+    ``variant`` is the operand format: ``""`` reads A and B in place through their
+    leading dimensions (the no-pack path of small GEMM); other formats name a packed
+    layout the kernel's packing routines produce.  ``unroll`` is the K-loop unroll
+    factor, a tuning of the same layout.
+    """
+
+    isa: str
+    dtype: str
+    mr: int
+    nr: int
+    trans_a: bool = False
+    trans_b: bool = False
+    variant: str = ""
+    unroll: int = 1
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {DTYPES}")
+        if self.mr < 1 or self.nr < 1 or self.unroll < 1:
+            raise ValueError(f"mr, nr and unroll must be positive: {self!r}")
+
+    @property
+    def trans(self) -> str:
+        return ("t" if self.trans_a else "n") + ("t" if self.trans_b else "n")
+
+    @property
+    def name(self) -> str:
+        variant = f"_{self.variant}" if self.variant else ""
+        return (
+            f"at_{BLAS_PREFIX[self.dtype]}gemm_{self.isa}_{self.trans}_"
+            f"{self.mr}x{self.nr}{variant}_u{self.unroll}"
+        )
+
+    @property
+    def ctype(self) -> str:
+        return DTYPE_CTYPE[self.dtype]
+
+    @property
+    def flops_per_k(self) -> int:
+        return 2 * self.mr * self.nr
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "KernelSpec":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    @classmethod
+    def from_name(cls, name: str) -> "KernelSpec":
+        match = NAME_PATTERN.match(name)
+        if not match:
+            raise ValueError(f"not a kernel name: {name!r}")
+        trans = match["trans"]
+        return cls(
+            isa=match["isa"],
+            dtype="f32" if match["prefix"] == "s" else "f64",
+            mr=int(match["mr"]),
+            nr=int(match["nr"]),
+            trans_a=trans[0] == "t",
+            trans_b=trans[1] == "t",
+            variant=match["variant"] or "",
+            unroll=int(match["unroll"]),
+        )
+
+
+def parse_trans(trans: str) -> tuple[bool, bool]:
+    """``'nt'`` -> ``(False, True)``; accepts upper case as BLAS callers write it."""
+    trans = trans.lower()
+    if trans not in TRANSPOSITIONS:
+        raise ValueError(f"transposition must be one of {TRANSPOSITIONS}, got {trans!r}")
+    return trans[0] == "t", trans[1] == "t"

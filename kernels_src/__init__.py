@@ -1,0 +1,1 @@
+"""The C sources of autotune (harness, runtime, templates), shipped as package data."""
