@@ -1,0 +1,206 @@
+"""The `autotune` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .home import HomeError, home
+from .install import InstallError, InstallOptions, install
+from .host import describe, detect
+from .table import TableError, TunedTable, kernel_score, load, table_path
+from .toolchain import KNOWN_ISAS, ToolchainError
+
+DESCRIPTION = """\
+Install-time autotuned GEMM. `autotune install` generates fixed-size micro-kernels
+for every instruction set this machine (or the chosen target) supports, compiles
+and validates them against a double-precision reference, times them, and stores a
+tuned table under $AUTOTUNE_HOME (default: the user's data directory)."""
+
+TARGET_HELP = (
+    "what to tune: 'host' (default) is every kernel family this CPU runs natively; "
+    f"one of {', '.join(KNOWN_ISAS)} selects a single family (Arm families are "
+    "cross-built and validated under QEMU on an x86 host)"
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autotune", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    install = commands.add_parser(
+        "install", help="generate, compile, validate and measure kernels; store the tuned table",
+        description="Generate, compile, validate and measure the kernels, then store the tuned "
+                    "table. A re-run rebuilds and re-measures only what changed; Ctrl-C keeps the "
+                    "previous table and the finished measurements.")
+    install.add_argument("--target", default="host", help=TARGET_HELP)
+    install.add_argument("--quick", action="store_true",
+                         help="a smaller kernel family and a shorter timing grid (about a minute)")
+    install.add_argument("--force", action="store_true",
+                         help="rebuild and re-measure everything, ignoring caches")
+    install.add_argument("--jobs", type=int, default=None, metavar="N",
+                         help="parallel compiler processes (default: the number of cores)")
+    install.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                         help="tune only the kernels whose names match this shell pattern, "
+                              "e.g. 'at_sgemm_avx512_nn_*' (repeatable)")
+
+    show = commands.add_parser(
+        "show", help="print the tuned table (or the host) in the terminal or as JSON",
+        description="Print the tuned table: per family the validated and rejected kernels and "
+                    "the fastest ones with their share of the measured peak.")
+    show.add_argument("--target", default="host", help=TARGET_HELP)
+    show.add_argument("--host", action="store_true", help="print what was detected about this machine")
+    show.add_argument("--json", action="store_true", help="print the table as JSON for scripts")
+    show.add_argument("--all", action="store_true", help="list every kernel, not only the fastest")
+    show.add_argument("--paths", action="store_true", help="print where autotune keeps its files")
+    show.add_argument("--limit", type=int, default=12, metavar="N",
+                      help="fastest kernels listed per data type (default 12)")
+
+    clean = commands.add_parser("clean", help="delete the build cache (tables are kept unless --all)",
+                                description="Delete the build cache and journals under $AUTOTUNE_HOME.")
+    clean.add_argument("--all", action="store_true", help="also delete the tuned tables")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Console()
+    err = Console(stderr=True)
+    try:
+        if args.command == "install":
+            return cmd_install(args, err)
+        if args.command == "show":
+            return cmd_show(args, out)
+        if args.command == "clean":
+            return cmd_clean(args, out)
+    except (ToolchainError, TableError, HomeError, InstallError) as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/] the previous table is unchanged; finished builds and "
+                  "measurements are kept and the next run resumes from them")
+        return 130
+    return 1
+
+
+def cmd_install(args: argparse.Namespace, err: Console) -> int:
+    result = install(InstallOptions(target=args.target, quick=args.quick, force=args.force,
+                                    jobs=args.jobs, only=tuple(args.only)), console=err)
+    table = result.table
+    err.print(
+        f"[green]stored[/] {result.path}: {len(table.validated)} kernels validated, "
+        f"{len(table.rejected)} rejected, {len(table.selection)} selected "
+        f"({result.compiled} compiled, {result.measured} measured in this run, "
+        f"{result.seconds:.0f} s)"
+    )
+    for note in result.notes:
+        err.print(f"[yellow]note:[/] {note}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, out: Console) -> int:
+    if args.paths:
+        root = home()
+        rows = {
+            "home": root,
+            "table": table_path(args.target, root),
+            "build cache": root / "build",
+            "library": root / "lib" / args.target,
+        }
+        if args.json:
+            print(json.dumps({k: str(v) for k, v in rows.items()}, indent=1))
+        else:
+            for label, path in rows.items():
+                out.print(f"{label:<12} {path}", highlight=False, soft_wrap=True)
+        return 0
+    if args.host:
+        host = detect()
+        if args.json:
+            print(json.dumps({**host.to_dict(), "fingerprint": host.fingerprint}, indent=1))
+        else:
+            grid = Table(show_header=False, box=None, pad_edge=False)
+            grid.add_column(style="bold")
+            grid.add_column(overflow="fold")
+            for label, value in describe(host):
+                grid.add_row(label, value)
+            out.print(grid)
+        return 0
+    # Only native tables are checked against this host: an emulated table describes
+    # the emulated CPU and is shown, never run.
+    table = load(args.target, host=detect() if args.target == "host" else None)
+    if args.json:
+        print(json.dumps(table.summary_dict(), indent=1))
+        return 0
+    print_table(table, out, show_all=args.all, limit=args.limit)
+    return 0
+
+
+def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limit: int = 12) -> None:
+    host = table.host
+    banner = f"[bold]{table.target}[/] table  {host.cpu}  ({host.arch}, {table.provenance})"
+    if table.provenance == "emulated":
+        banner += "\n[bold yellow]EMULATED: kernels validated under QEMU; timings are not real[/]"
+    out.print(banner)
+    peaks = "  ".join(f"{d} {g:.1f}" for d, g in sorted(table.peak_gflops.items()))
+    out.print(f"peak GFLOPS per core: {peaks or 'not measured'}   fingerprint {table.fingerprint}")
+
+    summary = Table(title="kernels", title_justify="left")
+    for column in ("family", "dtype", "trans", "valid", "rejected", "best GFLOPS"):
+        summary.add_column(column, justify="right" if column in ("valid", "rejected", "best GFLOPS") else "left")
+    groups: dict[tuple[str, str, str], list] = {}
+    for record in table.kernels:
+        groups.setdefault((record.spec.isa, record.spec.dtype, record.spec.trans), []).append(record)
+    for (isa, dtype, trans), records in sorted(groups.items()):
+        valid = [r for r in records if r.validated]
+        best = max((r.best_gflops or 0.0 for r in valid), default=0.0)
+        summary.add_row(isa, dtype, trans, str(len(valid)), str(len(records) - len(valid)),
+                        f"{best:.1f}" if best else "-")
+    out.print(summary)
+
+    for dtype in sorted({r.spec.dtype for r in table.kernels}):
+        records = [r for r in table.validated if r.spec.dtype == dtype]
+        records.sort(key=kernel_score, reverse=True)
+        shown = records if show_all else records[:limit]
+        if not shown:
+            continue
+        peak = table.peak_gflops.get(dtype)
+        listing = Table(title=f"{dtype}: {'all' if show_all else 'fastest'} kernels "
+                              f"({len(shown)} of {len(records)})", title_justify="left")
+        listing.add_column("kernel", overflow="fold")
+        listing.add_column("mean", justify="right")
+        listing.add_column("best", justify="right")
+        listing.add_column("% peak", justify="right")
+        for record in shown:
+            score = kernel_score(record)
+            share = f"{100 * (record.best_gflops or 0) / peak:.0f}%" if peak and record.best_gflops else "-"
+            listing.add_row(record.name, f"{score:.1f}" if score else "-",
+                            f"{record.best_gflops:.1f}" if record.best_gflops else "-", share)
+        out.print(listing)
+    if table.rejected:
+        out.print(f"[yellow]{len(table.rejected)} rejected[/], e.g. {table.rejected[0].name}: "
+                  f"{table.rejected[0].reason}", soft_wrap=True)
+
+
+def cmd_clean(args: argparse.Namespace, out: Console) -> int:
+    root = home()
+    doomed = [root / "build", root / "journal"] + ([root / "tables", root / "lib"] if args.all else [])
+    for path in doomed:
+        if path.exists():
+            shutil.rmtree(path)
+            out.print(f"removed {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

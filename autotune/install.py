@@ -1,0 +1,306 @@
+"""`autotune install`: detect -> generate -> build -> validate -> measure -> store.
+
+Each stage is a module of its own; this one only sequences them, shows progress and
+makes the run resumable. Every finished validation and measurement is appended to a
+journal under $AUTOTUNE_HOME (keyed by the kernel object's content hash and the
+measurement settings), so a re-run, or a run after Ctrl-C, redoes only what changed.
+The table itself is written once, atomically, at the end.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import time
+from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from . import build, codegen, measure, specs, table
+from .home import ensure_writable, home as default_home
+from .host import HostInfo, detect
+from .specs import KernelSpec
+from .table import KernelRecord, TunedTable
+from .toolchain import Target, native_isas, target_for
+
+#: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
+MEASURE_SETTINGS: dict[str, dict[str, Any]] = {
+    "default": {"ks": [16, 64, 256], "pads": [0, 17], "min_time_ms": 2.0, "repeats": 5},
+    "quick": {"ks": [64, 256], "pads": [0], "min_time_ms": 1.0, "repeats": 3},
+}
+#: Kernels per harness run: small enough that a crash or Ctrl-C loses little, large
+#: enough that process start-up stays negligible.
+CHUNK = 48
+
+
+@dataclass(frozen=True)
+class InstallOptions:
+    target: str = "host"
+    quick: bool = False
+    force: bool = False
+    jobs: int | None = None
+    home: Path | None = None
+    only: tuple[str, ...] = ()  # shell patterns on kernel names; empty means the whole family
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    table: TunedTable
+    path: Path
+    compiled: int  # objects compiled in this run (the rest came from the cache)
+    measured: int  # kernels timed in this run (the rest came from the journal)
+    seconds: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class InstallError(RuntimeError):
+    """The install cannot proceed; the message says what to do."""
+
+
+# -- targets ------------------------------------------------------------------------
+
+def resolve_targets(target: str, host: HostInfo) -> tuple[str, dict[str, Target]]:
+    """Map the CLI's target name to (provenance, {isa: Target}).
+
+    ``host`` means every family this CPU runs natively; an ISA name means that family
+    alone, natively if the host has it, else cross-built and emulated.
+    """
+    isas = native_isas(host) if target == "host" else (target,)
+    targets = {isa: target_for(isa, host) for isa in isas}
+    emulated = any(t.emulated for t in targets.values())
+    return ("emulated" if emulated else "measured"), targets
+
+
+# -- the journal -------------------------------------------------------------------
+
+class Journal:
+    """Append-only JSON lines of finished results, read back on the next run.
+
+    A line cut short by an interruption is ignored; results are keyed by content
+    hashes, so a stale line can never be applied to a kernel that changed.
+    """
+
+    def __init__(self, path: Path, fresh: bool = False) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            path.unlink(missing_ok=True)
+        self.validations: dict[str, dict] = {}
+        self.benches: dict[tuple[str, str], list[dict]] = {}
+        self.peaks: dict[tuple[str, str], dict[str, float]] = {}
+        for entry in self._read():
+            kind = entry.get("kind")
+            if kind == "validate":
+                self.validations[entry["hash"]] = entry
+            elif kind == "bench":
+                self.benches[(entry["hash"], entry["settings"])] = entry["rows"]
+            elif kind == "peak":
+                self.peaks[(entry["isa"], entry["harness"])] = entry["gflops"]
+
+    def _read(self) -> Iterator[dict]:
+        if not self.path.exists():
+            return
+        for line in self.path.read_text().splitlines():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                continue
+
+    def append(self, entries: Iterable[dict]) -> None:
+        lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
+        if not lines:
+            return
+        with open(self.path, "a") as handle:
+            handle.write(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def select_specs(family: Sequence[KernelSpec], patterns: Sequence[str]) -> list[KernelSpec]:
+    if not patterns:
+        return list(family)
+    return [s for s in family if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
+
+
+def settings_key(settings: Mapping[str, Any]) -> str:
+    return json.dumps(settings, sort_keys=True, separators=(",", ":"))
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+# -- progress ------------------------------------------------------------------------
+
+def make_progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description:<22}"),
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _advance(progress: Progress | None, task: Any) -> Callable[..., None]:
+    def advance(advance: int = 1, **_: Any) -> None:
+        if progress is not None:
+            progress.advance(task, advance)
+    return advance
+
+
+# -- the pipeline ----------------------------------------------------------------------
+
+def install(options: InstallOptions = InstallOptions(), console: Console | None = None,
+            host: HostInfo | None = None) -> InstallResult:
+    started = time.monotonic()
+    console = console or Console(stderr=True)
+    root = ensure_writable(options.home or default_home())
+    host = host or detect()
+    provenance, targets = resolve_targets(options.target, host)
+    mode = "quick" if options.quick else "default"
+    settings = MEASURE_SETTINGS[mode]
+    skey = settings_key(settings)
+    journal = Journal(root / "journal" / f"{options.target}-{host.fingerprint}.jsonl", fresh=options.force)
+
+    kernel_specs = select_specs(specs.default_family(targets, quick=options.quick), options.only)
+    if not kernel_specs:
+        raise InstallError(f"no kernel of {', '.join(targets)} matches {' '.join(options.only)}")
+    records: dict[str, KernelRecord] = {}
+    frames: list[pd.DataFrame] = []
+    peaks: dict[str, dict[str, float]] = {}
+    compiled = measured = 0
+    notes: list[str] = []
+
+    show = console.is_terminal or os.environ.get("AUTOTUNE_PROGRESS") == "1"
+    with (make_progress(console) if show else nullcontext()) as progress:
+        by_isa: dict[str, list[KernelSpec]] = defaultdict(list)
+        for spec in kernel_specs:
+            by_isa[spec.isa].append(spec)
+
+        for isa, target in targets.items():
+            isa_specs = by_isa.get(isa, [])
+            if not isa_specs:
+                continue
+            task = progress.add_task(f"compile {isa}", total=len(isa_specs)) if progress else None
+            sources = [codegen.generate(spec) for spec in isa_specs]
+            built = build.build_kernels(target, sources, jobs=options.jobs, force=options.force,
+                                        home=root, progress=_advance(progress, task))
+            compiled += sum(1 for o in built.objects.values() if not o.cached)
+            for spec in isa_specs:
+                if spec.name in built.failures:
+                    records[spec.name] = KernelRecord(spec, "rejected", "compile error: "
+                                                      + _first_line(built.failures[spec.name]))
+            ok_specs = [s for s in isa_specs if s.name in built.objects]
+            if not ok_specs:
+                notes.append(f"{isa}: no kernel compiled")
+                continue
+            objects = {s.name: built.objects[s.name] for s in ok_specs}
+            harness = build.build_harness(target, [(s, objects[s.name]) for s in ok_specs], home=root)
+
+            # Validate before timing: a kernel that computes wrong numbers is never measured.
+            todo = [s.name for s in ok_specs if objects[s.name].hash not in journal.validations]
+            task = progress.add_task(f"validate {isa}", total=len(ok_specs)) if progress else None
+            if progress:
+                progress.advance(task, len(ok_specs) - len(todo))
+            for names in _chunks(todo, CHUNK):
+                results = measure.validate(harness, target, names, progress=_advance(progress, task))
+                journal.append({"kind": "validate", "hash": objects[n].hash, "name": n,
+                                "status": results[n].status, "reason": results[n].reason} for n in names)
+                journal.validations.update({objects[n].hash: {"status": results[n].status,
+                                                              "reason": results[n].reason} for n in names})
+
+            harness_key = harness.name
+            if (isa, harness_key) not in journal.peaks:
+                peak = measure.peak(harness, target)
+                journal.append([{"kind": "peak", "isa": isa, "harness": harness_key, "gflops": peak}])
+                journal.peaks[(isa, harness_key)] = peak
+            peaks[isa] = journal.peaks[(isa, harness_key)]
+
+            valid = [s for s in ok_specs if journal.validations[objects[s.name].hash]["status"] == "validated"]
+            for spec in ok_specs:
+                verdict = journal.validations[objects[spec.name].hash]
+                if verdict["status"] != "validated":
+                    records[spec.name] = KernelRecord(spec, "rejected", verdict["reason"], objects[spec.name].hash)
+
+            # Timings under emulation mean nothing: emulated kernels are validated, not timed.
+            if target.emulated:
+                for spec in valid:
+                    records[spec.name] = KernelRecord(spec, "validated", object_hash=objects[spec.name].hash)
+                continue
+            todo = [s.name for s in valid if (objects[s.name].hash, skey) not in journal.benches]
+            task = progress.add_task(f"measure {isa}", total=len(valid)) if progress else None
+            if progress:
+                progress.advance(task, len(valid) - len(todo))
+            for names in _chunks(todo, CHUNK):
+                frame = measure.bench(harness, target, names, ks=settings["ks"], pads=settings["pads"],
+                                      min_time_ms=settings["min_time_ms"], repeats=settings["repeats"],
+                                      progress=_advance(progress, task))
+                rows = {n: frame[frame["kernel"] == n].to_dict("records") for n in names}
+                journal.append({"kind": "bench", "hash": objects[n].hash, "settings": skey, "rows": rows[n]}
+                               for n in names if rows[n])
+                journal.benches.update({(objects[n].hash, skey): rows[n] for n in names if rows[n]})
+                measured += sum(1 for n in names if rows[n])
+            for spec in valid:
+                rows = journal.benches.get((objects[spec.name].hash, skey))
+                if not rows:
+                    records[spec.name] = KernelRecord(spec, "rejected", "crashed while being timed",
+                                                      objects[spec.name].hash)
+                    continue
+                frame = pd.DataFrame(rows)
+                frames.append(frame)
+                records[spec.name] = _measured_record(spec, objects[spec.name].hash, frame)
+
+    ordered = tuple(records[s.name] for s in kernel_specs if s.name in records)
+    stored = TunedTable(
+        target=options.target,
+        host=host,
+        provenance=provenance,
+        peak_gflops=_best_peak(peaks),
+        kernels=ordered,
+        measurements=pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.MEASUREMENT_COLUMNS),
+        selection=table.select_kernels(ordered),
+        settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks},
+    )
+    path = table.save(stored, root)
+    return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes))
+
+
+def _measured_record(spec: KernelSpec, object_hash: str, frame: pd.DataFrame) -> KernelRecord:
+    tight = frame[frame["pad"] == 0] if (frame["pad"] == 0).any() else frame
+    by_k = tight.groupby("K")["median_gflops"].max()
+    return KernelRecord(
+        spec=spec,
+        status="validated",
+        object_hash=object_hash,
+        best_gflops=float(frame["best_gflops"].max()),
+        gflops_by_k=tuple((int(k), round(float(g), 3)) for k, g in by_k.items()),
+    )
+
+
+def _best_peak(peaks: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """The host's peak per dtype: the fastest family's FMA throughput (the physical limit)."""
+    best: dict[str, float] = {}
+    for by_dtype in peaks.values():
+        for dtype, gflops in by_dtype.items():
+            best[dtype] = max(best.get(dtype, 0.0), float(gflops))
+    return best
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if "error" in line:
+            return line.strip()
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"

@@ -1,0 +1,267 @@
+"""The tuned table: what an install measured and chose, stored once per target.
+
+A :class:`TunedTable` is written as one JSON file, ``$AUTOTUNE_HOME/tables/<target>.json``,
+replaced atomically so an interrupted install leaves the previous table intact. It
+carries the host it was measured on (a table from another host or schema version is
+refused, not silently used), the provenance of its numbers, the measured peak, every
+kernel's validation status, the raw measurements and the kernel selection.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from . import __version__
+from .home import home as default_home
+from .host import HostInfo
+from .specs import KernelSpec
+
+SCHEMA_VERSION = 1
+PROVENANCES = ("measured", "model", "emulated")
+MEASUREMENT_COLUMNS = (
+    "kernel", "K", "pad", "lda", "ldb", "ldc", "best_gflops", "median_gflops", "ns_per_call",
+)
+
+
+class TableError(RuntimeError):
+    """A stored table cannot be used here; the message says why and what to run."""
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One kernel's fate at install: validated (and how fast) or rejected (and why)."""
+
+    spec: KernelSpec
+    status: str  # "validated" | "rejected"
+    reason: str = ""
+    object_hash: str = ""
+    best_gflops: float | None = None  # best over the measurement grid
+    gflops_by_k: tuple[tuple[int, float], ...] = ()  # median GFLOPS at each K, tight leading dims
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def validated(self) -> bool:
+        return self.status == "validated"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.spec.name,
+            "isa": self.spec.isa,
+            "dtype": self.spec.dtype,
+            "mr": self.spec.mr,
+            "nr": self.spec.nr,
+            "trans": self.spec.trans,
+            "variant": self.spec.variant,
+            "unroll": self.spec.unroll,
+            "status": self.status,
+            "reason": self.reason,
+            "object_hash": self.object_hash,
+            "best_gflops": self.best_gflops,
+            "gflops_by_k": {str(k): v for k, v in self.gflops_by_k},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "KernelRecord":
+        spec = KernelSpec.from_name(data["name"])
+        return cls(
+            spec=spec,
+            status=data["status"],
+            reason=data.get("reason", ""),
+            object_hash=data.get("object_hash", ""),
+            best_gflops=data.get("best_gflops"),
+            gflops_by_k=tuple(sorted((int(k), float(v)) for k, v in data.get("gflops_by_k", {}).items())),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class TunedTable:
+    target: str
+    host: HostInfo
+    provenance: str
+    peak_gflops: Mapping[str, float]
+    kernels: tuple[KernelRecord, ...]
+    measurements: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=MEASUREMENT_COLUMNS))
+    selection: tuple[str, ...] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)  # how the numbers were measured
+    tuning: Mapping[str, Any] | None = None
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    schema: int = SCHEMA_VERSION
+    version: str = __version__
+
+    def __post_init__(self) -> None:
+        if self.provenance not in PROVENANCES:
+            raise ValueError(f"provenance must be one of {PROVENANCES}, got {self.provenance!r}")
+
+    @property
+    def fingerprint(self) -> str:
+        return self.host.fingerprint
+
+    @property
+    def validated(self) -> tuple[KernelRecord, ...]:
+        return tuple(k for k in self.kernels if k.validated)
+
+    @property
+    def rejected(self) -> tuple[KernelRecord, ...]:
+        return tuple(k for k in self.kernels if not k.validated)
+
+    def kernel(self, name: str) -> KernelRecord:
+        for record in self.kernels:
+            if record.name == name:
+                return record
+        raise KeyError(name)
+
+    def selected(self) -> tuple[KernelRecord, ...]:
+        chosen = set(self.selection)
+        return tuple(k for k in self.kernels if k.name in chosen)
+
+    # -- serialisation -------------------------------------------------------------
+
+    def summary_dict(self) -> dict[str, Any]:
+        """The table for scripts (`autotune show --json`): everything but raw measurements."""
+        return {
+            "schema": self.schema,
+            "version": self.version,
+            "target": self.target,
+            "created": self.created,
+            "host": {**self.host.to_dict(), "fingerprint": self.fingerprint},
+            "provenance": self.provenance,
+            "peak_gflops": dict(self.peak_gflops),
+            "settings": dict(self.settings),
+            "params": dict(self.params),
+            "tuning": dict(self.tuning) if self.tuning is not None else None,
+            "selection": list(self.selection),
+            "kernels": [k.to_dict() for k in self.kernels],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.summary_dict()
+        frame = self.measurements.reindex(columns=list(MEASUREMENT_COLUMNS))
+        data["measurements"] = {
+            "columns": list(MEASUREMENT_COLUMNS),
+            "data": [[_json_number(v) for v in row] for row in frame.itertuples(index=False, name=None)],
+        }
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TunedTable":
+        schema = data.get("schema")
+        if schema != SCHEMA_VERSION:
+            raise TableError(
+                f"the stored table has schema version {schema}, this autotune reads version "
+                f"{SCHEMA_VERSION}: run `autotune install --force` to measure again"
+            )
+        host_data = {k: v for k, v in data["host"].items() if k != "fingerprint"}
+        measurements = data.get("measurements") or {"columns": list(MEASUREMENT_COLUMNS), "data": []}
+        return cls(
+            target=data["target"],
+            host=HostInfo.from_dict(host_data),
+            provenance=data["provenance"],
+            peak_gflops=dict(data.get("peak_gflops", {})),
+            kernels=tuple(KernelRecord.from_dict(k) for k in data.get("kernels", [])),
+            measurements=pd.DataFrame(measurements["data"], columns=measurements["columns"]),
+            selection=tuple(data.get("selection", [])),
+            params=dict(data.get("params", {})),
+            settings=dict(data.get("settings", {})),
+            tuning=data.get("tuning"),
+            created=data.get("created", ""),
+            schema=schema,
+            version=data.get("version", ""),
+        )
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
+# -- storage ----------------------------------------------------------------------
+
+def table_path(target: str, home: Path | None = None) -> Path:
+    return (home or default_home()) / "tables" / f"{target}.json"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(table: TunedTable, home: Path | None = None) -> Path:
+    path = table_path(table.target, home)
+    atomic_write_text(path, json.dumps(table.to_dict(), indent=1, allow_nan=False) + "\n")
+    return path
+
+
+def load(target: str = "host", home: Path | None = None, host: HostInfo | None = None) -> TunedTable:
+    """Load the stored table of ``target``.
+
+    With ``host`` given, a native table measured on another machine is refused: its
+    numbers (and the kernels they chose) describe a different CPU. Emulated tables
+    carry the emulated CPU's description and are never checked against the host.
+    """
+    path = table_path(target, home)
+    if not path.exists():
+        command = "autotune install" + ("" if target == "host" else f" --target {target}")
+        raise TableError(f"no tuned table for target {target!r} at {path}: run `{command}`")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TableError(f"the tuned table at {path} is unreadable ({exc}): run `autotune install --force`") from exc
+    table = TunedTable.from_dict(data)
+    if host is not None and table.provenance != "emulated" and table.fingerprint != host.fingerprint:
+        raise TableError(
+            f"the tuned table at {path} was measured on another host (fingerprint {table.fingerprint}, "
+            f"this host is {host.fingerprint}): run `autotune install` to tune this machine"
+        )
+    return table
+
+
+# -- selection ----------------------------------------------------------------------
+
+def kernel_score(record: KernelRecord) -> float:
+    """Mean median-GFLOPS over the K grid: a kernel fast only at one depth should not win."""
+    if not record.gflops_by_k:
+        return 0.0
+    return sum(g for _, g in record.gflops_by_k) / len(record.gflops_by_k)
+
+
+def select_kernels(records: Iterable[KernelRecord]) -> tuple[str, ...]:
+    """For each block shape (dtype, transposition, mr, nr, format) keep the fastest validated kernel.
+
+    Kernels of different ISAs or unroll factors computing the same block compete; the
+    tiler then sees one kernel per shape.
+    """
+    best: dict[tuple, KernelRecord] = {}
+    for record in records:
+        if not record.validated:
+            continue
+        s = record.spec
+        key = (s.dtype, s.trans, s.mr, s.nr, s.variant)
+        if key not in best or kernel_score(record) > kernel_score(best[key]):
+            best[key] = record
+    return tuple(sorted(r.name for r in best.values()))

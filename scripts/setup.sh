@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Set up a fresh machine for autotune: system packages, then the Python package.
+#
+#   scripts/setup.sh           what `autotune install` needs (a C compiler, the package)
+#   scripts/setup.sh --test    also what the test suite needs (pytest, hypothesis, and the
+#                              aarch64 cross toolchain + QEMU the Arm tests run under)
+#   scripts/setup.sh --arm     the aarch64 cross toolchain + QEMU only (for --target neon|sme2)
+#
+# Idempotent: a second run installs nothing new and takes a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0 want_arm=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) want_test=1; want_arm=1 ;;
+    --arm) want_arm=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "setup: installing ${missing[*]}"
+  local install=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}")
+  # A fresh machine may have no package lists yet: update once, only when needed.
+  as_root "${install[@]}" 2>/dev/null || { as_root apt-get update -qq && as_root "${install[@]}"; }
+}
+
+if command -v apt-get >/dev/null 2>&1; then
+  apt_install gcc libc6-dev
+  [ "$want_test" = 1 ] && apt_install chromium  # the report test renders HTML headless
+elif ! command -v cc >/dev/null 2>&1; then
+  echo "setup: no C compiler and no apt-get; install a C compiler (Xcode command line tools on macOS)" >&2
+  exit 1
+fi
+
+if [ "$want_arm" = 1 ] && [ -f scripts/setup_arm.sh ]; then
+  bash scripts/setup_arm.sh
+fi
+
+extras=""
+[ "$want_test" = 1 ] && extras="[test]"
+python3 -m pip install --quiet --disable-pip-version-check -e ".${extras}" 2>&1 \
+  | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" || true
+command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+python3 -c "import autotune" && echo "setup: autotune $(python3 -c 'import autotune; print(autotune.__version__)') ready"

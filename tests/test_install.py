@@ -1,0 +1,119 @@
+"""`autotune install` end to end on small kernel sets, in temporary homes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune import codegen, install as install_mod, measure
+from autotune.codegen import GeneratedSource
+from autotune.install import InstallError, InstallOptions, install
+from autotune.table import load
+
+# A few kernels of every native x86 family: enough to exercise each stage, fast to build.
+SMALL = ("at_sgemm_avx512_nn_16x[1-3]_*", "at_dgemm_avx512_tt_*x8_*", "at_sgemm_avx2_nt_8x2_*",
+         "at_dgemm_generic_tn_2x2_*")
+
+
+def run(tmp_path, *patterns: str, **options) -> install_mod.InstallResult:
+    return install(InstallOptions(quick=True, home=tmp_path, only=patterns or SMALL, **options))
+
+
+def test_install_validates_measures_and_stores_a_table(tmp_path):
+    result = run(tmp_path)
+    table = load("host", tmp_path)
+    assert result.path == tmp_path / "tables" / "host.json"
+    assert table.provenance == "measured"
+    assert {"avx512", "avx2", "generic"} == {k.spec.isa for k in table.kernels}
+    assert table.validated and not table.rejected, [k.reason for k in table.rejected]
+    assert table.peak_gflops["f32"] > 0 and table.peak_gflops["f64"] > 0
+    for record in table.validated:
+        assert record.best_gflops and record.best_gflops > 0
+        assert [k for k, _ in record.gflops_by_k] == [64, 256]
+    assert set(table.measurements["kernel"]) == {k.name for k in table.validated}
+    assert set(table.selection) <= {k.name for k in table.validated}
+
+
+def test_rerun_rebuilds_and_remeasures_nothing_unless_forced(tmp_path):
+    first = run(tmp_path)
+    assert first.compiled > 0 and first.measured > 0
+    again = run(tmp_path)
+    assert (again.compiled, again.measured) == (0, 0)
+    assert {k.name for k in again.table.validated} == {k.name for k in first.table.validated}
+    forced = run(tmp_path, "at_sgemm_avx512_nn_16x1_*", force=True)
+    assert forced.compiled == 1 and forced.measured == 1
+
+
+def test_interrupted_install_keeps_the_previous_table_and_resumes(tmp_path, monkeypatch):
+    run(tmp_path, "at_sgemm_avx512_nn_16x1_*")
+    before = (tmp_path / "tables" / "host.json").read_bytes()
+
+    monkeypatch.setattr(install_mod, "CHUNK", 2)
+    real_bench = measure.bench
+    calls = []
+
+    def bench_then_ctrl_c(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_bench(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "bench", bench_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, "at_sgemm_avx512_nn_16x[1-6]_*")
+    assert (tmp_path / "tables" / "host.json").read_bytes() == before
+
+    monkeypatch.setattr(measure, "bench", real_bench)
+    resumed = run(tmp_path, "at_sgemm_avx512_nn_16x[1-6]_*")
+    # 16x1 came from the first install, 16x2 and 16x3 from the interrupted one.
+    assert resumed.measured == 3
+    assert len(resumed.table.validated) == 6
+
+
+def test_wrong_and_uncompilable_kernels_are_rejected_and_the_rest_goes_on(tmp_path, monkeypatch):
+    real_generate = codegen.generate
+
+    def sabotage(spec):
+        source = real_generate(spec)
+        if spec.name.startswith("at_dgemm_generic_tn_2x2"):
+            # Correct signature, wrong arithmetic: validation must catch it.
+            wrong = (f"#include <stdint.h>\nvoid {spec.name}(int64_t K, const double *A, int64_t lda, "
+                     "const double *B, int64_t ldb, double *C, int64_t ldc, double alpha, double beta)"
+                     "{ (void)K; (void)A; (void)lda; (void)B; (void)ldb; (void)alpha; (void)beta;"
+                     " for (int j = 0; j < 2; ++j) for (int i = 0; i < 2; ++i) C[i + j*ldc] = 1.0; }\n")
+            return GeneratedSource(spec, wrong, source.language)
+        if spec.name.startswith("at_sgemm_avx2_nt_8x2"):
+            return GeneratedSource(spec, source.text + "\nthis is not C;\n", source.language)
+        return source
+
+    monkeypatch.setattr(codegen, "generate", sabotage)
+    table = run(tmp_path).table
+    reasons = {k.name.split("_u")[0]: k.reason for k in table.rejected}
+    assert set(reasons) == {"at_dgemm_generic_tn_2x2", "at_sgemm_avx2_nt_8x2"}
+    assert reasons["at_sgemm_avx2_nt_8x2"].startswith("compile error")
+    assert "compile" not in reasons["at_dgemm_generic_tn_2x2"]
+    assert len(table.validated) > 0
+    assert not set(table.selection) & {k.name for k in table.rejected}
+
+
+def test_a_pattern_matching_nothing_is_an_error(tmp_path):
+    with pytest.raises(InstallError, match="matches"):
+        run(tmp_path, "at_zgemm_*")
+
+
+def test_cli_install_then_show_json(tmp_path, monkeypatch, capsys):
+    from autotune.cli import main
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
+    assert main(["install", "--quick", "--only", "at_sgemm_avx512_nn_16x2_*"]) == 0
+    capsys.readouterr()
+    assert main(["show", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["provenance"] == "measured"
+    assert data["host"]["fingerprint"] and "avx512f" in data["host"]["features"]
+    assert data["peak_gflops"]["f32"] > 0
+    (kernel,) = data["kernels"]
+    assert kernel["status"] == "validated" and kernel["best_gflops"] > 0
+    assert (kernel["isa"], kernel["dtype"], kernel["mr"], kernel["nr"], kernel["trans"]) == \
+        ("avx512", "f32", 16, 2, "nn")
