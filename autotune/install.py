@@ -208,7 +208,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
                 notes.append(f"{isa}: no kernel compiled")
                 continue
             objects = {s.name: built.objects[s.name] for s in ok_specs}
-            harness = build.build_harness(target, [(s, objects[s.name]) for s in ok_specs], home=root)
+            harness = build.build_harness(target, [objects[s.name] for s in ok_specs], home=root)
 
             # Validate before timing: a kernel that computes wrong numbers is never measured.
             todo = [s.name for s in ok_specs if objects[s.name].hash not in journal.validations]

@@ -107,3 +107,270 @@ def parse_trans(trans: str) -> tuple[bool, bool]:
     if trans not in TRANSPOSITIONS:
         raise ValueError(f"transposition must be one of {TRANSPOSITIONS}, got {trans!r}")
     return trans[0] == "t", trans[1] == "t"
+
+
+# ---------------------------------------------------------------------------
+# x86 kernel families: the register-budget model
+# ---------------------------------------------------------------------------
+#
+# A micro-kernel keeps its whole C block in registers for the length of the K
+# loop, plus the operand registers one K step needs.  The model below counts
+# those registers per loading strategy and admits a block only if it fits the
+# ISA's register file; the generators (autotune.codegen.<isa>) emit exactly the
+# registers the model counts, so "fits" is a promise about the K loop not
+# spilling.  docs/kernels.md draws the strategies and tabulates the families.
+
+import math as _math
+from collections.abc import Iterable as _Iterable
+
+
+@dataclass(frozen=True)
+class RegisterFile:
+    """The floating-point registers one ISA's kernels may hold values in.
+
+    ``vector`` is False for the portable family, whose registers are modelled
+    as scalars (one element each, whatever the dtype).
+    """
+
+    isa: str
+    count: int
+    bits: int
+    vector: bool = True
+    # Copies of each operand register the model reserves: 2 double-buffers
+    # them (IAAT's ping-pong), which gcc's allocator needs on the big AVX-512
+    # blocks; with 16 registers the classic single-buffered blocks (16x6 fp32
+    # AVX2: 12 + 2 + 1) compile without spills and a second buffer costs them.
+    buffers: int = 1
+
+    def lanes(self, dtype: str) -> int:
+        if not self.vector:
+            return 1
+        return self.bits // (8 * DTYPE_BYTES[dtype])
+
+
+REGISTER_FILES = {
+    "avx512": RegisterFile("avx512", 32, 512, buffers=2),
+    "avx2": RegisterFile("avx2", 16, 256),
+    # x86-64 without ISA flags still has 16 xmm registers; modelled as scalars
+    # because the portable kernels must not depend on the compiler vectorising.
+    "generic": RegisterFile("generic", 16, 64, vector=False),
+}
+
+#: ISAs with a kernel family.  An Arm section may extend the families later.
+SUPPORTED_ISAS = ("avx512", "avx2", "generic")
+
+#: Loading strategy per transposition (vector ISAs).  See docs/kernels.md.
+#:   "bcast_b": vectorise along M (a column of op(A) is contiguous), broadcast op(B);
+#:   "bcast_a": vectorise along N (a row of op(B) is contiguous), broadcast op(A);
+#:   "dot":     both operands contiguous along K: vector dot products, reduced at the end.
+STRATEGIES = {"nn": "bcast_b", "nt": "bcast_b", "tt": "bcast_a", "tn": "dot"}
+
+# Independent FMA chains that hide the FMA latency on the x86 cores this
+# targets (4-cycle latency x 2 pipes); kernels with fewer accumulators split K
+# over several accumulator sets when the register file has room for them.
+FMA_CHAINS = 8
+# Longest side a kernel is generated for: beyond it the tiler gains little and
+# the name table grows without bound.
+MAX_SIDE = 16
+
+
+@dataclass(frozen=True)
+class RegisterBudget:
+    """The registers one kernel's K loop holds, by role."""
+
+    accumulators: int  # one set of C-block registers
+    a: int  # registers holding op(A) values of one K step
+    b: int  # registers holding op(B) values of one K step
+    sets: int  # accumulator sets the K loop rotates through (partial sums over K)
+
+    @property
+    def total(self) -> int:
+        return self.accumulators * self.sets + self.a + self.b
+
+
+def register_file(isa: str) -> RegisterFile:
+    try:
+        return REGISTER_FILES[isa]
+    except KeyError:
+        raise ValueError(f"no register model for ISA {isa!r}; known: {SUPPORTED_ISAS}") from None
+
+
+def strategy(spec: KernelSpec) -> str:
+    """How the kernel loads its operands: ``bcast_b``, ``bcast_a``, ``dot`` or ``scalar``."""
+    if not register_file(spec.isa).vector:
+        return "scalar"
+    return STRATEGIES[spec.trans]
+
+
+def _base_budget(isa: str, dtype: str, trans: str, mr: int, nr: int) -> tuple[int, int, int]:
+    rf = register_file(isa)
+    w = rf.lanes(dtype)
+    kind = "scalar" if not rf.vector else STRATEGIES[trans]
+    # Operand registers are counted rf.buffers times, as IAAT's allocator
+    # double-buffers them for its ping-pong K loop: on AVX-512, a model with
+    # one buffer let gcc 12 spill accumulators of the 32x14 and 64x6 fp32 blocks.
+    x = rf.buffers
+    if kind == "bcast_b":
+        vecs = _math.ceil(mr / w)
+        return vecs * nr, x * vecs, x
+    if kind == "bcast_a":
+        vecs = _math.ceil(nr / w)
+        return mr * vecs, x, x * vecs
+    if kind == "dot":
+        # The smaller side's vectors stay resident for a K chunk while the
+        # other streams through (buffered) registers.
+        resident = min(mr, nr)
+        return mr * nr, (resident if mr <= nr else x), (x if mr <= nr else resident)
+    # Scalar outer product: a column of op(A) and one op(B) value per K step.
+    return mr * nr, mr, 1
+
+
+def accumulator_sets(isa: str, dtype: str, trans: str, mr: int, nr: int, unroll: int) -> int:
+    """Accumulator sets the generator rotates through within one unrolled K step.
+
+    Enough sets to give FMA_CHAINS independent chains, no more than the unroll
+    (each set takes one K step of an unrolled iteration) and no more than the
+    free registers allow.
+    """
+    acc, a, b = _base_budget(isa, dtype, trans, mr, nr)
+    free = register_file(isa).count - a - b
+    if free < acc:
+        return 1
+    return max(1, min(unroll, _math.ceil(FMA_CHAINS / acc), free // acc))
+
+
+def register_budget(spec: KernelSpec) -> RegisterBudget:
+    acc, a, b = _base_budget(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr)
+    sets = accumulator_sets(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr, spec.unroll)
+    return RegisterBudget(accumulators=acc, a=a, b=b, sets=sets)
+
+
+def registers_needed(spec: KernelSpec) -> int:
+    """Registers the kernel's K loop holds: accumulators (all sets) + A + B."""
+    return register_budget(spec).total
+
+
+def fits(spec: KernelSpec) -> bool:
+    """Whether ``spec`` fits its ISA's register file (and has a family at all)."""
+    if spec.isa not in REGISTER_FILES or spec.variant:
+        return False
+    return registers_needed(spec) <= register_file(spec.isa).count
+
+
+def default_unroll(isa: str, dtype: str, trans: str, mr: int, nr: int) -> int:
+    """The model's K unroll: deeper when the kernel has few accumulator chains.
+
+    A "dot" kernel's K step is a whole vector of K, so it unrolls half as much.
+    """
+    acc, _, _ = _base_budget(isa, dtype, trans, mr, nr)
+    unroll = 4 if acc >= FMA_CHAINS else 8
+    if register_file(isa).vector and STRATEGIES[trans] == "dot":
+        unroll //= 2
+    return unroll
+
+
+def _fits_shape(isa: str, dtype: str, trans: str, mr: int, nr: int) -> bool:
+    acc, a, b = _base_budget(isa, dtype, trans, mr, nr)
+    return acc + a + b <= register_file(isa).count
+
+
+def _vector_sides(w: int) -> list[int]:
+    # Every size up to one vector (masked tails), then half-vector steps to 4 vectors.
+    return list(range(1, w + 1)) + [k * w // 2 for k in range(3, 9) if (k * w) % 2 == 0]
+
+
+def _shapes(isa: str, dtype: str, trans: str) -> list[tuple[int, int]]:
+    rf = register_file(isa)
+    w = rf.lanes(dtype)
+    kind = "scalar" if not rf.vector else STRATEGIES[trans]
+    if kind in ("bcast_b", "bcast_a"):
+        pairs = [
+            (vec, other)
+            for vec in _vector_sides(w)
+            for other in range(1, MAX_SIDE + 1)
+        ]
+        if kind == "bcast_a":
+            pairs = [(other, vec) for vec, other in pairs]
+    else:
+        pairs = [(m, n) for m in range(1, MAX_SIDE + 1) for n in range(1, MAX_SIDE + 1)]
+    return [(m, n) for m, n in pairs if _fits_shape(isa, dtype, trans, m, n)]
+
+
+def family(isa: str, dtype: str, trans: str, unroll: int | None = None) -> list[KernelSpec]:
+    """Every ``mr x nr`` kernel of one ISA, dtype and transposition that fits the model.
+
+    Sorted (by the KernelSpec order: mr, then nr).  ``unroll`` None takes the
+    model's choice per kernel (:func:`default_unroll`).
+    """
+    register_file(isa)
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
+    trans_a, trans_b = parse_trans(trans)
+    trans = trans.lower()
+    specs = []
+    for mr, nr in _shapes(isa, dtype, trans):
+        u = unroll if unroll is not None else default_unroll(isa, dtype, trans, mr, nr)
+        specs.append(KernelSpec(isa, dtype, mr, nr, trans_a, trans_b, "", u))
+    return sorted(specs)
+
+
+def _max_other(shapes: set[tuple[int, int]], vec_side_first: bool, side: int) -> int:
+    return max(
+        (n if vec_side_first else m)
+        for m, n in shapes
+        if (m if vec_side_first else n) == side
+    )
+
+
+def _quick(isa: str, dtype: str, trans: str, specs: list[KernelSpec]) -> list[KernelSpec]:
+    rf = register_file(isa)
+    w = rf.lanes(dtype)
+    kind = "scalar" if not rf.vector else STRATEGIES[trans]
+    small = {1, 2, 3, 4}
+    shapes = {(s.mr, s.nr) for s in specs}
+    keep: set[tuple[int, int]] = set()
+    if kind in ("bcast_b", "bcast_a"):
+        first = kind == "bcast_b"
+        # The vectorised side: small tails, one vector, whole multiples of it.
+        vec_sides = small | {k * w for k in range(1, 5)}
+        for side in sorted(vec_sides):
+            if not any((m if first else n) == side for m, n in shapes):
+                continue
+            top = _max_other(shapes, first, side)
+            # The other side: small tails and the largest that fits.
+            for other in small | {top}:
+                pair = (side, other) if first else (other, side)
+                if pair in shapes:
+                    keep.add(pair)
+    else:
+        for m, n in shapes:
+            maximal = (m + 1, n) not in shapes and (m, n + 1) not in shapes
+            if (m in small and n in small) or maximal and min(m, n) > 1:
+                keep.add((m, n))
+    # The largest blocks (most FMAs per operand load) whatever their shape.
+    biggest = max(m * n for m, n in shapes)
+    keep |= {(m, n) for m, n in shapes if m * n == biggest}
+    return [s for s in specs if (s.mr, s.nr) in keep]
+
+
+def default_family(
+    isas: _Iterable[str],
+    dtypes: _Iterable[str] = ("f32", "f64"),
+    transes: _Iterable[str] = TRANSPOSITIONS,
+    quick: bool = False,
+) -> list[KernelSpec]:
+    """The kernels an install generates for these ISAs.
+
+    ``quick`` keeps roughly a tenth to a fifth of them: the largest blocks and
+    the small tails a tiler needs (sides 1..4 and whole vectors).  ISAs without
+    a family here (an Arm target before its section exists) contribute nothing.
+    """
+    out: list[KernelSpec] = []
+    for isa in isas:
+        if isa not in REGISTER_FILES:
+            continue
+        for dtype in dtypes:
+            for trans in transes:
+                specs = family(isa, dtype, trans)
+                out.extend(_quick(isa, dtype, trans.lower(), specs) if quick else specs)
+    return sorted(out)

@@ -8,7 +8,9 @@ and the runner prefix (empty natively, the emulator when cross-building).
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -111,9 +113,111 @@ def target_for(isa: str, host: HostInfo) -> Target:
     return arm_target(isa, host)
 
 
-def arm_target(isa: str, host: HostInfo) -> Target:
-    """NEON and SME2 targets: native on aarch64, cross-built and emulated on x86-64."""
-    raise ToolchainError(
-        f"the {isa} target is not available on this {host.arch} host yet: "
-        "its cross toolchain and emulator are set up by scripts/setup.sh --arm"
+def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
+    """NEON and SME2 targets: native on aarch64, cross-built and emulated on x86-64.
+
+    ``svl_bits`` is the streaming vector length the SME2 kernels are specialised to;
+    under emulation it is also the length QEMU gives the emulated CPU.
+    """
+    if isa not in ARM_ISAS:
+        raise ToolchainError(f"{isa!r} is not an Arm target; Arm targets: {', '.join(ARM_ISAS)}")
+    if svl_bits not in _SVL_CHOICES:
+        raise ToolchainError(f"SVL must be one of {_SVL_CHOICES} bits, got {svl_bits}")
+    flags = _COMMON + (_ARM_MARCH[isa],)
+    if host.arch == "aarch64":
+        if isa == "sme2" and not host.has("sme2"):
+            raise ToolchainError(f"this CPU ({host.cpu}) has no SME2: it cannot run sme2 kernels")
+        if isa == "sme2" and host.svl_bits and host.svl_bits != svl_bits:
+            raise ToolchainError(
+                f"this CPU's streaming vector length is {host.svl_bits} bits, not {svl_bits}"
+            )
+        return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch="aarch64")
+    if host.arch != "x86_64":
+        raise ToolchainError(f"cannot build {isa} kernels on a {host.arch} host")
+    cc = _cross_clang()
+    qemu = _recent_qemu(isa)
+    cpu = "max,sme{}=on".format(svl_bits) if isa == "sme2" else "max"
+    return Target(
+        isa=isa,
+        cc=cc,
+        cflags=flags,
+        base_cflags=_COMMON + ("-march=armv8-a",),
+        ldflags=("-fuse-ld=lld", "-static"),
+        runner=(str(qemu), "-cpu", cpu),
+        emulated=True,
+        arch="aarch64",
     )
+
+
+_SVL_CHOICES = (128, 256, 512)
+_ARM_MARCH = {"neon": "-march=armv8-a+simd", "sme2": "-march=armv9-a+sme2+sme-f64f64"}
+_CROSS_SYSROOT_LIBC = "/usr/aarch64-linux-gnu/lib/libc.a"
+_CROSS_LIBGCC = "/usr/lib/gcc-cross/aarch64-linux-gnu/*/libgcc.a"
+# The first QEMU that executes SME2 (multi-vector loads, predicate-as-counter).
+_QEMU_SME2 = (10, 1)
+_SETUP_HINT = "run scripts/setup_arm.sh"
+
+
+def _cross_clang() -> tuple[str, ...]:
+    """clang-19 aimed at aarch64 Linux, with lld and the Debian cross C library."""
+    clang = shutil.which("clang-19")
+    if not clang:
+        raise ToolchainError(f"clang-19 is not installed (it cross-builds the Arm kernels): {_SETUP_HINT}")
+    if not shutil.which("ld.lld-19") and not shutil.which("ld.lld"):
+        raise ToolchainError(f"lld-19 is not installed (clang links Arm programs with it): {_SETUP_HINT}")
+    if not os.path.exists(_CROSS_SYSROOT_LIBC):
+        raise ToolchainError(
+            f"the aarch64 C library ({_CROSS_SYSROOT_LIBC}) is missing: install "
+            f"libc6-dev-arm64-cross, or {_SETUP_HINT}"
+        )
+    if not glob.glob(_CROSS_LIBGCC):
+        raise ToolchainError(
+            "the aarch64 libgcc (clang finds the cross headers and start files through it) is "
+            f"missing: install libgcc-12-dev-arm64-cross, or {_SETUP_HINT}"
+        )
+    return (clang, "--target=aarch64-linux-gnu")
+
+
+def _qemu_aarch64_path() -> str:
+    """Where scripts/setup_arm.sh unpacks qemu-aarch64."""
+    from .home import tools_dir
+
+    return str(tools_dir() / "qemu" / "usr" / "bin" / "qemu-aarch64")
+
+
+def _parse_qemu_version(text: str) -> tuple[int, int] | None:
+    """``qemu-aarch64 version 10.1.2 (Debian ...)`` -> ``(10, 1)``."""
+    match = re.search(r"version (\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _qemu_version(path: str) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return _parse_qemu_version(out.stdout)
+
+
+def _recent_qemu(isa: str) -> str:
+    """The project's QEMU, else one on PATH; SME2 needs >= 10.1, NEON runs on any."""
+    candidates = [_qemu_aarch64_path()] + [p for p in (shutil.which("qemu-aarch64"),
+                                                      shutil.which("qemu-aarch64-static")) if p]
+    found: list[tuple[str, tuple[int, int]]] = []
+    for path in candidates:
+        if os.access(path, os.X_OK):
+            version = _qemu_version(path)
+            if version:
+                found.append((path, version))
+    for path, version in found:
+        if version >= _QEMU_SME2:
+            return path
+    if found and isa == "neon":
+        return found[0][0]
+    if found:
+        path, version = found[0]
+        raise ToolchainError(
+            f"SME2 kernels need QEMU >= {_QEMU_SME2[0]}.{_QEMU_SME2[1]}, but {path} is "
+            f"{version[0]}.{version[1]} (it traps SME2-only instructions): {_SETUP_HINT}"
+        )
+    raise ToolchainError(f"no qemu-aarch64 found to run the {isa} kernels here: {_SETUP_HINT}")

@@ -1,0 +1,55 @@
+"""Kernel generators: one module per ISA, each with ``generate(spec) -> GeneratedSource``.
+
+:func:`generate` finds the generator by the spec's ISA name
+(``autotune.codegen.<isa>``), imported on first use, so a generator module added
+for a new ISA plugs in without editing a table here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from ..specs import KernelSpec
+
+LANGUAGES = {"c": ".c", "asm": ".S"}
+
+
+@dataclass(frozen=True)
+class GeneratedSource:
+    """The text of one kernel's source file; never edited by hand, never committed."""
+
+    spec: KernelSpec
+    text: str
+    language: str = "c"  # "c" or "asm"
+
+    def __post_init__(self) -> None:
+        if self.language not in LANGUAGES:
+            raise ValueError(f"language must be one of {tuple(LANGUAGES)}, got {self.language!r}")
+
+    @property
+    def filename(self) -> str:
+        return self.spec.name + LANGUAGES[self.language]
+
+
+def generator_module(isa: str):
+    """The module generating ``isa`` kernels; ValueError when there is none."""
+    if not isa.isidentifier():
+        raise ValueError(f"no kernel generator for ISA {isa!r}")
+    name = f"{__name__}.{isa}"
+    try:
+        module = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        # Only a missing generator is "no generator"; a generator that fails to
+        # import for another reason must show its own error.
+        if exc.name != name:
+            raise
+        raise ValueError(f"no kernel generator for ISA {isa!r} (no module {name})") from None
+    if not callable(getattr(module, "generate", None)):
+        raise ValueError(f"module {name} has no generate(spec) function")
+    return module
+
+
+def generate(spec: KernelSpec) -> GeneratedSource:
+    """Generate the source of one kernel with its ISA's generator."""
+    return generator_module(spec.isa).generate(spec)

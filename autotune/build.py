@@ -1,0 +1,388 @@
+"""Build: kernel sources -> cached objects -> one harness executable per ISA.
+
+Every object lives at ``$AUTOTUNE_HOME/build/<isa>/objects/<sha256>.o`` where the
+hash covers everything that decides the machine code: the source text, the
+compiler's identity and the exact argv.  A source that did not change is never
+recompiled, and an object only appears under its final name once the compiler
+finished (compile to a temporary name, then ``os.replace``), so an interrupted
+install leaves no half-written object behind for the next one to trust.
+
+A kernel that does not compile is a failure recorded in the :class:`BuildResult`
+(its name and the compiler's output); the other kernels build on.  Only problems
+with the build machinery itself -- the shipped harness failing to compile or the
+link failing -- raise :class:`BuildError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from . import home as home_mod
+from .specs import KernelSpec
+from .toolchain import Target
+
+#: Seconds one compiler or linker run may take before it counts as failed.
+COMPILE_TIMEOUT = 300.0
+LINK_TIMEOUT = 600.0
+
+_SUFFIX = {"c": ".c", "asm": ".S"}
+# Beyond this many arguments the link goes through an @response file: a few
+# thousand object paths exceed what some kernels allow on one command line.
+_RESPONSE_FILE_ARGS = 200
+
+
+class BuildError(RuntimeError):
+    """The harness could not be compiled or linked; the message has the compiler output."""
+
+
+class SourceLike(Protocol):
+    """What build_kernels needs of a source: autotune.codegen.GeneratedSource fits."""
+
+    spec: KernelSpec
+    text: str
+    language: str
+
+
+#: ``progress(advance=1, description="at_sgemm_...")`` once per finished kernel;
+#: rich's ``functools.partial(progress.update, task_id)`` fits as it is.
+ProgressFn = Callable[..., object]
+
+
+@dataclass(frozen=True)
+class ObjectResult:
+    """One compiled object, or why it could not be compiled (``error`` set, ``path`` None)."""
+
+    name: str
+    path: Path | None
+    hash: str
+    cached: bool
+    error: str | None = None
+    spec: KernelSpec | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.path is not None
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """Objects that compiled, keyed by kernel name, and compile failures with the compiler output."""
+
+    objects: dict[str, ObjectResult] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def compiled(self) -> int:
+        """How many objects the compiler actually produced (not served from the cache)."""
+        return sum(not obj.cached for obj in self.objects.values())
+
+
+def build_dir(target: Target, home: Path | None = None) -> Path:
+    return (home or home_mod.home()) / "build" / target.isa
+
+
+def default_jobs() -> int:
+    """Parallel compiles: one per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        # Length-prefixed so that no two different part lists hash alike.
+        data = part.encode()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` unless it already holds exactly that."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _run(argv: Sequence[str], timeout: float) -> tuple[bool, str]:
+    """Run a compiler; (succeeded, everything it printed)."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"") + (exc.stderr or b"")
+        text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
+        return False, f"timed out after {timeout:.0f} s: {' '.join(argv)}\n{text}"
+    except OSError as exc:
+        return False, f"cannot run {argv[0]}: {exc}"
+    output = (proc.stdout + proc.stderr).strip()
+    if proc.returncode != 0:
+        return False, output or f"{argv[0]} exited with status {proc.returncode}"
+    return True, output
+
+
+def _compile(
+    target: Target,
+    source_text: str,
+    name: str,
+    language: str,
+    flags: Sequence[str],
+    home: Path | None,
+    extra_hash: str = "",
+    force: bool = False,
+) -> ObjectResult:
+    if language not in _SUFFIX:
+        return ObjectResult(name, None, "", False, f"unknown source language {language!r}")
+    root = build_dir(target, home)
+    objects, sources = root / "objects", root / "src"
+    objects.mkdir(parents=True, exist_ok=True)
+    sources.mkdir(parents=True, exist_ok=True)
+
+    # The argv minus the file names is what decides the code, so it is hashed
+    # whole: the same source under other flags or another compiler is another object.
+    digest = _digest(source_text, language, extra_hash, target.compiler_id, *target.cc, "--", *flags)
+    src = sources / f"{name}{_SUFFIX[language]}"
+    _write_atomic(src, source_text)
+    obj = objects / f"{digest}.o"
+    if obj.exists() and not force:
+        return ObjectResult(name, obj, digest, True)
+
+    tmp = objects / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp.o"
+    ok, output = _run([*target.cc, *flags, "-c", str(src), "-o", str(tmp)], COMPILE_TIMEOUT)
+    if not ok:
+        tmp.unlink(missing_ok=True)
+        return ObjectResult(name, None, digest, False, output)
+    os.replace(tmp, obj)
+    return ObjectResult(name, obj, digest, False)
+
+
+def compile_object(
+    target: Target, source_text: str, name: str, language: str = "c", home: Path | None = None
+) -> ObjectResult:
+    """Compile one kernel source with ``target.cflags`` through the content-hashed cache.
+
+    Never raises for a compile error: ``error`` holds the compiler's output.
+    """
+    return _compile(target, source_text, name, language, target.cflags, home)
+
+
+def unit_key(spec: KernelSpec) -> str:
+    """Kernels sharing a translation unit: one ISA, dtype, transposition and mr.
+
+    Compiling a kernel alone is dominated by parsing the intrinsics headers (about
+    three quarters of the time for avx512); a unit of one mr's kernels parses them
+    once. Grouping by the family's structure, not by position in a list, keeps a
+    unit's members stable when kernels are added elsewhere in the family.
+    """
+    return f"{spec.isa}_{spec.dtype}_{spec.trans}_{spec.variant or 'direct'}_{spec.mr}"
+
+
+def _unit_text(members: Sequence[SourceLike]) -> str:
+    names = ", ".join(m.spec.name for m in members)
+    return f"/* Translation unit of {len(members)} generated kernels: {names} */\n\n" + "\n".join(
+        m.text for m in members
+    )
+
+
+def _kernel_hash(target: Target, source: SourceLike) -> str:
+    """Identity of one kernel's machine code, whichever unit it was compiled in."""
+    # Same digest as a kernel compiled alone, so the two paths agree on identity.
+    return _digest(source.text, source.language, "", target.compiler_id, *target.cc, "--", *target.cflags)
+
+
+def build_kernels(
+    target: Target,
+    sources: Sequence[SourceLike],
+    jobs: int | None = None,
+    progress: ProgressFn | None = None,
+    home: Path | None = None,
+    force: bool = False,
+) -> BuildResult:
+    """Compile every source, ``jobs`` compilers at a time (default: one per core).
+
+    C kernels are compiled in units (see :func:`unit_key`); a unit that fails is
+    retried kernel by kernel so that one bad kernel is reported alone and the rest
+    of its unit still builds. Each kernel's :attr:`ObjectResult.hash` identifies
+    its own code, so results keyed on it survive regrouping. ``force`` recompiles
+    even what the cache holds. ``progress``, if given, is called as
+    ``progress(advance=n, description=name)`` from the calling thread.
+    """
+    objects: dict[str, ObjectResult] = {}
+    failures: dict[str, str] = {}
+    unique: dict[str, SourceLike] = {}
+    for source in sources:
+        name = source.spec.name
+        if name in unique and unique[name].text != source.text:
+            failures[name] = "two different sources for the same kernel name"
+        unique.setdefault(name, source)
+    todo = [s for n, s in unique.items() if n not in failures]
+
+    src_dir = build_dir(target, home) / "src"
+    src_dir.mkdir(parents=True, exist_ok=True)
+    units: dict[str, list[SourceLike]] = {}
+    for source in todo:
+        # The readable per-kernel source, whatever unit compiles it.
+        _write_atomic(src_dir / f"{source.spec.name}{_SUFFIX.get(source.language, '.txt')}", source.text)
+        key = unit_key(source.spec) if source.language == "c" else source.spec.name
+        units.setdefault(key, []).append(source)
+
+    def compile_unit(key: str, members: list[SourceLike]) -> list[tuple[SourceLike, ObjectResult]]:
+        if len(members) == 1:
+            only = members[0]
+            flags = target.cflags
+            results = [(only, _compile(target, only.text, only.spec.name, only.language, flags, home,
+                                       force=force))]
+        else:
+            unit = _compile(target, _unit_text(members), f"unit_{key}", "c", target.cflags, home,
+                            force=force)
+            if unit.ok:
+                results = [(m, unit) for m in members]
+            else:
+                results = [(m, _compile(target, m.text, m.spec.name, m.language, target.cflags, home,
+                                        force=force)) for m in members]
+        return [(m, ObjectResult(m.spec.name, r.path, _kernel_hash(target, m), r.cached, r.error, m.spec))
+                for m, r in results]
+
+    # Threads are enough: the work happens in the compiler subprocesses.
+    with ThreadPoolExecutor(max_workers=max(1, jobs or default_jobs())) as pool:
+        futures = {pool.submit(compile_unit, key, members): members for key, members in units.items()}
+        for future in as_completed(futures):
+            members = futures[future]
+            try:
+                results = future.result()
+            except OSError as exc:  # e.g. the home became unwritable mid-build
+                error = f"{type(exc).__name__}: {exc}"
+                results = [(m, ObjectResult(m.spec.name, None, "", False, error, m.spec)) for m in members]
+            for member, result in results:
+                if result.ok:
+                    objects[result.name] = result
+                else:
+                    failures[result.name] = result.error or "compiler produced no object"
+            if progress is not None:
+                progress(advance=len(members), description=members[-1].spec.name)
+    # Deterministic order for everything downstream (the registry, reports).
+    return BuildResult(dict(sorted(objects.items())), dict(sorted(failures.items())))
+
+
+# ------------------------------------------------------------------ harness --
+
+_DTYPE_CODE = {"f32": 0, "f64": 1}
+
+
+def registry_source(isa: str, specs: Sequence[KernelSpec]) -> str:
+    """The C registry the harness links: one entry per kernel, in the order given."""
+    lines = [
+        f"/* Generated by autotune.build for the {isa} harness: {len(specs)} kernels.",
+        " * Do not edit: it is rewritten on every build. */",
+        '#include "at_registry.h"',
+        "",
+    ]
+    for spec in specs:
+        t = spec.ctype
+        lines.append(
+            f"void {spec.name}(int64_t K, const {t} *A, int64_t lda, const {t} *B, int64_t ldb, "
+            f"{t} *C, int64_t ldc, {t} alpha, {t} beta);"
+        )
+    lines += ["", "const at_registry_entry at_registry[] = {"]
+    for spec in specs:
+        lines.append(
+            f'    {{"{spec.name}", {_DTYPE_CODE[spec.dtype]}, {spec.mr}, {spec.nr}, '
+            f"{int(spec.trans_a)}, {int(spec.trans_b)}, (at_kernel_fn){spec.name}}},"
+        )
+    if not specs:
+        # C has no empty arrays; the count keeps this entry invisible.
+        lines.append("    {0, 0, 0, 0, 0, 0, 0},")
+    lines += [
+        "};",
+        f"const int at_registry_count = {len(specs)};",
+        f'const char at_registry_isa[] = "{isa}";',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _peak_file(target: Target) -> Path:
+    harness_dir = home_mod.kernels_src() / "harness"
+    own = harness_dir / f"peak_{target.isa}.c"
+    return own if own.exists() else harness_dir / "peak_generic.c"
+
+
+def _quote_response(arg: str) -> str:
+    # gcc and clang read @files with shell-like quoting.
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def build_harness(
+    target: Target, objects: Sequence[ObjectResult], home: Path | None = None
+) -> Path:
+    """Link the harness for ``target`` over the given kernel objects; returns the executable.
+
+    Objects that failed to compile are skipped.  Each object's kernel is taken from
+    its ``spec`` (or parsed from its name).  The executable is named after a hash of
+    everything linked into it, so an unchanged kernel set is not linked again.
+    Raises :class:`BuildError` when the driver does not compile or the link fails.
+    """
+    harness_dir = home_mod.kernels_src() / "harness"
+    usable = [obj for obj in objects if obj.ok]
+    specs = [obj.spec or KernelSpec.from_name(obj.name) for obj in usable]
+    header = (harness_dir / "at_registry.h").read_text() + (harness_dir / "peak_common.h").read_text()
+    include = (f"-I{harness_dir}",)
+    base = (*target.base_cflags, *include)
+
+    parts = [
+        _compile(target, (harness_dir / "harness.c").read_text(), "harness", "c", base, home, header),
+        _compile(target, registry_source(target.isa, specs), "registry", "c", base, home, header),
+        _compile(target, _peak_file(target).read_text(), f"peak_{target.isa}", "c",
+                 (*target.cflags, *include), home, header),
+    ]
+    for part in parts:
+        if not part.ok:
+            raise BuildError(f"cannot compile the {target.isa} harness ({part.name}):\n{part.error}")
+
+    link_flags = [*target.ldflags, *(("-static",) if target.emulated else ()), "-lm"]
+    # Kernels compiled in one unit share an object: link each object once.
+    kernel_objects = sorted({str(obj.path) for obj in usable})
+    inputs = [str(p.path) for p in parts] + kernel_objects
+    digest = _digest(target.compiler_id, *target.cc, *link_flags, *(p.hash for p in parts),
+                     *(obj.hash for obj in usable), *kernel_objects)
+    root = build_dir(target, home)
+    exe = root / f"harness-{digest[:16]}"
+    if exe.exists():
+        return exe
+
+    tmp = root / f".harness-{digest[:16]}.{os.getpid()}.{threading.get_ident()}.tmp"
+    rsp: Path | None = None
+    if len(inputs) > _RESPONSE_FILE_ARGS:
+        rsp = root / f".harness-{digest[:16]}.{os.getpid()}.rsp"
+        rsp.write_text("\n".join(_quote_response(arg) for arg in inputs) + "\n")
+        inputs = [f"@{rsp}"]
+    try:
+        ok, output = _run([*target.cc, *inputs, "-o", str(tmp), *link_flags], LINK_TIMEOUT)
+        if not ok:
+            raise BuildError(f"cannot link the {target.isa} harness:\n{output}")
+        os.replace(tmp, exe)
+    finally:
+        tmp.unlink(missing_ok=True)
+        if rsp is not None:
+            rsp.unlink(missing_ok=True)
+    return exe

@@ -1,0 +1,445 @@
+"""The intrinsics-C emitter shared by the AVX-512 and AVX2 generators.
+
+The two ISAs differ only in their vocabulary (vector type, mask form, the
+intrinsic names), which :class:`Vocabulary` holds; the three loading
+strategies of the register model (``autotune.specs.STRATEGIES``) are emitted
+here once.  The emitter declares exactly the registers the model counts:
+``sets`` accumulator sets of the C block, the vectors (or broadcasts) of one
+K step, nothing else live across the K loop.
+
+The module name starts with an underscore so that ``codegen.generate`` never
+mistakes it for the generator of an ISA called "x86".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..specs import KernelSpec, register_budget, register_file, strategy
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """How one ISA spells the operations the kernels need, for one dtype."""
+
+    isa: str
+    module: str  # the generator module named in the banner
+    guard: str  # preprocessor condition that must hold
+    guard_message: str
+    vtype: str
+    prefix: str  # "_mm512" / "_mm256"
+    suffix: str  # "ps" / "pd"
+    lanes: int
+    masked: str  # "k" (AVX-512 mask registers) or "vector" (AVX2 integer-vector masks)
+
+    def op(self, name: str) -> str:
+        return f"{self.prefix}_{name}_{self.suffix}"
+
+    # --- masks -------------------------------------------------------------
+    @property
+    def mask_type(self) -> str:
+        if self.masked == "k":
+            return f"__mmask{self.lanes}"
+        return "__m256i"
+
+    def const_mask(self, count: int) -> str:
+        """A mask selecting the first ``count`` lanes, as a C constant expression."""
+        if self.masked == "k":
+            return f"(__mmask{self.lanes})0x{(1 << count) - 1:x}"
+        ones = ["-1"] * count + ["0"] * (self.lanes - count)
+        setr = "_mm256_setr_epi32" if self.suffix == "ps" else "_mm256_setr_epi64x"
+        return f"{setr}({', '.join(ones)})"
+
+    def runtime_mask(self, count: str) -> str:
+        """A mask of the first ``count`` lanes, ``0 < count < lanes`` known only at run time."""
+        if self.masked == "k":
+            return f"(__mmask{self.lanes})((1u << {count}) - 1u)"
+        if self.suffix == "ps":
+            iota = ", ".join(str(i) for i in range(self.lanes))
+            return f"_mm256_cmpgt_epi32(_mm256_set1_epi32((int){count}), _mm256_setr_epi32({iota}))"
+        iota = ", ".join(str(i) for i in range(self.lanes))
+        return f"_mm256_cmpgt_epi64(_mm256_set1_epi64x({count}), _mm256_setr_epi64x({iota}))"
+
+    # --- memory ------------------------------------------------------------
+    def load(self, addr: str, mask: str | None = None) -> str:
+        if mask is None:
+            return f"{self.op('loadu')}({addr})"
+        if self.masked == "k":
+            return f"{self.op('maskz_loadu')}({mask}, {addr})"
+        # AVX2 maskload zeroes the masked lanes and never touches their memory.
+        return f"{self.op('maskload')}({addr}, {mask})"
+
+    def store(self, addr: str, value: str, mask: str | None = None) -> str:
+        if mask is None:
+            return f"{self.op('storeu')}({addr}, {value});"
+        if self.masked == "k":
+            return f"{self.op('mask_storeu')}({addr}, {mask}, {value});"
+        return f"{self.op('maskstore')}({addr}, {mask}, {value});"
+
+    # --- arithmetic --------------------------------------------------------
+    def zero(self) -> str:
+        return f"{self.op('setzero')}()"
+
+    def set1(self, value: str) -> str:
+        return f"{self.op('set1')}({value})"
+
+    def fma(self, a: str, b: str, c: str) -> str:
+        return f"{self.op('fmadd')}({a}, {b}, {c})"
+
+    def mul(self, a: str, b: str) -> str:
+        return f"{self.op('mul')}({a}, {b})"
+
+    def add(self, a: str, b: str) -> str:
+        return f"{self.op('add')}({a}, {b})"
+
+    def hsum(self, v: str) -> str:
+        if self.masked == "k":
+            return f"{self.op('reduce_add')}({v})"
+        return f"at_hsum({v})"
+
+
+def _hsum_helper(voc: Vocabulary, ctype: str) -> list[str]:
+    """AVX2 has no horizontal-sum intrinsic: a three-step fold to a scalar."""
+    if voc.masked == "k":
+        return []
+    if voc.suffix == "ps":
+        body = [
+            "    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));",
+            "    x = _mm_add_ps(x, _mm_movehl_ps(x, x));",
+            "    x = _mm_add_ss(x, _mm_movehdup_ps(x));",
+            "    return _mm_cvtss_f32(x);",
+        ]
+    else:
+        body = [
+            "    __m128d x = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));",
+            "    x = _mm_add_sd(x, _mm_unpackhi_pd(x, x));",
+            "    return _mm_cvtsd_f64(x);",
+        ]
+    return [f"static inline {ctype} at_hsum({voc.vtype} v)", "{", *body, "}", ""]
+
+
+_STRATEGY_NOTES = {
+    "bcast_b": [
+        "op(A) columns are contiguous: the block is {nv} vector(s) of {w} lanes along M",
+        "({tail}); op(B) values are broadcast into the FMAs, one per column of C.",
+    ],
+    "bcast_a": [
+        "op(B) rows are contiguous: the block is {nv} vector(s) of {w} lanes along N",
+        "({tail}); op(A) values are broadcast into the FMAs, one per row of C; the",
+        "rows are stored through a stack tile into column-major C.",
+    ],
+    "dot": [
+        "op(A) and op(B) are both contiguous along K: each C element is a vector of",
+        "{w} partial dot products over K, summed across lanes at the end; the last",
+        "K chunk is a masked load, so no scalar K loop.",
+    ],
+}
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, line: str = "") -> None:
+        self.lines.append(("    " * self.depth + line) if line else "")
+
+    def open(self, line: str) -> None:
+        self(line + " {")
+        self.depth += 1
+
+    def close(self, suffix: str = "") -> None:
+        self.depth -= 1
+        self("}" + suffix)
+
+
+def _vectors(extent: int, w: int) -> tuple[int, int]:
+    """Vectors covering ``extent`` lanes and the lanes used in the last one."""
+    nv = math.ceil(extent / w)
+    return nv, extent - (nv - 1) * w
+
+
+def emit(spec: KernelSpec, voc: Vocabulary) -> str:
+    """The C source of one kernel."""
+    kind = strategy(spec)
+    budget = register_budget(spec)
+    rf = register_file(spec.isa)
+    w = voc.lanes
+    T = spec.ctype
+    out = _Writer()
+
+    vec_extent = spec.nr if kind == "bcast_a" else spec.mr
+    nv, tail = _vectors(vec_extent, w)
+    tail_note = f"last vector masked to {tail} lanes" if tail < w else "no masked vector"
+    notes = [n.format(nv=nv, w=w, tail=tail_note) for n in _STRATEGY_NOTES[kind]]
+
+    out(f"/* Generated by {voc.module} from")
+    out(f" *   {spec!r}")
+    out(" * Do not edit: change the generator and re-run `autotune install`.")
+    out(" *")
+    out(f" * {spec.name}: C[0:{spec.mr}, 0:{spec.nr}] = alpha * op(A) op(B) + beta * C, "
+        f"trans {spec.trans}, column-major.")
+    for note in notes:
+        out(f" * {note}")
+    out(f" * Registers: {budget.accumulators} accumulators x {budget.sets} set(s) + "
+        f"{budget.a} for A + {budget.b} for B = {budget.total} of {rf.count}; "
+        f"K unrolled by {spec.unroll}. */")
+    out(f"#if {voc.guard}")
+    out(f'#error "{voc.guard_message}"')
+    out("#endif")
+    out()
+    out("#include <stdint.h>")
+    out("#include <immintrin.h>")
+    out()
+    for line in _hsum_helper(voc, T):
+        out(line)
+    out(f"void {spec.name}(int64_t K,")
+    pad = " " * (len(spec.name) + 6)
+    out(f"{pad}const {T} *restrict A, int64_t lda,")
+    out(f"{pad}const {T} *restrict B, int64_t ldb,")
+    out(f"{pad}{T} *restrict C, int64_t ldc,")
+    out(f"{pad}{T} alpha, {T} beta)")
+    out("{")
+    out.depth = 1
+    out("/* Fixed by the ABI; a block one element wide never uses some of them. */")
+    out("(void)lda; (void)ldb; (void)ldc;")
+    if kind == "dot":
+        _emit_dot(out, spec, voc, budget.sets)
+    else:
+        _emit_broadcast(out, spec, voc, kind, budget.sets)
+    out.depth = 0
+    out("}")
+    return "\n".join(out.lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Broadcast strategies (NN, NT: vectors along M; TT: vectors along N)
+# ---------------------------------------------------------------------------
+
+def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, sets: int) -> None:
+    w = voc.lanes
+    T = spec.ctype
+    along_m = kind == "bcast_b"
+    # "vec" is the operand loaded as vectors, "bc" the one broadcast.  Each K
+    # step advances both pointers; the broadcast operand's values of one step
+    # sit `bc_stride` apart.
+    if along_m:
+        nv, tail = _vectors(spec.mr, w)
+        nb = spec.nr
+        vec_ptr, vec_step = "a", "lda"
+        bc_ptr = "b"
+        bc_stride, bc_step = ("ldb", "1") if spec.trans == "nn" else ("1", "ldb")
+    else:
+        nv, tail = _vectors(spec.nr, w)
+        nb = spec.mr
+        vec_ptr, vec_step = "b", "ldb"
+        bc_ptr, bc_stride, bc_step = "a", "lda", "1"
+    masked = tail < w
+
+    def acc(s: int, x: int, v: int) -> str:
+        return f"c{s}_{x}_{v}"
+
+    if masked:
+        out(f"const {voc.mask_type} tail = {voc.const_mask(tail)};")
+    out(f"const {T} *a = A;")
+    out(f"const {T} *b = B;")
+    for s in range(sets):
+        for x in range(nb):
+            names = ", ".join(f"{acc(s, x, v)} = {voc.zero()}" for v in range(nv))
+            out(f"{voc.vtype} {names};")
+    out(f"{voc.vtype} {', '.join(f'v{v}' for v in range(nv))}{', bx' if nv > 1 else ''};")
+    out()
+
+    def bc_addr(x: int) -> str:
+        if bc_stride == "1":
+            return f"{bc_ptr}[{x}]" if x else f"{bc_ptr}[0]"
+        return f"{bc_ptr}[{x} * {bc_stride}]" if x else f"{bc_ptr}[0]"
+
+    def step(s: int) -> None:
+        # One K step.  With one vector, each FMA takes its broadcast straight
+        # from memory (AVX-512 folds it into the FMA's operand).  With several,
+        # the vectors are loaded first and each broadcast is consumed by all of
+        # them at once, so exactly one broadcast register is live (the model's
+        # count); the order of the loads among the FMAs is left to the core's
+        # out-of-order window, which spans several K steps.
+        for v in range(nv):
+            addr = f"{vec_ptr} + {v * w}" if v else vec_ptr
+            mask = "tail" if masked and v == nv - 1 else None
+            out(f"v{v} = {voc.load(addr, mask)};")
+            if nv == 1:
+                for x in range(nb):
+                    out(f"{acc(s, x, v)} = {voc.fma(f'v{v}', voc.set1(bc_addr(x)), acc(s, x, v))};")
+        if nv > 1:
+            for x in range(nb):
+                out(f"bx = {voc.set1(bc_addr(x))};")
+                for v in range(nv):
+                    out(f"{acc(s, x, v)} = {voc.fma(f'v{v}', 'bx', acc(s, x, v))};")
+        out(f"{vec_ptr} += {vec_step};")
+        out(f"{bc_ptr} += {bc_step};")
+
+    out("int64_t p = 0;")
+    if spec.unroll > 1:
+        out.open(f"for (; p + {spec.unroll} <= K; p += {spec.unroll})")
+        for u in range(spec.unroll):
+            out(f"/* k = p + {u} */")
+            step(u % sets)
+        out.close()
+    out.open("for (; p < K; ++p)")
+    step(0)
+    out.close()
+    _merge_sets(out, voc, sets, acc, nb, nv)
+    out()
+    out(f"const {voc.vtype} va = {voc.set1('alpha')};")
+    if along_m:
+        _store_columns(out, spec, voc, nv, masked, lambda x, v: acc(0, x, v))
+    else:
+        _store_rows_via_tile(out, spec, voc, nv, lambda x, v: acc(0, x, v))
+
+
+def _merge_sets(out: _Writer, voc: Vocabulary, sets: int, acc, nb: int, nv: int) -> None:
+    if sets == 1:
+        return
+    out()
+    out("/* Sum the partial accumulator sets (pairwise, for accuracy and depth). */")
+    stride = 1
+    while stride < sets:
+        for s in range(0, sets - stride, 2 * stride):
+            for x in range(nb):
+                for v in range(nv):
+                    out(f"{acc(s, x, v)} = {voc.add(acc(s, x, v), acc(s + stride, x, v))};")
+        stride *= 2
+
+
+def _store_columns(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, masked: bool, acc) -> None:
+    """C columns are vectors along M: scale, add beta * C (only if beta != 0), store."""
+    w = voc.lanes
+
+    def addr(j: int, v: int) -> str:
+        col = f"C + {j} * ldc" if j else "C"
+        return f"{col} + {v * w}" if v else col
+
+    def mask(v: int) -> str | None:
+        return "tail" if masked and v == nv - 1 else None
+
+    out.open("if (beta == 0)")
+    out("/* beta == 0 must not read C: it may hold NaN. */")
+    for j in range(spec.nr):
+        for v in range(nv):
+            out(voc.store(addr(j, v), voc.mul("va", acc(j, v)), mask(v)))
+    out.close(" else {")
+    out.depth += 1
+    out(f"const {voc.vtype} vb = {voc.set1('beta')};")
+    for j in range(spec.nr):
+        for v in range(nv):
+            old = voc.load(addr(j, v), mask(v))
+            out(voc.store(addr(j, v), voc.fma("vb", old, voc.mul("va", acc(j, v))), mask(v)))
+    out.close()
+
+
+def _store_rows_via_tile(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, acc) -> None:
+    """Rows of C (vectors along N) go to a stack tile, then column by column into C.
+
+    The tile is padded to whole vectors so the row stores need no mask; only
+    its first nr columns are read back.
+    """
+    w = voc.lanes
+    T = spec.ctype
+    width = nv * w
+    out(f"{T} tile[{spec.mr}][{width}];")
+    for i in range(spec.mr):
+        for v in range(nv):
+            dst = f"&tile[{i}][{v * w}]"
+            out(voc.store(dst, voc.mul("va", acc(i, v))))
+    out.open("if (beta == 0)")
+    out.open(f"for (int j = 0; j < {spec.nr}; ++j)")
+    out(f"for (int i = 0; i < {spec.mr}; ++i) C[i + j * ldc] = tile[i][j];")
+    out.close()
+    out.close(" else {")
+    out.depth += 1
+    out.open(f"for (int j = 0; j < {spec.nr}; ++j)")
+    out(f"for (int i = 0; i < {spec.mr}; ++i) C[i + j * ldc] = tile[i][j] + beta * C[i + j * ldc];")
+    out.close()
+    out.close()
+
+
+# ---------------------------------------------------------------------------
+# Dot-product strategy (TN)
+# ---------------------------------------------------------------------------
+
+def _emit_dot(out: _Writer, spec: KernelSpec, voc: Vocabulary, sets: int) -> None:
+    w = voc.lanes
+    T = spec.ctype
+    mr, nr = spec.mr, spec.nr
+    # The smaller side stays resident for a K chunk; the other streams through
+    # one register (counted twice on AVX-512: the next chunk's load overlaps).
+    a_resident = mr <= nr
+
+    def acc(s: int, i: int, j: int) -> str:
+        return f"c{s}_{i}_{j}"
+
+    out(f"const {T} *a = A;")
+    out(f"const {T} *b = B;")
+    for s in range(sets):
+        for i in range(mr):
+            names = ", ".join(f"{acc(s, i, j)} = {voc.zero()}" for j in range(nr))
+            out(f"{voc.vtype} {names};")
+    res_n = mr if a_resident else nr
+    res_name = "a" if a_resident else "b"
+    out(f"{voc.vtype} {', '.join(f'{res_name}{r}' for r in range(res_n))}, x;")
+    out()
+
+    def chunk(s: int, offset: str, mask: str | None) -> None:
+        def at(ptr: str, ld: str, r: int) -> str:
+            row = f"{ptr} + {r} * {ld}" if r else ptr
+            return f"{row} + {offset}" if offset != "0" else row
+
+        if a_resident:
+            for i in range(mr):
+                out(f"a{i} = {voc.load(at('a', 'lda', i), mask)};")
+            for j in range(nr):
+                out(f"x = {voc.load(at('b', 'ldb', j), mask)};")
+                for i in range(mr):
+                    out(f"{acc(s, i, j)} = {voc.fma(f'a{i}', 'x', acc(s, i, j))};")
+        else:
+            for j in range(nr):
+                out(f"b{j} = {voc.load(at('b', 'ldb', j), mask)};")
+            for i in range(mr):
+                out(f"x = {voc.load(at('a', 'lda', i), mask)};")
+                for j in range(nr):
+                    out(f"{acc(s, i, j)} = {voc.fma('x', f'b{j}', acc(s, i, j))};")
+
+    span = spec.unroll * w
+    out("int64_t p = 0;")
+    if spec.unroll > 1:
+        out.open(f"for (; p + {span} <= K; p += {span})")
+        for u in range(spec.unroll):
+            out(f"/* k = p + {u * w} .. p + {u * w + w - 1} */")
+            chunk(u % sets, str(u * w), None)
+        out(f"a += {span};")
+        out(f"b += {span};")
+        out.close()
+    out.open(f"for (; p + {w} <= K; p += {w})")
+    chunk(0, "0", None)
+    out(f"a += {w};")
+    out(f"b += {w};")
+    out.close()
+    out.open("if (p < K)")
+    out("/* The last K % lanes values: masked loads read nothing past the operands. */")
+    out(f"const {voc.mask_type} rest = {voc.runtime_mask('(K - p)')};")
+    chunk(0, "0", "rest")
+    out.close()
+    _merge_sets(out, voc, sets, acc, mr, nr)
+    out()
+    out("/* Horizontal sums, then the scalar update of the block. */")
+    out.open("if (beta == 0)")
+    for j in range(nr):
+        for i in range(mr):
+            out(f"C[{i} + {j} * ldc] = alpha * {voc.hsum(acc(0, i, j))};")
+    out.close(" else {")
+    out.depth += 1
+    for j in range(nr):
+        for i in range(mr):
+            c = f"C[{i} + {j} * ldc]"
+            out(f"{c} = alpha * {voc.hsum(acc(0, i, j))} + beta * {c};")
+    out.close()

@@ -1,0 +1,196 @@
+"""The Python view of kernel executing plans: built by the C tiler, read back, explained, drawn.
+
+``plan(M, N, K, ...)`` asks libautotune's tiler (the same code the hot path runs)
+for a plan and returns a frozen :class:`Plan`; :func:`explain` prints what it
+decided and why it predicts the time it does; :func:`draw` shows C tiled into
+blocks labelled by kernel, in the manner of IAAT's Fig. 2.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections import Counter
+from dataclasses import dataclass
+
+from ..runtime import api, loader
+from ..specs import DTYPES, parse_trans
+
+_DTYPE_CODE = {"f32": 0, "f64": 1}
+_TRANS = ("nn", "nt", "tn", "tt")
+_LAYOUTS = {"col": 0, "row": 1}
+
+
+class PlanError(RuntimeError):
+    """No plan can be made: no library, or invalid arguments (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kernel call: the block ``C[i0:i0+mb, j0:j0+nb]`` in the caller's coordinates."""
+
+    kernel: str      # kernel name, or "edge" for the portable code
+    i0: int
+    j0: int
+    mb: int
+    nb: int
+    pack_a: bool
+    pack_b: bool
+    thread: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    dtype: str
+    trans: str
+    layout: str
+    M: int
+    N: int
+    K: int
+    lda: int
+    ldb: int
+    ldc: int
+    path: str                     # "small" (operands read in place) or "packed" (Goto)
+    threads: int
+    kernel_trans: str             # the transposition of the kernels that run
+    blocks: tuple[int, int, int]  # (blk_m, blk_n, blk_k); zeros on the small path
+    predicted_seconds: float
+    memops: float
+    steps: tuple[Step, ...]
+
+    @property
+    def predicted_gflops(self) -> float:
+        flops = 2.0 * self.M * self.N * self.K
+        return flops / self.predicted_seconds / 1e9 if self.predicted_seconds > 0 else 0.0
+
+    def kernel_counts(self) -> dict[str, int]:
+        return dict(Counter(step.kernel for step in self.steps))
+
+
+def _runtime() -> loader.Runtime:
+    runtime = api.current() or loader.load()
+    if runtime is None:
+        raise PlanError("no libautotune installed: run `autotune install`")
+    return runtime
+
+
+def plan(
+    M: int,
+    N: int,
+    K: int,
+    dtype: str = "f32",
+    trans: str = "nn",
+    *,
+    layout: str = "col",
+    lda: int | None = None,
+    ldb: int | None = None,
+    ldc: int | None = None,
+    threads: int = 0,
+) -> Plan:
+    """The plan the library would execute for this problem (``threads`` 0: its default).
+
+    Leading dimensions default to the tight ones of ``layout``.
+    """
+    if dtype not in DTYPES:
+        raise PlanError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+    if layout not in _LAYOUTS:
+        raise PlanError(f"layout must be 'col' or 'row', got {layout!r}")
+    ta, tb = parse_trans(trans)
+    row = layout == "row"
+    a_rows, a_cols = (K, M) if ta else (M, K)
+    b_rows, b_cols = (N, K) if tb else (K, N)
+    lda = lda if lda is not None else max(1, a_cols if row else a_rows)
+    ldb = ldb if ldb is not None else max(1, b_cols if row else b_rows)
+    ldc = ldc if ldc is not None else max(1, N if row else M)
+    runtime = _runtime()
+    lib = runtime.lib
+    handle = lib.at_plan_create_ex(_DTYPE_CODE[dtype], _LAYOUTS[layout], int(ta), int(tb),
+                                   M, N, K, lda, ldb, ldc, threads)
+    if not handle:
+        raise PlanError(lib.at_last_error().decode(errors="replace"))
+    try:
+        info = loader.at_plan_info()
+        lib.at_plan_get_info(handle, ctypes.byref(info))
+        count = lib.at_plan_steps(handle, None, 0)
+        raw = (loader.at_step * max(1, count))()
+        lib.at_plan_steps(handle, raw, count)
+    finally:
+        lib.at_plan_destroy(handle)
+    names = _kernel_names(lib)
+    steps = []
+    for s in raw[:count]:
+        i0, j0, mb, nb = s.i0, s.j0, s.mb, s.nb
+        if row:
+            # The plan tiles C^T (row-major C is column-major C^T): back to C.
+            i0, j0, mb, nb = j0, i0, nb, mb
+        steps.append(Step(names[s.kernel] if s.kernel >= 0 else "edge", i0, j0, mb, nb,
+                          bool(s.pack & 1), bool(s.pack & 2), s.thread))
+    return Plan(
+        dtype=dtype, trans=trans.lower(), layout=layout, M=M, N=N, K=K, lda=lda, ldb=ldb, ldc=ldc,
+        path="packed" if info.path == 1 else "small", threads=info.threads,
+        kernel_trans=_TRANS[info.kernel_trans], blocks=(info.blk_m, info.blk_n, info.blk_k),
+        predicted_seconds=info.predicted_seconds, memops=info.memops, steps=tuple(steps),
+    )
+
+
+def _kernel_names(lib: ctypes.CDLL) -> list[str]:
+    names = []
+    for i in range(lib.at_kernel_count()):
+        ki = loader.at_kernel_info()
+        lib.at_kernel_get(i, ctypes.byref(ki))
+        names.append(ki.name.decode())
+    return names
+
+
+def explain(p: Plan) -> str:
+    """What the tiler decided for ``p``, in a few lines of text."""
+    lines = [
+        f"{p.dtype} {p.trans} {p.layout}-major  M={p.M} N={p.N} K={p.K}  "
+        f"lda={p.lda} ldb={p.ldb} ldc={p.ldc}",
+        f"path: {p.path}" + (
+            f" (blk_m={p.blocks[0]} blk_n={p.blocks[1]} blk_k={p.blocks[2]}, panels packed for "
+            f"{p.kernel_trans} kernels)" if p.path == "packed" else " (A and B read in place)"),
+        f"threads: {p.threads}   steps: {len(p.steps)}",
+        f"predicted: {p.predicted_seconds * 1e6:.2f} us ({p.predicted_gflops:.1f} GFLOPS)   "
+        f"memops: {p.memops:.0f} elements (sum(mb+nb)*K + 2MN)",
+        "kernels:",
+    ]
+    flops = Counter()
+    blocks = {}
+    for s in p.steps:
+        flops[s.kernel] += s.mb * s.nb
+        blocks[s.kernel] = (s.mb, s.nb)
+    total = max(1, sum(flops.values()))
+    for name, count in sorted(p.kernel_counts().items(), key=lambda kv: -flops[kv[0]]):
+        mb, nb = blocks[name]
+        lines.append(f"  {name:<40} {mb:>3}x{nb:<3} x{count:<6} {100.0 * flops[name] / total:5.1f}% of C")
+    return "\n".join(lines)
+
+
+def draw(p: Plan, width: int = 64, height: int = 32) -> str:
+    """C as a character grid: one letter per kernel (legend below), neighbouring
+    blocks alternate case so block edges show; large C is drawn scaled down."""
+    if p.M == 0 or p.N == 0:
+        return f"(empty C: {p.M} x {p.N})"
+    sy = max(1, -(-p.M // height))
+    sx = max(1, -(-p.N // width))
+    rows, cols = -(-p.M // sy), -(-p.N // sx)
+    grid = [["?"] * cols for _ in range(rows)]
+    letters: dict[str, str] = {}
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for s in p.steps:
+        letter = letters.setdefault(s.kernel, alphabet[len(letters) % len(alphabet)])
+        band = s.i0 // max(1, s.mb) + s.j0 // max(1, s.nb)
+        ch = letter if band % 2 == 0 else letter.lower()
+        for y in range(s.i0 // sy, min(rows, -(-(s.i0 + s.mb) // sy))):
+            for x in range(s.j0 // sx, min(cols, -(-(s.j0 + s.nb) // sx))):
+                grid[y][x] = ch
+    scale = "" if sx == sy == 1 else f"  (one character = {sy} x {sx} elements)"
+    out = [f"C {p.M} x {p.N}, {p.path} path, {len(p.steps)} steps{scale}"]
+    out += ["  " + "".join(row) for row in grid]
+    for kernel, letter in letters.items():
+        sample = next(s for s in p.steps if s.kernel == kernel)
+        out.append(f"  {letter} = {kernel} ({sample.mb}x{sample.nb})")
+    return "\n".join(out)
+
+
+__all__ = ["Plan", "Step", "PlanError", "plan", "explain", "draw"]

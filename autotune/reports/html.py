@@ -1,0 +1,296 @@
+"""`autotune report`: one self-contained HTML page describing a tuned table.
+
+The page carries its figures inline (SVG markup or PNG ``data:`` URIs) and its CSS
+in a ``<style>`` element, and runs no script, so it opens the same from a laptop's
+downloads folder, a CI artifact or an air-gapped machine. Sections whose data does
+not exist yet (tuning, plans, peer benchmarks) are left out, not shown empty.
+"""
+
+from __future__ import annotations
+
+import webbrowser
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from .. import __version__
+from ..home import home as default_home
+from ..host import describe
+from ..table import TunedTable, atomic_write_text
+from ..table import load as load_table
+from . import data, figures
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+#: Top kernels per family drawn against K; more lines than this stop being readable.
+CURVES_PER_FAMILY = 3
+
+
+@dataclass(frozen=True, eq=False)
+class ReportExtras:
+    """Inputs produced by later stages; each section appears only when its input exists.
+
+    ``tuning`` defaults to the table's own ``tuning`` mapping. ``plans`` are plan-like
+    objects (or mappings) with M, N, K, dtype, trans and steps carrying i0, j0, mb, nb
+    and kernel. ``benchmarks`` is a frame with columns shape, library, gflops, ratio.
+    """
+
+    tuning: Mapping[str, Any] | None = None
+    plans: Sequence[Any] | None = None
+    benchmarks: pd.DataFrame | None = None
+
+
+@dataclass(frozen=True)
+class PageFigure:
+    """A drawn figure as the template places it."""
+
+    title: str
+    caption: str
+    svg: str = ""
+    png: str = ""
+    wide: bool = True
+
+
+def default_report_path(target: str, root: Path | None = None) -> Path:
+    return (root or default_home()) / "reports" / f"{target}.html"
+
+
+def render_report(table: TunedTable, *, extra: ReportExtras | None = None) -> str:
+    """The report page as text."""
+    extra = extra or ReportExtras()
+    context = _context(table, extra)
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html", "j2"]),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = _num
+    env.filters["pct"] = _pct
+    return env.get_template("report.html.j2").render(**context)
+
+
+def write_report(table: TunedTable, path: Path, *, extra: ReportExtras | None = None) -> Path:
+    """Write the report of ``table`` to ``path`` (atomically) and return the path."""
+    path = Path(path)
+    atomic_write_text(path, render_report(table, extra=extra))
+    # The temporary file behind the atomic write is private (0600); a report is meant
+    # to be opened by browsers, CI artifact uploaders and web servers of other users.
+    path.chmod(0o644)
+    return path
+
+
+def report_command(target: str, output: Path | None, open_browser: bool, *,
+                   extra: ReportExtras | None = None, root: Path | None = None) -> Path:
+    """What `autotune report` does: load the stored table, write its page, maybe open it.
+
+    A native table measured on another machine is refused by the loader (its numbers
+    describe another CPU); an emulated one is never checked against the host.
+    """
+    from ..host import detect
+
+    table = load_table(target, root, host=detect())
+    path = write_report(table, output or default_report_path(target, root), extra=extra)
+    if open_browser:
+        # On a machine without a browser this returns False; the path is printed either way.
+        webbrowser.open(path.resolve().as_uri())
+    return path
+
+
+# -- the page's content ----------------------------------------------------------
+
+def _context(table: TunedTable, extra: ReportExtras) -> dict[str, Any]:
+    benchmarks = data.benchmark_frame(extra.benchmarks)  # first: a malformed frame fails fast
+    families = data.family_summaries(table)
+    sections: list[tuple[str, str]] = [("summary", "Summary"), ("families", "Families")]
+    heatmaps = _heatmaps(table)
+    sections.append(("heatmaps", "Kernel heatmaps"))
+    curves = _k_curves(table)
+    if curves:
+        sections.append(("depth", "GFLOPS against K"))
+    sections += [("selection", "Selection"), ("rejected", "Rejected")]
+
+    tuning = data.tuning_history(extra.tuning if extra.tuning is not None else table.tuning)
+    tuning_figures = _tuning_figures(tuning)
+    if tuning:
+        sections.append(("tuning", "Tuning"))
+    plan_figures = _plan_figures(extra.plans)
+    if plan_figures:
+        sections.append(("plans", "Plans"))
+    if benchmarks is not None:
+        sections.append(("peers", "Peers"))
+
+    best_by_dtype = {}
+    for summary in families:
+        current = best_by_dtype.get(summary.dtype)
+        if summary.best_gflops is not None and (current is None or summary.best_gflops > current.best_gflops):
+            best_by_dtype[summary.dtype] = summary
+    return {
+        "table": table,
+        "title": f"autotune report: {table.target}",
+        "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "version": __version__,
+        "sections": sections,
+        "host_rows": describe(table.host),
+        "peaks": _peak_rows(table),
+        "settings": _settings_rows(table.settings),
+        "counts": {"kernels": len(table.kernels), "validated": len(table.validated),
+                   "rejected": len(table.rejected), "selected": len(table.selection)},
+        "best_by_dtype": [best_by_dtype[d] for d in sorted(best_by_dtype)],
+        "families": families,
+        "heatmaps": heatmaps,
+        "curves": curves,
+        "pad": _pad_table(data.pad_sensitivity(table)),
+        "selection": data.selection_groups(table),
+        "rejections": data.rejection_reasons(table),
+        "tuning": tuning,
+        "tuning_figures": tuning_figures,
+        "params": sorted(table.params.items()),
+        "plans": plan_figures,
+        "benchmarks": benchmarks,
+        "benchmark_figure": _benchmark_figure(benchmarks),
+        "benchmark_ratios": _ratio_table(benchmarks),
+    }
+
+
+def _peak_rows(table: TunedTable) -> list[tuple[str, str, float]]:
+    """(dtype, where, GFLOPS): the table's peak per dtype, then each ISA's own."""
+    rows = [(dtype, "host (best ISA)", float(g)) for dtype, g in sorted(table.peak_gflops.items())]
+    by_isa = table.settings.get("peak_by_isa") or {}
+    for isa in sorted(by_isa, key=data.isa_rank):
+        for dtype, gflops in sorted((by_isa[isa] or {}).items()):
+            rows.append((dtype, isa, float(gflops)))
+    return rows
+
+
+def _settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
+    labels = {"mode": "mode", "ks": "K grid", "pads": "leading-dim pads", "min_time_ms": "min time per point (ms)",
+              "repeats": "repeats", "isas": "ISAs"}
+    rows = []
+    for key, value in settings.items():
+        if key == "peak_by_isa":
+            continue  # shown in the peak table
+        text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        rows.append((labels.get(key, key), text))
+    return rows
+
+
+def _pad_table(pad: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, list[float | None]]]]:
+    """(transpositions, rows of (ISA, dtype, padded/tight ratio per transposition))."""
+    if pad.empty:
+        return [], []
+    transes = sorted(pad["trans"].unique(), key=data.trans_rank)
+    rows = []
+    for (isa, dtype), group in pad.groupby(["isa", "dtype"], sort=False):
+        ratio = dict(zip(group["trans"], group["ratio"]))
+        rows.append((isa, dtype, [ratio.get(t) for t in transes]))
+    return transes, rows
+
+
+def _heatmaps(table: TunedTable) -> list[PageFigure]:
+    out = []
+    for dtype in data.dtypes(table):
+        grids = [data.heatmap_grid(table, isa, d, trans) for isa, d, trans in data.families(table) if d == dtype]
+        grids = [g for g in grids if g.mrs]
+        if not grids:
+            continue
+        timed = any(g.timed for g in grids)
+        fig = figures.heatmap_figure(grids, title=f"{dtype}: best GFLOPS by block shape" if timed
+                                     else f"{dtype}: validation by block shape (nothing timed)")
+        peak = table.peak_gflops.get(dtype)
+        caption = (f"Each cell is one {dtype} kernel computing an mr x nr block of C; colour is its best "
+                   + (f"GFLOPS as a share of the measured {dtype} peak ({peak:.1f} GFLOPS)." if peak
+                      else "GFLOPS (no peak was measured).")
+                   + " Dots mark the kernels the tiler will use; the magenta frame is each panel's fastest.")
+        if not timed:
+            caption = (f"Each cell is one {dtype} kernel computing an mr x nr block of C, coloured by its "
+                       "validation result; nothing was timed, so there is no speed to show.")
+        out.append(PageFigure(f"{dtype} kernels", caption, png=figures.to_png_uri(fig)))
+    return out
+
+
+def _k_curves(table: TunedTable) -> list[PageFigure]:
+    out = []
+    for dtype in data.dtypes(table):
+        keys = [(isa, trans) for isa, d, trans in data.families(table) if d == dtype]
+        curves = {key: data.k_curves(table, key[0], dtype, key[1], top=CURVES_PER_FAMILY) for key in keys}
+        curves = {key: frame for key, frame in curves.items() if not frame.empty}
+        if not curves:
+            continue
+        transes = data.unique_in_order(sorted((t for _, t in keys), key=data.trans_rank))
+        fig = figures.k_curve_figure(curves, transes, table.peak_gflops.get(dtype),
+                                     title=f"{dtype}: the {CURVES_PER_FAMILY} fastest kernels of each ISA")
+        caption = ("Median GFLOPS at each depth K with tight leading dimensions, for the kernels that "
+                   "rank highest by their mean over K (the selection's score). The dashed line is the peak.")
+        out.append(PageFigure(f"{dtype} GFLOPS against K", caption,
+                          svg=figures.to_svg(fig, title=f"{dtype} GFLOPS against K")))
+    return out
+
+
+def _tuning_figures(history: data.TuningHistory | None) -> list[PageFigure]:
+    if history is None:
+        return []
+    out = [PageFigure("Objective per trial",
+                  "Each dot is one optuna trial's measured end-to-end objective; the line is the best "
+                  "found so far; the dashed line is the analytic model's starting point.",
+                  svg=figures.to_svg(figures.tuning_figure(history), title="objective per trial"), wide=False)]
+    importance, method = data.param_importance(history)
+    if not importance.empty:
+        out.append(PageFigure("Parameter importance",
+                          "How much of the objective's variation each parameter explains on its own (the "
+                          "correlation ratio of the trials' ranks, grouped by the parameter's value; "
+                          "shares do not add up to 100% because parameters interact).",
+                          svg=figures.to_svg(figures.importance_figure(importance, method),
+                                             title="parameter importance"), wide=False))
+    return out
+
+
+def _plan_figures(plans: Sequence[Any] | None) -> list[PageFigure]:
+    if not plans:
+        return []
+    views = [data.plan_view(p) for p in plans]
+    colours = figures.kernel_colours([name for v in views for name in v.kernels()])
+    out = []
+    for view in views:
+        coverage = view.coverage()
+        caption = f"{len(view.blocks)} blocks, {len(view.kernels())} kernels"
+        if abs(coverage - 1.0) > 1e-9:
+            caption += f"; the blocks cover {100 * coverage:.1f}% of C"
+        out.append(PageFigure(view.title, caption, png=figures.to_png_uri(figures.plan_figure(view, colours), dpi=120, tight=True),
+                          wide=False))
+    return out
+
+
+def _benchmark_figure(frame: pd.DataFrame | None) -> PageFigure | None:
+    if frame is None:
+        return None
+    return PageFigure("GFLOPS per shape", "Best-of-N GFLOPS of each library on each shape, measured in one run.",
+                  svg=figures.to_svg(figures.benchmark_figure(frame), title="peer comparison"))
+
+
+def _ratio_table(frame: pd.DataFrame | None) -> tuple[list[str], list[tuple[str, list[float | None]]]]:
+    """(libraries, rows of (shape, ratio per library)) in the measured order."""
+    if frame is None:
+        return [], []
+    libraries = data.unique_in_order(frame["library"])
+    libraries.sort(key=lambda name: name != "autotune")
+    pivot = frame.pivot_table(index="shape", columns="library", values="ratio", aggfunc="max")
+    rows = []
+    for shape in data.unique_in_order(frame["shape"]):
+        values = [pivot.at[shape, lib] if lib in pivot.columns else None for lib in libraries]
+        rows.append((shape, [None if v is None or pd.isna(v) else float(v) for v in values]))
+    return libraries, rows
+
+
+# -- number formatting (template filters) -----------------------------------------
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _pct(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    return f"{value:.0f}%"

@@ -1,0 +1,47 @@
+"""The runtime: libautotune loaded from $AUTOTUNE_HOME, gemm / gemm_batch, the fallback.
+
+``gemm`` is bound at import to the ``_atfast`` extension's C function when an
+installed library is found, so a call costs one C call; otherwise to the numpy
+fallback, which warns once.  :func:`use_library` rebinds it (tests, a fresh
+install in the same process).  Code that keeps a reference to ``gemm`` keeps the
+entry it got: call ``autotune.runtime.gemm`` through the module to follow a rebind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import api, loader
+from .api import cache_stats, gemm_batch, get_num_threads, numpy_gemm, set_num_threads
+from .library import build_library, build_runtime, default_params, emit_kernel_table_c
+
+gemm = numpy_gemm
+
+
+def use_library(path: Path | str | None = None) -> loader.Runtime | None:
+    """Load the library at ``path`` (default: the installed one) and route gemm to it.
+
+    Returns the runtime, or None when there is no library (gemm then falls back to numpy).
+    """
+    global gemm
+    runtime = loader.load(path)
+    api.use(runtime)
+    gemm = runtime.fast.gemm if runtime is not None and runtime.fast is not None else numpy_gemm
+    return runtime
+
+
+def _initial() -> None:
+    try:
+        use_library()
+    except OSError:
+        # A library that exists but does not load must not break `import autotune`;
+        # gemm falls back to numpy and says so on first use.
+        api.use(None)
+
+
+_initial()
+
+__all__ = [
+    "gemm", "gemm_batch", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
+    "numpy_gemm", "build_library", "build_runtime", "default_params", "emit_kernel_table_c",
+]

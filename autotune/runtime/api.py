@@ -1,0 +1,267 @@
+"""gemm and gemm_batch on numpy arrays.
+
+The hot path is one call into the ``_atfast`` extension, which reads the
+arrays' buffers in C, finds the cached plan and runs it.  Everything it does not
+take (another dtype, mixed dtypes, an operand with no unit stride, a read-only
+or badly shaped C) comes back to :func:`_slow_path` here, which raises the clear
+error, copies, or lets numpy compute (the MLAS pattern: use the fast path only
+where its preconditions hold, never a wrong result).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import warnings
+from typing import Any
+
+import numpy as np
+
+from . import loader
+
+_SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
+_DTYPE_CODE = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+
+_warn_lock = threading.Lock()
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+class _State:
+    """The library in use; replaced as a whole so readers never see half of one."""
+
+    runtime: loader.Runtime | None = None
+
+
+_state = _State()
+
+
+def _op(X: np.ndarray, trans: bool) -> np.ndarray:
+    return X.T if trans else X
+
+
+def _check_2d(name: str, X: Any) -> np.ndarray:
+    X = np.asarray(X)
+    if X.ndim != 2:
+        raise ValueError(f"gemm: {name} must be 2-D, got an array of shape {X.shape}")
+    return X
+
+
+def _numeric(dtype: np.dtype) -> bool:
+    return dtype.kind in "biufc"
+
+
+def _numpy_gemm(A: np.ndarray, B: np.ndarray, C: np.ndarray | None, alpha: float, beta: float,
+                trans_a: bool, trans_b: bool) -> np.ndarray:
+    """The reference semantics computed by numpy (alpha == 0 reads neither A nor B)."""
+    opA, opB = _op(A, trans_a), _op(B, trans_b)
+    M, N = opA.shape[0], opB.shape[1]
+    dtype = np.result_type(A, B) if C is None else C.dtype
+    if alpha == 0 or opA.shape[1] == 0:
+        product = np.zeros((M, N), dtype=dtype)
+    else:
+        product = opA @ opB
+        if alpha != 1:
+            product = alpha * product
+    if C is None:
+        return np.asarray(product, dtype=dtype)
+    if beta == 0:
+        C[...] = product
+    else:
+        C[...] = product + beta * C
+    return C
+
+
+def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
+               trans_b: int) -> np.ndarray:
+    """Everything the C fast path declined; see the module docstring."""
+    A, B = _check_2d("A", A), _check_2d("B", B)
+    if C is not None:
+        if not isinstance(C, np.ndarray):
+            raise TypeError(f"gemm: C must be a numpy array updated in place, got {type(C).__name__}")
+        if C.ndim != 2:
+            raise ValueError(f"gemm: C must be 2-D, got an array of shape {C.shape}")
+        if not C.flags.writeable:
+            raise ValueError("gemm: C is read-only")
+    for name, X in (("A", A), ("B", B)) + ((("C", C),) if C is not None else ()):
+        if not _numeric(X.dtype):
+            raise TypeError(f"gemm: {name} has dtype {X.dtype}, which is not numeric")
+    opA_shape = A.shape[::-1] if trans_a else A.shape
+    opB_shape = B.shape[::-1] if trans_b else B.shape
+    if opA_shape[1] != opB_shape[0]:
+        raise ValueError(
+            f"gemm: inner dimensions differ: op(A) is {opA_shape[0]} x {opA_shape[1]}, "
+            f"op(B) is {opB_shape[0]} x {opB_shape[1]}"
+        )
+    M, N = opA_shape[0], opB_shape[1]
+    if C is not None and C.shape != (M, N):
+        raise ValueError(f"gemm: C is {C.shape[0]} x {C.shape[1]} but op(A) @ op(B) is {M} x {N}")
+    if C is None and beta != 0:
+        raise ValueError("gemm: beta needs an output C to scale")
+    runtime = _state.runtime
+    floats = A.dtype in _SUPPORTED and B.dtype in _SUPPORTED
+    if floats and A.dtype != B.dtype:
+        raise TypeError(
+            f"gemm: A is {A.dtype} and B is {B.dtype}; convert one so both have the same dtype"
+        )
+    if floats and C is not None and C.dtype != A.dtype:
+        raise TypeError(f"gemm: C is {C.dtype} but A and B are {A.dtype}")
+    if runtime is None or runtime.fast is None or not floats:
+        if runtime is None or runtime.fast is None:
+            _warn_once("nolib", "autotune: no libautotune installed (run `autotune install`); "
+                                "numpy computes gemm instead")
+        else:
+            _warn_once(f"dtype-{A.dtype}-{B.dtype}",
+                       f"autotune: no kernels for dtype {A.dtype}/{B.dtype}; numpy computes gemm")
+        return _numpy_gemm(A, B, C, alpha, beta, bool(trans_a), bool(trans_b))
+    # Operands with no unit stride (or negative strides): contiguous copies.
+    A2 = A if (A.flags.c_contiguous or A.flags.f_contiguous) else np.ascontiguousarray(A)
+    B2 = B if (B.flags.c_contiguous or B.flags.f_contiguous) else np.ascontiguousarray(B)
+    fast = runtime.fast.gemm
+    if C is None:
+        return fast(A2, B2, alpha=alpha, trans_a=trans_a, trans_b=trans_b)
+    if C.flags.c_contiguous or C.flags.f_contiguous:
+        return fast(A2, B2, C, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+    tmp = np.array(C, order="C") if beta != 0 else np.empty(C.shape, C.dtype)
+    fast(A2, B2, tmp, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+    C[...] = tmp
+    return C
+
+
+def numpy_gemm(A: Any, B: Any, C: np.ndarray | None = None, *, alpha: float = 1.0,
+               beta: float = 0.0, trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
+    """The fallback ``gemm`` when no library is installed: numpy, one warning per process."""
+    return _slow_path(A, B, C, alpha, beta, int(trans_a), int(trans_b))
+
+
+def use(runtime: loader.Runtime | None) -> None:
+    """Make ``runtime`` the library behind gemm (None: the numpy fallback)."""
+    if runtime is not None and runtime.fast is not None:
+        runtime.fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path)
+    _state.runtime = runtime
+
+
+def current() -> loader.Runtime | None:
+    return _state.runtime
+
+
+def _orient(shape: tuple[int, int], strides: tuple[int, int]) -> tuple[bool, int] | None:
+    """(stored column-major?, leading dimension) of one 2-D item, None if no unit stride."""
+    r, c = shape
+    sr, sc = strides
+    mr, mc = max(1, r), max(1, c)
+    if r == 0 or c == 0:
+        return True, mr
+    if (sr == 1 or r == 1) and (c == 1 or sc >= mr):
+        return True, (mr if c == 1 else sc)
+    if (sc == 1 or c == 1) and (r == 1 or sr >= mc):
+        return False, (mc if r == 1 else sr)
+    return None
+
+
+def _batch_view(X: np.ndarray, batch: int) -> tuple[int, tuple[bool, int]] | None:
+    """(batch stride in elements, orientation) of a 3-D stack or a 2-D operand broadcast."""
+    item = X.itemsize
+    if any(s % item for s in X.strides):
+        return None
+    strides = [s // item for s in X.strides]
+    if X.ndim == 2:
+        o = _orient(X.shape, (strides[0], strides[1]))
+        return (0, o) if o else None
+    if X.shape[0] != batch or strides[0] < 0:
+        return None
+    o = _orient(X.shape[1:], (strides[1], strides[2]))
+    return (strides[0], o) if o else None
+
+
+def gemm_batch(A: Any, B: Any, C: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+               trans_a: bool = False, trans_b: bool = False) -> Any:
+    """A batch of gemm: 3-D stacks (a 2-D operand is shared by every item) or lists.
+
+    Stacks of one dtype with a unit stride in each item run as one C call (the
+    batch is split over threads); lists run item by item.  Returns C (a new stack
+    or list when C is None).
+    """
+    from . import gemm as _gemm  # the entry bound to the current library
+
+    if isinstance(A, (list, tuple)) or isinstance(B, (list, tuple)):
+        n = len(A) if isinstance(A, (list, tuple)) else len(B)
+        As = A if isinstance(A, (list, tuple)) else [A] * n
+        Bs = B if isinstance(B, (list, tuple)) else [B] * n
+        if len(As) != len(Bs) or (C is not None and len(C) != n):
+            raise ValueError("gemm_batch: A, B and C must have the same number of items")
+        if C is None:
+            return [_gemm(a, b, alpha=alpha, trans_a=trans_a, trans_b=trans_b) for a, b in zip(As, Bs)]
+        for a, b, c in zip(As, Bs, C):
+            _gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+        return C
+    A, B = np.asarray(A), np.asarray(B)
+    if A.ndim not in (2, 3) or B.ndim not in (2, 3) or max(A.ndim, B.ndim) != 3:
+        raise ValueError(f"gemm_batch: expected 3-D stacks, got shapes {A.shape} and {B.shape}")
+    batch = A.shape[0] if A.ndim == 3 else B.shape[0]
+    if A.ndim == 3 and B.ndim == 3 and A.shape[0] != B.shape[0]:
+        raise ValueError(f"gemm_batch: batch sizes differ: {A.shape[0]} and {B.shape[0]}")
+    a_item = A.shape[1:] if A.ndim == 3 else A.shape
+    b_item = B.shape[1:] if B.ndim == 3 else B.shape
+    M, K = (a_item[1], a_item[0]) if trans_a else a_item
+    Kb, N = (b_item[1], b_item[0]) if trans_b else b_item
+    if K != Kb:
+        raise ValueError(f"gemm_batch: inner dimensions differ: op(A) is {M} x {K}, op(B) is {Kb} x {N}")
+    if C is None:
+        if beta != 0:
+            raise ValueError("gemm_batch: beta needs an output C to scale")
+        C = np.empty((batch, M, N), dtype=np.result_type(A, B))
+    elif not isinstance(C, np.ndarray) or C.shape != (batch, M, N):
+        raise ValueError(f"gemm_batch: C must be an array of shape {(batch, M, N)}")
+    runtime = _state.runtime
+    views = None
+    if (runtime is not None and A.dtype in _SUPPORTED and A.dtype == B.dtype == C.dtype
+            and C.flags.writeable):
+        views = [_batch_view(X, batch) for X in (A, B, C)]
+    if views is None or any(v is None for v in views) or (views[2][0] <= 0 and batch > 1):
+        for i in range(batch):
+            _gemm(A[i] if A.ndim == 3 else A, B[i] if B.ndim == 3 else B, C[i],
+                  alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+        return C
+    (sa, (a_col, lda)), (sb, (b_col, ldb)), (sc, (c_col, ldc)) = views
+    layout = 0 if c_col else 1
+    # An operand stored the other way round from C is its own transpose there.
+    ta = bool(trans_a) ^ (a_col != c_col)
+    tb = bool(trans_b) ^ (b_col != c_col)
+    rc = runtime.lib.at_gemm_batch_strided(
+        _DTYPE_CODE[A.dtype], layout, int(ta), int(tb), M, N, K, float(alpha),
+        A.ctypes.data, lda, sa, B.ctypes.data, ldb, sb, float(beta), C.ctypes.data, ldc, sc, batch,
+    )
+    if rc != 0:
+        message = runtime.lib.at_last_error().decode(errors="replace")
+        raise MemoryError(message) if rc == -2 else RuntimeError(f"libautotune: {message}")
+    return C
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for later plans (n < 1: back to AUTOTUNE_NUM_THREADS or the CPU count)."""
+    runtime = _state.runtime
+    if runtime is not None:
+        runtime.lib.at_set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    runtime = _state.runtime
+    return int(runtime.lib.at_get_num_threads()) if runtime is not None else 1
+
+
+def cache_stats() -> tuple[int, int]:
+    """(plans created, cache hits) since the library was loaded."""
+    runtime = _state.runtime
+    if runtime is None:
+        return (0, 0)
+    created, hits = ctypes.c_int64(), ctypes.c_int64()
+    runtime.lib.at_plan_cache_stats(ctypes.byref(created), ctypes.byref(hits))
+    return created.value, hits.value

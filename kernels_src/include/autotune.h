@@ -1,0 +1,149 @@
+/* autotune.h: the public C interface of libautotune.
+ *
+ * Plan once, execute many: at_plan_create() runs the input-aware tiler for one
+ * problem description and returns a kernel executing plan; at_plan_execute()
+ * runs it with no further decision.  The convenience entry points (at_sgemm,
+ * cblas_sgemm, sgemm_, ...) look plans up in a bounded, thread-safe cache.
+ *
+ * Conventions are BLAS's: C = alpha * op(A) * op(B) + beta * C, op(A) is M x K,
+ * op(B) is K x N, C is M x N; beta == 0 never reads C, alpha == 0 never reads A
+ * or B.  Results are bitwise identical for any thread count.
+ */
+#ifndef AUTOTUNE_H
+#define AUTOTUNE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define AT_ABI_VERSION 1
+
+typedef enum { AT_F32 = 0, AT_F64 = 1 } at_dtype;
+typedef enum { AT_COL_MAJOR = 0, AT_ROW_MAJOR = 1 } at_layout;
+
+/* Status codes; every failing call returns one and leaves C untouched. */
+enum {
+    AT_OK = 0,
+    AT_EINVAL = -1,   /* an argument is invalid (dtype, dims, leading dims) */
+    AT_ENOMEM = -2,   /* allocation failed */
+    AT_ENOKERNEL = -3 /* no kernel of that dtype in the library */
+};
+
+typedef struct at_plan at_plan;
+
+/* One kernel call of a plan, in column-major coordinates of the problem the
+ * plan computes (a row-major plan computes C^T = op(B)^T op(A)^T). */
+#define AT_PACK_A 1
+#define AT_PACK_B 2
+typedef struct {
+    int32_t kernel; /* index into the library's kernel table; -1: portable edge code */
+    int32_t thread; /* which worker runs it */
+    int64_t i0, j0; /* top-left element of the block of C */
+    int32_t mb, nb; /* block size (the kernel's mr x nr) */
+    int32_t pack;   /* AT_PACK_A | AT_PACK_B: operands read from packed panels */
+} at_step;
+
+typedef struct {
+    int32_t dtype, layout, trans_a, trans_b;
+    int64_t M, N, K, lda, ldb, ldc;
+    int32_t path;        /* 0: no packing (small GEMM), 1: Goto blocking with packed panels */
+    int32_t threads;     /* threads the plan was split for (1 below the size threshold) */
+    int32_t kernel_trans;/* transposition of the kernels used ("nn"=0 .. "tt"=3) */
+    int32_t reserved;
+    int64_t nsteps;      /* steps as at_plan_steps() reports them */
+    int64_t blk_m, blk_n, blk_k; /* Goto blocks (0 on the no-pack path) */
+    double predicted_seconds;
+    double memops;       /* elements moved to registers: sum(mb + nb) * K + 2 M N */
+} at_plan_info;
+
+typedef struct {
+    const char *name;
+    int32_t dtype, trans_a, trans_b, mr, nr;
+} at_kernel_info;
+
+/* Planning and execution. */
+at_plan *at_plan_create(int dtype, int layout, int trans_a, int trans_b,
+                        int64_t M, int64_t N, int64_t K,
+                        int64_t lda, int64_t ldb, int64_t ldc);
+/* The same for an explicit thread count (0: at_get_num_threads()). */
+at_plan *at_plan_create_ex(int dtype, int layout, int trans_a, int trans_b,
+                           int64_t M, int64_t N, int64_t K,
+                           int64_t lda, int64_t ldb, int64_t ldc, int threads);
+int at_plan_execute(const at_plan *plan, double alpha, const void *A,
+                    const void *B, double beta, void *C);
+/* A batch of problems of the plan's shape: item b uses A + b*stride_a elements etc. */
+int at_plan_execute_batch(const at_plan *plan, int64_t batch, double alpha,
+                          const void *A, int64_t stride_a, const void *B, int64_t stride_b,
+                          double beta, void *C, int64_t stride_c);
+/* A batch given by pointer arrays. */
+int at_plan_execute_ptrs(const at_plan *plan, int64_t batch, double alpha,
+                         const void *const *A, const void *const *B, double beta,
+                         void *const *C);
+void at_plan_destroy(at_plan *plan);
+
+/* Introspection (for the Python view of plans). */
+int at_plan_get_info(const at_plan *plan, at_plan_info *info);
+/* Copies up to cap steps; returns the number of steps of the plan. */
+int64_t at_plan_steps(const at_plan *plan, at_step *out, int64_t cap);
+int at_kernel_count(void);
+int at_kernel_get(int index, at_kernel_info *info);
+/* The last plan-creation error of the calling thread, as text. */
+const char *at_last_error(void);
+
+/* Convenience entry points through the plan cache (status codes as above). */
+int at_sgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+             float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
+             float beta, float *C, int64_t ldc);
+int at_dgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+             double alpha, const double *A, int64_t lda, const double *B, int64_t ldb,
+             double beta, double *C, int64_t ldc);
+int at_gemm_batch_strided(int dtype, int layout, int trans_a, int trans_b,
+                          int64_t M, int64_t N, int64_t K, double alpha,
+                          const void *A, int64_t lda, int64_t stride_a,
+                          const void *B, int64_t ldb, int64_t stride_b, double beta,
+                          void *C, int64_t ldc, int64_t stride_c, int64_t batch);
+/* Either dtype: pointers to float or double, alpha and beta converted. */
+int at_gemm(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+            double alpha, const void *A, int64_t lda, const void *B, int64_t ldb,
+            double beta, void *C, int64_t ldc);
+/* Drops every cached plan (plans in use stay alive until their call returns). */
+void at_plan_cache_clear(void);
+/* Plans created since load, and cache hits: for tests and `autotune plan`. */
+void at_plan_cache_stats(int64_t *created, int64_t *hits);
+
+/* Threads: AUTOTUNE_NUM_THREADS at first use, else the online CPUs. */
+void at_set_num_threads(int n);
+int at_get_num_threads(void);
+
+/* BLAS interfaces. */
+#ifndef AT_NO_CBLAS_DECLS
+enum CBLAS_ORDER { CblasRowMajor = 101, CblasColMajor = 102 };
+enum CBLAS_TRANSPOSE { CblasNoTrans = 111, CblasTrans = 112, CblasConjTrans = 113 };
+#endif
+void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                 int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
+void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                 int M, int N, int K, double alpha, const double *A, int lda,
+                 const double *B, int ldb, double beta, double *C, int ldc);
+void sgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
+            const float *alpha, const float *A, const int *lda, const float *B,
+            const int *ldb, const float *beta, float *C, const int *ldc);
+void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
+            const double *alpha, const double *A, const int *lda, const double *B,
+            const int *ldb, const double *beta, double *C, const int *ldc);
+/* Fortran callers pass hidden string lengths after ldc; the C calling convention
+ * lets the callee ignore them, so the prototypes above leave them out.
+ *
+ * Error handlers are weak symbols of the library, so a program may define its own:
+ *   void xerbla_(const char *srname, const int *info, size_t srname_len);
+ * receives the routine name ("SGEMM ") and the 1-based Fortran parameter number;
+ * cblas_xerbla receives CBLAS's numbering (order is parameter 1). */
+void cblas_xerbla(int p, const char *rout, const char *form, ...);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,195 @@
+/* blas.c: convenience, CBLAS and Fortran BLAS entry points.
+ *
+ * Every entry checks its arguments as the reference library does, looks its
+ * plan up in the cache and executes it.  xerbla_ and cblas_xerbla are weak, so
+ * a program that defines its own (as LAPACK test drivers do) gets it called.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stddef.h>
+
+#include "at_internal.h"
+
+int at_gemm(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+            double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
+            void *C, int64_t ldc)
+{
+    int rc = at__check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (rc) return rc;
+    if (M == 0 || N == 0) return AT_OK;
+    at_plan *p = at__plan_acquire(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (!p) return AT_ENOMEM;
+    rc = at__execute(p, 1, alpha, NULL, NULL, beta, NULL, A, 0, B, 0, C, 0);
+    at__plan_release(p);
+    return rc;
+}
+
+int at_sgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+             const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+             int64_t ldc)
+{
+    return at_gemm(AT_F32, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+int at_dgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+             const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
+             int64_t ldc)
+{
+    return at_gemm(AT_F64, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+int at_gemm_batch_strided(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                          int64_t K, double alpha, const void *A, int64_t lda, int64_t stride_a,
+                          const void *B, int64_t ldb, int64_t stride_b, double beta, void *C,
+                          int64_t ldc, int64_t stride_c, int64_t batch)
+{
+    int rc = at__check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (rc) return rc;
+    if (batch < 0) {
+        at__set_error("batch must be non-negative, got %lld", (long long)batch);
+        return AT_EINVAL;
+    }
+    if (M == 0 || N == 0 || batch == 0) return AT_OK;
+    at_plan *p = at__plan_acquire(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (!p) return AT_ENOMEM;
+    rc = at__execute(p, batch, alpha, NULL, NULL, beta, NULL, A, stride_a, B, stride_b, C,
+                     stride_c);
+    at__plan_release(p);
+    return rc;
+}
+
+/* ---- error handlers ---------------------------------------------------------- */
+
+__attribute__((weak)) void xerbla_(const char *srname, const int *info, size_t len);
+__attribute__((weak)) void xerbla_(const char *srname, const int *info, size_t len)
+{
+    /* The reference prints the name trimmed of trailing blanks, then stops; a
+     * library loaded into Python must not end the process, so this returns as
+     * OpenBLAS's does. */
+    size_t n = 0;
+    while (n < len && srname[n] && srname[n] != ' ') n++;
+    fprintf(stderr, " ** On entry to %.*s parameter number %2d had an illegal value\n", (int)n,
+            srname, *info);
+}
+
+__attribute__((weak)) void cblas_xerbla(int p, const char *rout, const char *form, ...)
+{
+    va_list ap;
+    va_start(ap, form);
+    if (p) fprintf(stderr, "Parameter %d to routine %s was incorrect\n", p, rout);
+    vfprintf(stderr, form, ap);
+    va_end(ap);
+}
+
+/* ---- CBLAS --------------------------------------------------------------------- */
+
+/* Reference CBLAS's checks, numbered as the CBLAS prototype (order is 1); zero if
+ * the arguments are valid. */
+static int cblas_check(int order, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc,
+                       const char *rout)
+{
+    if (order != CblasColMajor && order != CblasRowMajor) {
+        cblas_xerbla(1, rout, "Illegal order setting, %d\n", order);
+        return 1;
+    }
+    int ok_a = ta == CblasNoTrans || ta == CblasTrans || ta == CblasConjTrans;
+    int ok_b = tb == CblasNoTrans || tb == CblasTrans || tb == CblasConjTrans;
+    if (!ok_a) {
+        cblas_xerbla(2, rout, "Illegal TransA setting, %d\n", ta);
+        return 2;
+    }
+    if (!ok_b) {
+        cblas_xerbla(3, rout, "Illegal TransB setting, %d\n", tb);
+        return 3;
+    }
+    int pos = 0;
+    int row = order == CblasRowMajor;
+    int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
+    int need_a = row ? (at ? M : K) : (at ? K : M);
+    int need_b = row ? (bt ? K : N) : (bt ? N : K);
+    int need_c = row ? N : M;
+    if (M < 0)
+        pos = 4;
+    else if (N < 0)
+        pos = 5;
+    else if (K < 0)
+        pos = 6;
+    else if (lda < (need_a > 1 ? need_a : 1))
+        pos = 9;
+    else if (ldb < (need_b > 1 ? need_b : 1))
+        pos = 11;
+    else if (ldc < (need_c > 1 ? need_c : 1))
+        pos = 14;
+    if (pos) cblas_xerbla(pos, rout, "");
+    return pos;
+}
+
+void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M,
+                 int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                 float beta, float *C, int ldc)
+{
+    if (cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_sgemm")) return;
+    at_gemm(AT_F32, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha,
+            A, lda, B, ldb, beta, C, ldc);
+}
+
+void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M,
+                 int N, int K, double alpha, const double *A, int lda, const double *B, int ldb,
+                 double beta, double *C, int ldc)
+{
+    if (cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_dgemm")) return;
+    at_gemm(AT_F64, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha,
+            A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ---- Fortran BLAS ------------------------------------------------------------- */
+
+static int trans_flag(char c)
+{
+    if (c == 'N' || c == 'n') return 0;
+    if (c == 'T' || c == 't' || c == 'C' || c == 'c') return 1;
+    return -1;
+}
+
+/* The reference SGEMM's INFO: 1-based position of the first bad argument. */
+static int fortran_check(const char *ta, const char *tb, int M, int N, int K, int lda, int ldb,
+                         int ldc)
+{
+    int a = trans_flag(*ta), b = trans_flag(*tb);
+    int nrowa = a == 1 ? K : M, nrowb = b == 1 ? N : K;
+    if (a < 0) return 1;
+    if (b < 0) return 2;
+    if (M < 0) return 3;
+    if (N < 0) return 4;
+    if (K < 0) return 5;
+    if (lda < (nrowa > 1 ? nrowa : 1)) return 8;
+    if (ldb < (nrowb > 1 ? nrowb : 1)) return 10;
+    if (ldc < (M > 1 ? M : 1)) return 13;
+    return 0;
+}
+
+void sgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
+            const float *alpha, const float *A, const int *lda, const float *B, const int *ldb,
+            const float *beta, float *C, const int *ldc)
+{
+    int info = fortran_check(ta, tb, *M, *N, *K, *lda, *ldb, *ldc);
+    if (info) {
+        xerbla_("SGEMM ", &info, 6);
+        return;
+    }
+    at_gemm(AT_F32, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B,
+            *ldb, *beta, C, *ldc);
+}
+
+void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
+            const double *alpha, const double *A, const int *lda, const double *B, const int *ldb,
+            const double *beta, double *C, const int *ldc)
+{
+    int info = fortran_check(ta, tb, *M, *N, *K, *lda, *ldb, *ldc);
+    if (info) {
+        xerbla_("DGEMM ", &info, 6);
+        return;
+    }
+    at_gemm(AT_F64, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B,
+            *ldb, *beta, C, *ldc);
+}

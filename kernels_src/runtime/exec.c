@@ -1,0 +1,143 @@
+/* exec.c: the plan executor.  It makes no decision the plan has not made: it
+ * walks the steps of each thread's share, packing panels where the plan says. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_internal.h"
+
+#define AT_T float
+#define AT_KFN at_skernel
+#define AT_FN(name) name##_f32
+#include "exec_t.h"
+#undef AT_T
+#undef AT_KFN
+#undef AT_FN
+
+#define AT_T double
+#define AT_KFN at_dkernel
+#define AT_FN(name) name##_f64
+#include "exec_t.h"
+#undef AT_T
+#undef AT_KFN
+#undef AT_FN
+
+typedef struct {
+    const at_plan *p;
+    int64_t batch;
+    int nworkers;
+    double alpha, beta;
+    const void *const *A;
+    const void *const *B;
+    void *const *C;
+    const char *A0, *B0;
+    char *C0;
+    int64_t sa, sb, sc; /* bytes between batch items */
+    _Atomic int rc;
+} at_job;
+
+static void item_ptrs(const at_job *j, int64_t i, const void **a, const void **b, void **c)
+{
+    if (j->A) {
+        *a = j->A[i];
+        *b = j->B[i];
+        *c = j->C[i];
+    } else {
+        *a = j->A0 + i * j->sa;
+        *b = j->B0 + i * j->sb;
+        *c = j->C0 + i * j->sc;
+    }
+}
+
+static int run_item(const at_plan *p, int t0, int t1, const void *A, const void *B, void *C,
+                    double alpha, double beta)
+{
+    if (p->info.layout == AT_ROW_MAJOR) {
+        /* The plan computes C^T = op(B)^T op(A)^T: the operands trade places. */
+        const void *t = A;
+        A = B;
+        B = t;
+    }
+    return p->info.dtype == AT_F32 ? run_item_f32(p, t0, t1, A, B, C, alpha, beta)
+                                   : run_item_f64(p, t0, t1, A, B, C, alpha, beta);
+}
+
+/* One problem, thread t runs the plan's share t. */
+static void task_parts(void *ctx, int t)
+{
+    at_job *j = ctx;
+    const void *a, *b;
+    void *c;
+    item_ptrs(j, 0, &a, &b, &c);
+    int rc = run_item(j->p, t, t + 1, a, b, c, j->alpha, j->beta);
+    if (rc) atomic_store(&j->rc, rc);
+}
+
+/* A batch: worker t runs a contiguous range of whole items, each with every share
+ * of the plan in turn, so the result of an item never depends on the split. */
+static void task_items(void *ctx, int t)
+{
+    at_job *j = ctx;
+    int64_t lo = j->batch * t / j->nworkers, hi = j->batch * (t + 1) / j->nworkers;
+    for (int64_t i = lo; i < hi; i++) {
+        const void *a, *b;
+        void *c;
+        item_ptrs(j, i, &a, &b, &c);
+        int rc = run_item(j->p, 0, j->p->info.threads, a, b, c, j->alpha, j->beta);
+        if (rc) atomic_store(&j->rc, rc);
+    }
+}
+
+int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *const *A,
+                const void *const *B, double beta, void *const *C, const void *A0, int64_t sa,
+                const void *B0, int64_t sb, void *C0, int64_t sc)
+{
+    if (!plan || batch < 0) return AT_EINVAL;
+    if (batch == 0 || plan->M == 0 || plan->N == 0) return AT_OK;
+    size_t es = plan->info.dtype == AT_F32 ? sizeof(float) : sizeof(double);
+    at_job j = {plan, batch, 1, alpha, beta, A, B, C, A0, B0, C0,
+                sa * (int64_t)es, sb * (int64_t)es, sc * (int64_t)es, 0};
+    int T = plan->info.threads;
+    if (batch == 1) {
+        if (T <= 1) {
+            const void *a, *b;
+            void *c;
+            item_ptrs(&j, 0, &a, &b, &c);
+            return run_item(plan, 0, 1, a, b, c, alpha, beta);
+        }
+        at__parallel(T, task_parts, &j);
+    } else {
+        int n = at__num_threads();
+        /* Small items share threads by item; one thread per item is the least
+         * synchronisation that keeps every core busy. */
+        double flops = 2.0 * (double)plan->M * (double)plan->N * (double)plan->K * (double)batch;
+        if (flops < at_params.thread_flops) n = 1;
+        if (n > batch) n = (int)batch;
+        j.nworkers = n;
+        if (n <= 1)
+            task_items(&j, 0);
+        else
+            at__parallel(n, task_items, &j);
+    }
+    return atomic_load(&j.rc);
+}
+
+int at_plan_execute(const at_plan *plan, double alpha, const void *A, const void *B, double beta,
+                    void *C)
+{
+    return at__execute(plan, 1, alpha, NULL, NULL, beta, NULL, A, 0, B, 0, C, 0);
+}
+
+int at_plan_execute_batch(const at_plan *plan, int64_t batch, double alpha, const void *A,
+                          int64_t stride_a, const void *B, int64_t stride_b, double beta, void *C,
+                          int64_t stride_c)
+{
+    return at__execute(plan, batch, alpha, NULL, NULL, beta, NULL, A, stride_a, B, stride_b, C,
+                       stride_c);
+}
+
+int at_plan_execute_ptrs(const at_plan *plan, int64_t batch, double alpha, const void *const *A,
+                         const void *const *B, double beta, void *const *C)
+{
+    if (batch > 0 && (!A || !B || !C)) return AT_EINVAL;
+    return at__execute(plan, batch, alpha, A, B, beta, C, NULL, 0, NULL, 0, NULL, 0);
+}

@@ -1,0 +1,168 @@
+/* exec_t.h: the executor's body for one element type, included by exec.c with
+ * AT_T (float or double), AT_KFN (the kernel pointer type) and AT_FN(name). */
+
+/* C = beta * C over an m x n column-major block; beta == 0 stores zeros so a C
+ * full of NaN never leaks into the result. */
+static void AT_FN(scale)(int64_t m, int64_t n, AT_T *C, int64_t ldc, AT_T beta)
+{
+    if (beta == (AT_T)1) return;
+    for (int64_t j = 0; j < n; j++) {
+        AT_T *c = C + j * ldc;
+        if (beta == (AT_T)0)
+            for (int64_t i = 0; i < m; i++) c[i] = 0;
+        else
+            for (int64_t i = 0; i < m; i++) c[i] *= beta;
+    }
+}
+
+/* Portable code for block sizes no kernel covers, with the kernel ABI's
+ * semantics (sequential sum over p, beta == 0 never reads C). */
+static void AT_FN(edge)(int64_t K, const AT_T *A, int64_t lda, int ta, const AT_T *B,
+                        int64_t ldb, int tb, AT_T *C, int64_t ldc, int mb, int nb, AT_T alpha,
+                        AT_T beta)
+{
+    for (int j = 0; j < nb; j++)
+        for (int i = 0; i < mb; i++) {
+            AT_T s = 0;
+            for (int64_t p = 0; p < K; p++) {
+                AT_T a = ta ? A[p + i * lda] : A[i + p * lda];
+                AT_T b = tb ? B[j + p * ldb] : B[p + j * ldb];
+                s += a * b;
+            }
+            AT_T *c = &C[i + j * ldc];
+            *c = beta == (AT_T)0 ? alpha * s : alpha * s + beta * *c;
+        }
+}
+
+/* Runs steps [s0, s1) on operands whose block origin is (i_off, j_off). */
+static void AT_FN(run_steps)(const at_step *st, int64_t s0, int64_t s1, int64_t K, const AT_T *A,
+                             int64_t lda, int ta, const AT_T *B, int64_t ldb, int tb, AT_T *C,
+                             int64_t ldc, AT_T alpha, AT_T beta)
+{
+    for (int64_t s = s0; s < s1; s++) {
+        const at_step *x = &st[s];
+        const AT_T *a = ta ? A + x->i0 * lda : A + x->i0;
+        const AT_T *b = tb ? B + x->j0 : B + x->j0 * ldb;
+        AT_T *c = C + x->i0 + x->j0 * ldc;
+        if (x->kernel >= 0)
+            ((AT_KFN)at_kernel_table[x->kernel].fn)(K, a, lda, b, ldb, c, ldc, alpha, beta);
+        else
+            AT_FN(edge)(K, a, lda, ta, b, ldb, tb, c, ldc, x->mb, x->nb, alpha, beta);
+    }
+}
+
+/* op(A)[i0 : i0+mb, p0 : p0+kb] into a panel of format fa (0: column-major mb x kb,
+ * 1: its transpose), walking the source contiguously. */
+static void AT_FN(pack_a)(const AT_T *A, int64_t lda, int ta, int64_t i0, int64_t p0, int64_t mb,
+                          int64_t kb, AT_T *dst, int fa)
+{
+    if (!ta) {
+        for (int64_t p = 0; p < kb; p++) {
+            const AT_T *src = A + i0 + (p0 + p) * lda;
+            if (!fa)
+                memcpy(dst + p * mb, src, sizeof(AT_T) * (size_t)mb);
+            else
+                for (int64_t i = 0; i < mb; i++) dst[p + i * kb] = src[i];
+        }
+    } else {
+        for (int64_t i = 0; i < mb; i++) {
+            const AT_T *src = A + p0 + (i0 + i) * lda;
+            if (fa)
+                memcpy(dst + i * kb, src, sizeof(AT_T) * (size_t)kb);
+            else
+                for (int64_t p = 0; p < kb; p++) dst[i + p * mb] = src[p];
+        }
+    }
+}
+
+/* op(B)[p0 : p0+kb, j0 : j0+nb] into format fb (0: column-major kb x nb, 1: transpose). */
+static void AT_FN(pack_b)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_t j0, int64_t kb,
+                          int64_t nb, AT_T *dst, int fb)
+{
+    if (!tb) {
+        for (int64_t j = 0; j < nb; j++) {
+            const AT_T *src = B + p0 + (j0 + j) * ldb;
+            if (!fb)
+                memcpy(dst + j * kb, src, sizeof(AT_T) * (size_t)kb);
+            else
+                for (int64_t p = 0; p < kb; p++) dst[j + p * nb] = src[p];
+        }
+    } else {
+        for (int64_t p = 0; p < kb; p++) {
+            const AT_T *src = B + j0 + (p0 + p) * ldb;
+            if (fb)
+                memcpy(dst + p * nb, src, sizeof(AT_T) * (size_t)nb);
+            else
+                for (int64_t j = 0; j < nb; j++) dst[p + j * kb] = src[j];
+        }
+    }
+}
+
+/* Thread t's share of one problem.  Returns AT_ENOMEM if its panels cannot be had. */
+static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
+                           AT_T alpha, AT_T beta)
+{
+    int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
+    if (p->info.path == 0) {
+        AT_FN(run_steps)(p->steps, first, last, p->K, A, p->lda, p->ta, B, p->ldb, p->tb, C,
+                         p->ldc, alpha, beta);
+        return AT_OK;
+    }
+    if (first == last) return AT_OK;
+    int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
+    /* 64-byte alignment keeps panel columns on cache-line boundaries. */
+    size_t asz = ((sizeof(AT_T) * (size_t)(bm * bk) + 63) / 64) * 64;
+    size_t bsz = ((sizeof(AT_T) * (size_t)(bk * bn) + 63) / 64) * 64;
+    AT_T *pa = aligned_alloc(64, asz), *pb = aligned_alloc(64, bsz);
+    if (!pa || !pb) {
+        free(pa);
+        free(pb);
+        return AT_ENOMEM;
+    }
+    int fa = p->ktrans_a, fb = p->ktrans_b;
+    /* Blocks of one column panel are consecutive: B's panel is packed once per K
+     * slice for all of them; the K slices run in order, so every element of C is
+     * accumulated in the same order whichever thread computes it. */
+    for (int64_t g0 = first; g0 < last;) {
+        int64_t g1 = g0 + 1;
+        while (g1 < last && p->blocks[g1].j0 == p->blocks[g0].j0) g1++;
+        for (int64_t p0 = 0; p0 < p->K; p0 += bk) {
+            int64_t kb = p->K - p0 < bk ? p->K - p0 : bk;
+            AT_T be = p0 == 0 ? beta : (AT_T)1;
+            const at_block *b0 = &p->blocks[g0];
+            AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb);
+            int64_t ldpb = fb ? b0->nb : kb;
+            for (int64_t g = g0; g < g1; g++) {
+                const at_block *bl = &p->blocks[g];
+                const at_tiling *ti = &p->tilings[bl->tiling];
+                AT_FN(pack_a)(A, p->lda, p->ta, bl->i0, p0, bl->mb, kb, pa, fa);
+                int64_t ldpa = fa ? kb : bl->mb;
+                AT_FN(run_steps)(p->steps, ti->first, ti->first + ti->count, kb, pa, ldpa, fa, pb,
+                                 ldpb, fb, C + bl->i0 + bl->j0 * p->ldc, p->ldc, alpha, be);
+            }
+        }
+        g0 = g1;
+    }
+    free(pa);
+    free(pb);
+    return AT_OK;
+}
+
+/* One whole problem: the BLAS special cases, then the plan's parts [t0, t1). */
+static int AT_FN(run_item)(const at_plan *p, int t0, int t1, const void *A, const void *B,
+                           void *C, double alpha, double beta)
+{
+    AT_T a = (AT_T)alpha, b = (AT_T)beta;
+    if (p->M == 0 || p->N == 0) return AT_OK;
+    if (p->K == 0 || a == (AT_T)0) {
+        /* alpha == 0 reads neither A nor B, as the reference BLAS. */
+        if (t0 == 0) AT_FN(scale)(p->M, p->N, (AT_T *)C, p->ldc, b);
+        return AT_OK;
+    }
+    int rc = AT_OK;
+    for (int t = t0; t < t1; t++) {
+        int r = AT_FN(run_part)(p, t, (const AT_T *)A, (const AT_T *)B, (AT_T *)C, a, b);
+        if (r) rc = r;
+    }
+    return rc;
+}

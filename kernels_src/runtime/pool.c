@@ -1,0 +1,120 @@
+/* pool.c: the library's own pthread pool.
+ *
+ * Workers are started on first need and live for the process.  One parallel
+ * region runs at a time; a call that finds the pool busy (another application
+ * thread, or a kernel called from inside a region) runs its shares serially on
+ * the calling thread, which gives the same bits because no result depends on
+ * which thread computes a share.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "at_internal.h"
+
+static pthread_mutex_t pool_busy = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t pool_done = PTHREAD_COND_INITIALIZER;
+static int pool_started;       /* workers alive (thread ids 1..pool_started) */
+static uint64_t pool_generation;
+static at_task_fn pool_fn;
+static void *pool_ctx;
+static int pool_width;         /* shares in the current region */
+static int pool_remaining;
+
+static _Atomic int num_threads; /* 0: not read from the environment yet */
+
+static void *worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&pool_lock);
+    for (;;) {
+        while (pool_generation == seen) pthread_cond_wait(&pool_wake, &pool_lock);
+        seen = pool_generation;
+        if (id >= pool_width) continue;
+        at_task_fn fn = pool_fn;
+        void *ctx = pool_ctx;
+        pthread_mutex_unlock(&pool_lock);
+        fn(ctx, id);
+        pthread_mutex_lock(&pool_lock);
+        if (--pool_remaining == 0) pthread_cond_signal(&pool_done);
+    }
+    return NULL;
+}
+
+/* A forked child has none of the parent's workers (and may have copied a lock
+ * held by one): it starts from an empty pool. */
+static void pool_after_fork_child(void)
+{
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    pool_busy = m;
+    pool_lock = m;
+    pool_wake = c;
+    pool_done = c;
+    pool_started = 0;
+    pool_remaining = 0;
+}
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static void pool_register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork_child); }
+
+void at__parallel(int n, at_task_fn fn, void *ctx)
+{
+    if (n > 1) pthread_once(&pool_once, pool_register_fork);
+    if (n > 1 && pthread_mutex_trylock(&pool_busy) == 0) {
+        pthread_mutex_lock(&pool_lock);
+        while (pool_started < n - 1) {
+            pthread_t th;
+            if (pthread_create(&th, NULL, worker, (void *)(intptr_t)(pool_started + 1)) != 0) break;
+            pthread_detach(th);
+            pool_started++;
+        }
+        /* Shares no worker can take run on the caller below. */
+        int width = pool_started + 1 < n ? pool_started + 1 : n;
+        pool_fn = fn;
+        pool_ctx = ctx;
+        pool_width = width;
+        pool_remaining = width - 1;
+        pool_generation++;
+        pthread_cond_broadcast(&pool_wake);
+        pthread_mutex_unlock(&pool_lock);
+        fn(ctx, 0);
+        for (int t = width; t < n; t++) fn(ctx, t);
+        pthread_mutex_lock(&pool_lock);
+        while (pool_remaining > 0) pthread_cond_wait(&pool_done, &pool_lock);
+        pthread_mutex_unlock(&pool_lock);
+        pthread_mutex_unlock(&pool_busy);
+        return;
+    }
+    for (int t = 0; t < n; t++) fn(ctx, t);
+}
+
+int at__num_threads(void)
+{
+    int n = atomic_load(&num_threads);
+    if (n > 0) return n;
+    const char *env = getenv("AUTOTUNE_NUM_THREADS");
+    long v = env ? strtol(env, NULL, 10) : 0;
+    if (v < 1) v = sysconf(_SC_NPROCESSORS_ONLN);
+    if (v < 1) v = 1;
+    if (v > AT_MAX_THREADS) v = AT_MAX_THREADS;
+    int expected = 0;
+    atomic_compare_exchange_strong(&num_threads, &expected, (int)v);
+    return atomic_load(&num_threads);
+}
+
+void at_set_num_threads(int n)
+{
+    if (n < 1) {
+        /* Back to the environment's choice on next use. */
+        atomic_store(&num_threads, 0);
+        return;
+    }
+    atomic_store(&num_threads, n > AT_MAX_THREADS ? AT_MAX_THREADS : n);
+}
+
+int at_get_num_threads(void) { return at__num_threads(); }

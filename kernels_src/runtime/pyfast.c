@@ -1,0 +1,246 @@
+/* pyfast.c: the _atfast extension, the Python hot path of autotune.gemm.
+ *
+ * One METH_FASTCALL call takes the numpy arrays themselves, reads their
+ * buffers, derives layout, transpositions and leading dimensions, and runs the
+ * cached plan: no pointer or attribute is fetched in Python.  Anything outside
+ * the fast path (another dtype, mixed dtypes, no unit stride, not 2-D, a
+ * read-only C) is handed to the Python slow path registered by _init, which
+ * copies, falls back to numpy or raises the clear error.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "autotune.h"
+
+static PyObject *np_empty, *np_dtype[2], *slow_path;
+
+/* Releasing the GIL costs more than a tiny product takes. */
+#define AT_NOGIL_FLOPS 2.0e5
+
+typedef struct {
+    int dtype;        /* AT_F32 / AT_F64 */
+    int64_t rows, cols;
+    int col_ok, row_ok;  /* can be read as column-major / row-major */
+    int64_t ld_col, ld_row;
+} at_view;
+
+/* 0: a 2-D float32/float64 buffer with one unit stride; -1: slow path. */
+static int classify(const Py_buffer *v, at_view *o)
+{
+    if (v->ndim != 2 || !v->format) return -1;
+    const char *f = v->format;
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (f[0] == 'f' && f[1] == 0 && v->itemsize == 4)
+        o->dtype = AT_F32;
+    else if (f[0] == 'd' && f[1] == 0 && v->itemsize == 8)
+        o->dtype = AT_F64;
+    else
+        return -1;
+    int64_t r = v->shape[0], c = v->shape[1];
+    Py_ssize_t s0 = v->strides ? v->strides[0] : c * v->itemsize;
+    Py_ssize_t s1 = v->strides ? v->strides[1] : v->itemsize;
+    if (s0 % v->itemsize || s1 % v->itemsize) return -1;
+    int64_t sr = s0 / v->itemsize, sc = s1 / v->itemsize;
+    o->rows = r;
+    o->cols = c;
+    int64_t mr = r > 1 ? r : 1, mc = c > 1 ? c : 1;
+    if (r == 0 || c == 0) {
+        o->col_ok = o->row_ok = 1;
+        o->ld_col = mr;
+        o->ld_row = mc;
+        return 0;
+    }
+    o->col_ok = (sr == 1 || r == 1) && (c == 1 || sc >= mr);
+    o->ld_col = c == 1 ? mr : sc;
+    o->row_ok = (sc == 1 || c == 1) && (r == 1 || sr >= mc);
+    o->ld_row = r == 1 ? mc : sr;
+    return o->col_ok || o->row_ok ? 0 : -1;
+}
+
+/* The flag and leading dimension of an operand read in `layout`. */
+static void orient(const at_view *v, int layout, int *trans, int64_t *ld)
+{
+    int same = layout == AT_COL_MAJOR ? v->col_ok : v->row_ok;
+    if (same) {
+        *ld = layout == AT_COL_MAJOR ? v->ld_col : v->ld_row;
+    } else {
+        /* Stored the other way round: it is its own transpose in this layout. */
+        *trans = !*trans;
+        *ld = layout == AT_COL_MAJOR ? v->ld_row : v->ld_col;
+    }
+}
+
+static PyObject *call_slow(PyObject *A, PyObject *B, PyObject *C, double alpha, double beta,
+                           int ta, int tb)
+{
+    if (!slow_path) {
+        PyErr_SetString(PyExc_RuntimeError, "_atfast is not initialised");
+        return NULL;
+    }
+    return PyObject_CallFunction(slow_path, "OOOddii", A, B, C ? C : Py_None, alpha, beta, ta, tb);
+}
+
+static const char *kw_names[] = {"C", "alpha", "beta", "trans_a", "trans_b"};
+
+PyDoc_STRVAR(gemm_doc,
+             "gemm(A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)\n--\n\n"
+             "C = alpha * op(A) @ op(B) + beta * C through libautotune's cached plan.");
+
+static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
+{
+    (void)self;
+    PyObject *A, *B, *C = NULL, *opt[5] = {NULL, NULL, NULL, NULL, NULL};
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "gemm() takes A, B and an optional C");
+        return NULL;
+    }
+    A = args[0];
+    B = args[1];
+    if (nargs == 3) opt[0] = args[2];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        int k;
+        for (k = 0; k < 5; k++)
+            if (PyUnicode_CompareWithASCIIString(name, kw_names[k]) == 0) break;
+        if (k == 5 || opt[k]) {
+            PyErr_Format(PyExc_TypeError, "gemm() got %s keyword argument '%U'",
+                         k == 5 ? "an unexpected" : "a repeated", name);
+            return NULL;
+        }
+        opt[k] = args[nargs + i];
+    }
+    if (opt[0] && opt[0] != Py_None) C = opt[0];
+    double alpha = 1.0, beta = 0.0;
+    if (opt[1] && (alpha = PyFloat_AsDouble(opt[1])) == -1.0 && PyErr_Occurred()) return NULL;
+    if (opt[2] && (beta = PyFloat_AsDouble(opt[2])) == -1.0 && PyErr_Occurred()) return NULL;
+    int ta = 0, tb = 0;
+    if (opt[3] && (ta = PyObject_IsTrue(opt[3])) < 0) return NULL;
+    if (opt[4] && (tb = PyObject_IsTrue(opt[4])) < 0) return NULL;
+    if (!C && beta != 0.0) {
+        PyErr_SetString(PyExc_ValueError, "gemm: beta needs an output C to scale");
+        return NULL;
+    }
+
+    Py_buffer va, vb, vc;
+    at_view a, b, c;
+    if (PyObject_GetBuffer(A, &va, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        return call_slow(A, B, C, alpha, beta, ta, tb);
+    }
+    if (PyObject_GetBuffer(B, &vb, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&va);
+        return call_slow(A, B, C, alpha, beta, ta, tb);
+    }
+    if (classify(&va, &a) || classify(&vb, &b) || a.dtype != b.dtype) {
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&vb);
+        return call_slow(A, B, C, alpha, beta, ta, tb);
+    }
+    int64_t M = ta ? a.cols : a.rows, K = ta ? a.rows : a.cols;
+    int64_t Kb = tb ? b.cols : b.rows, N = tb ? b.rows : b.cols;
+    if (K != Kb) {
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&vb);
+        PyErr_Format(PyExc_ValueError,
+                     "gemm: inner dimensions differ: op(A) is %lld x %lld, op(B) is %lld x %lld",
+                     (long long)M, (long long)K, (long long)Kb, (long long)N);
+        return NULL;
+    }
+    PyObject *out;
+    if (C) {
+        out = C;
+        Py_INCREF(out);
+    } else {
+        PyObject *shape = Py_BuildValue("(LL)", (long long)M, (long long)N);
+        out = shape ? PyObject_CallFunctionObjArgs(np_empty, shape, np_dtype[a.dtype], NULL) : NULL;
+        Py_XDECREF(shape);
+        if (!out) {
+            PyBuffer_Release(&va);
+            PyBuffer_Release(&vb);
+            return NULL;
+        }
+    }
+    if (PyObject_GetBuffer(out, &vc, PyBUF_STRIDES | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&vb);
+        Py_DECREF(out);
+        return call_slow(A, B, C, alpha, beta, ta, tb);
+    }
+    if (classify(&vc, &c) || c.dtype != a.dtype) {
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&vb);
+        PyBuffer_Release(&vc);
+        Py_DECREF(out);
+        return call_slow(A, B, C, alpha, beta, ta, tb);
+    }
+    if (c.rows != M || c.cols != N) {
+        PyErr_Format(PyExc_ValueError, "gemm: C is %lld x %lld but op(A) @ op(B) is %lld x %lld",
+                     (long long)c.rows, (long long)c.cols, (long long)M, (long long)N);
+        goto fail;
+    }
+    int layout = c.row_ok ? AT_ROW_MAJOR : AT_COL_MAJOR;
+    int64_t lda, ldb, ldc = layout == AT_ROW_MAJOR ? c.ld_row : c.ld_col;
+    orient(&a, layout, &ta, &lda);
+    orient(&b, layout, &tb, &ldb);
+    int rc;
+    if (2.0 * (double)M * (double)N * (double)K > AT_NOGIL_FLOPS) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = at_gemm(a.dtype, layout, ta, tb, M, N, K, alpha, va.buf, lda, vb.buf, ldb, beta,
+                     vc.buf, ldc);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = at_gemm(a.dtype, layout, ta, tb, M, N, K, alpha, va.buf, lda, vb.buf, ldb, beta,
+                     vc.buf, ldc);
+    }
+    if (rc == AT_ENOMEM) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (rc) {
+        PyErr_Format(PyExc_RuntimeError, "libautotune: %s", at_last_error());
+        goto fail;
+    }
+    PyBuffer_Release(&va);
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&vc);
+    return out;
+fail:
+    PyBuffer_Release(&va);
+    PyBuffer_Release(&vb);
+    PyBuffer_Release(&vc);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *at_py_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "_init(empty, float32, float64, slow_path)");
+        return NULL;
+    }
+    PyObject **slots[4] = {&np_empty, &np_dtype[0], &np_dtype[1], &slow_path};
+    for (int i = 0; i < 4; i++) {
+        Py_INCREF(args[i]);
+        Py_XSETREF(*slots[i], args[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"gemm", (PyCFunction)(void (*)(void))at_py_gemm, METH_FASTCALL | METH_KEYWORDS, gemm_doc},
+    {"_init", (PyCFunction)(void (*)(void))at_py_init, METH_FASTCALL,
+     "Register numpy.empty, the two dtypes and the slow path."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_atfast", "The Python hot path of libautotune.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__atfast(void) { return PyModule_Create(&module); }

@@ -1,0 +1,733 @@
+/* tiler.c: the input-aware tiler.  It turns a problem description into a kernel
+ * executing plan and makes every decision the executor will need.
+ *
+ * Small problems (IAAT): C is covered by kernel-sized blocks read in place.  A
+ * dynamic programme splits M into row bands of kernel heights and each band's N
+ * into kernel widths, minimising the predicted time, where a block's time comes
+ * from its kernel's measured GFLOPS at this K (or the analytic model when the
+ * table was emulated).  Bigger blocks and fewer memory operations win through
+ * the measurements themselves: a 16x6 kernel loads (16+6)K elements for 192K
+ * flops, a 1x6 kernel (1+6)K for 12K.
+ *
+ * Large problems (Goto): C is cut into blk_m x blk_n blocks, K into blk_k slices;
+ * each block's operands are packed into contiguous panels and the same kernels
+ * run on them with small leading dimensions.
+ *
+ * Threads never change the tiling of C, only which thread runs which block, and
+ * K is never split across threads: results are bitwise identical for any count.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_internal.h"
+
+#define AT_EDGE (-1)
+/* Time charged per kernel call besides its flops: favours bigger blocks when
+ * the measurements tie. */
+#define AT_CALL_SECONDS 2e-9
+/* The grid of block sizes is at least this big, so tiny problems can be
+ * covered by one portable edge block rather than many kernel calls. */
+#define AT_GRID_MIN 8
+/* Seconds per element copied into a packed panel. */
+#define AT_PACK_SECONDS 0.25e-9
+
+static _Thread_local char at_error_text[256];
+
+void at__set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(at_error_text, sizeof at_error_text, fmt, ap);
+    va_end(ap);
+}
+
+const char *at_last_error(void) { return at_error_text; }
+
+/* ---- predicted kernel speed ------------------------------------------------ */
+
+static double peak_of(int dtype)
+{
+    double p = at_params.peak_gflops[dtype];
+    return p > 0 ? p : 10.0;
+}
+
+/* IAAT's model when no measurement can be trusted: efficiency falls with the
+ * memory operations per flop, (mr + nr) / (mr * nr), and with vector lanes left
+ * idle in the contiguous dimension. */
+static double model_gflops(const at_kernel_desc *d)
+{
+    int elem = d->dtype == AT_F64 ? 8 : 4;
+    int lanes = (at_params.simd_bytes > 0 ? at_params.simd_bytes : 16) / elem;
+    if (lanes < 1) lanes = 1;
+    int v = d->trans_a ? (d->trans_b ? d->nr : 1) : d->mr;
+    double simd = (double)v / (double)(((v + lanes - 1) / lanes) * lanes);
+    if (d->trans_a && !d->trans_b) simd = 0.5;
+    double area = (double)d->mr * d->nr;
+    return peak_of(d->dtype) * simd * area / (area + 2.0 * (d->mr + d->nr));
+}
+
+/* Median GFLOPS interpolated linearly in log K between grid points. */
+static double kernel_gflops(const at_kernel_desc *d, int64_t K)
+{
+    if (at_params.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(d);
+    int n = d->nk;
+    double lk = log((double)(K > 0 ? K : 1));
+    double g;
+    if (K <= d->k[0]) {
+        g = d->gflops[0];
+    } else if (K >= d->k[n - 1]) {
+        g = d->gflops[n - 1];
+    } else {
+        int i = 0;
+        while (i + 1 < n && d->k[i + 1] < K) i++;
+        double l0 = log((double)d->k[i]), l1 = log((double)d->k[i + 1]);
+        double t = (lk - l0) / (l1 - l0);
+        g = d->gflops[i] + t * (d->gflops[i + 1] - d->gflops[i]);
+    }
+    return g > 0 ? g : model_gflops(d);
+}
+
+static double edge_gflops(int dtype)
+{
+    double g = 0.03 * peak_of(dtype);
+    return g > 0.5 ? g : 0.5;
+}
+
+/* ---- the cost grid: the best way to compute an h x w block ------------------ */
+
+typedef struct {
+    int H, W;          /* heights 1..H, widths 1..W */
+    int32_t *kid;      /* [(h-1)*W + (w-1)]: kernel index or AT_EDGE */
+    double *sec;       /* predicted seconds of that block */
+} at_grid;
+
+static void grid_free(at_grid *g)
+{
+    free(g->kid);
+    free(g->sec);
+}
+
+static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K)
+{
+    int H = 0, W = 0;
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_kernel_desc *d = &at_kernel_table[i];
+        if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
+        if (d->mr > H) H = d->mr;
+        if (d->nr > W) W = d->nr;
+    }
+    if (H < AT_GRID_MIN) H = AT_GRID_MIN;
+    if (W < AT_GRID_MIN) W = AT_GRID_MIN;
+    g->H = H;
+    g->W = W;
+    g->kid = malloc(sizeof *g->kid * (size_t)H * (size_t)W);
+    g->sec = malloc(sizeof *g->sec * (size_t)H * (size_t)W);
+    if (!g->kid || !g->sec) {
+        grid_free(g);
+        return AT_ENOMEM;
+    }
+    double eg = edge_gflops(dtype);
+    for (int h = 1; h <= H; h++)
+        for (int w = 1; w <= W; w++) {
+            size_t c = (size_t)(h - 1) * W + (w - 1);
+            g->kid[c] = AT_EDGE;
+            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + AT_CALL_SECONDS;
+        }
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_kernel_desc *d = &at_kernel_table[i];
+        if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
+        size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
+        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(d, K) * 1e9) + AT_CALL_SECONDS;
+        if (s < g->sec[c]) {
+            g->sec[c] = s;
+            g->kid[c] = i;
+        }
+    }
+    return AT_OK;
+}
+
+/* ---- one-dimensional cover --------------------------------------------------
+ * Split n into parts of sizes 1..P with cost[p-1] each, minimising the sum.  For
+ * large n the optimum repeats the part of best cost per element except for a
+ * remainder below P*P (an exchange argument), so only that remainder needs the
+ * dynamic programme and planning stays O(P^3) whatever n is. */
+
+typedef struct {
+    int64_t reps;     /* leading parts of size `rep` */
+    int32_t rep;
+    int32_t ntail;
+    int32_t *tail;    /* then these parts, in order */
+    double cost;
+} at_cover;
+
+static int cover(int64_t n, int P, const double *cost, at_cover *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n == 0) return AT_OK;
+    int best = 0;
+    for (int p = 1; p <= P; p++)
+        if (isfinite(cost[p - 1]) &&
+            (!best || cost[p - 1] / p < cost[best - 1] / best - 1e-18 * cost[best - 1]))
+            best = p;
+    if (!best) {
+        out->cost = INFINITY;
+        return AT_OK;
+    }
+    int64_t cap = (int64_t)P * P + P;
+    int64_t reps = 0, rem = n;
+    if (n > cap) {
+        reps = (n - cap + best - 1) / best;
+        rem = n - reps * best;
+    }
+    double *f = malloc(sizeof *f * (size_t)(rem + 1));
+    int32_t *from = malloc(sizeof *from * (size_t)(rem + 1));
+    if (!f || !from) {
+        free(f);
+        free(from);
+        return AT_ENOMEM;
+    }
+    f[0] = 0;
+    for (int64_t x = 1; x <= rem; x++) {
+        f[x] = INFINITY;
+        from[x] = 0;
+        for (int p = 1; p <= P && p <= x; p++) {
+            double v = f[x - p] + cost[p - 1];
+            /* Ties go to the bigger part: fewer calls, fewer reloads of A and B. */
+            if (v < f[x] || (v == f[x] && p > from[x])) {
+                f[x] = v;
+                from[x] = p;
+            }
+        }
+    }
+    out->reps = reps;
+    out->rep = best;
+    out->cost = f[rem] + (double)reps * cost[best - 1];
+    if (isfinite(f[rem])) {
+        int32_t cnt = 0;
+        for (int64_t x = rem; x > 0; x -= from[x]) cnt++;
+        out->tail = malloc(sizeof *out->tail * (size_t)(cnt ? cnt : 1));
+        if (!out->tail) {
+            free(f);
+            free(from);
+            return AT_ENOMEM;
+        }
+        /* Big parts first: the block at the origin is the main kernel. */
+        int32_t k = 0;
+        for (int64_t x = rem; x > 0; x -= from[x]) out->tail[k++] = from[x];
+        out->ntail = cnt;
+    }
+    free(f);
+    free(from);
+    return AT_OK;
+}
+
+static int64_t cover_count(const at_cover *c) { return c->reps + c->ntail; }
+static int32_t cover_part(const at_cover *c, int64_t i)
+{
+    return i < c->reps ? c->rep : c->tail[i - c->reps];
+}
+
+/* Tile an m x n block with the grid: append its steps (relative coordinates). */
+typedef struct {
+    at_step *v;
+    int64_t n, cap;
+} at_steps;
+
+static int steps_push(at_steps *s, at_step st)
+{
+    if (s->n == s->cap) {
+        int64_t cap = s->cap ? 2 * s->cap : 64;
+        at_step *v = realloc(s->v, sizeof *v * (size_t)cap);
+        if (!v) return AT_ENOMEM;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = st;
+    return AT_OK;
+}
+
+static int tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds)
+{
+    int rc = AT_OK;
+    at_cover *rows = calloc((size_t)g->H, sizeof *rows);
+    double *band = malloc(sizeof *band * (size_t)g->H);
+    at_cover mc;
+    memset(&mc, 0, sizeof mc);
+    if (!rows || !band) {
+        rc = AT_ENOMEM;
+        goto done;
+    }
+    for (int h = 1; h <= g->H; h++) {
+        rc = cover(n, g->W, &g->sec[(size_t)(h - 1) * g->W], &rows[h - 1]);
+        if (rc) goto done;
+        band[h - 1] = rows[h - 1].cost;
+    }
+    rc = cover(m, g->H, band, &mc);
+    if (rc) goto done;
+    *seconds = mc.cost;
+    int64_t i0 = 0;
+    for (int64_t bi = 0; bi < cover_count(&mc); bi++) {
+        int h = cover_part(&mc, bi);
+        const at_cover *rc_ = &rows[h - 1];
+        int64_t j0 = 0;
+        for (int64_t bj = 0; bj < cover_count(rc_); bj++) {
+            int w = cover_part(rc_, bj);
+            at_step st = {g->kid[(size_t)(h - 1) * g->W + (w - 1)], 0, i0, j0, h, w, 0};
+            if ((rc = steps_push(out, st))) goto done;
+            j0 += w;
+        }
+        i0 += h;
+    }
+done:
+    if (rows)
+        for (int h = 0; h < g->H; h++) free(rows[h].tail);
+    free(rows);
+    free(band);
+    free(mc.tail);
+    return rc;
+}
+
+/* ---- the thread split (KleidiAI/MLAS) ---------------------------------------
+ * Start from one tile per block, ceil(M/m_step) x ceil(N/n_step); rescale the
+ * two counts toward the thread count keeping C's aspect ratio; recompute the
+ * steps and give each tile to a thread.  Of the candidate grids the one with the
+ * smallest predicted load on the busiest thread wins. */
+
+typedef struct {
+    int64_t i0, j0;
+    double sec;
+    int32_t thread;
+} at_item;
+
+static double split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m_step,
+                            int64_t n_step, int T)
+{
+    int64_t tcm = (M + m_step - 1) / m_step, tcn = (N + n_step - 1) / n_step;
+    double best_load = INFINITY;
+    int64_t best_ms = M, best_ns = N;
+    double *load = calloc((size_t)T, sizeof *load);
+    if (!load) return INFINITY;
+    for (int64_t a = 1; a <= tcm && a <= T; a++) {
+        int64_t b = (T + a - 1) / a;
+        if (b > tcn) b = tcn;
+        int64_t ms = (M + a - 1) / a, ns = (N + b - 1) / b;
+        int64_t rb = (N + ns - 1) / ns;
+        memset(load, 0, sizeof *load * (size_t)T);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t tile = (it[k].i0 / ms) * rb + it[k].j0 / ns;
+            load[tile % T] += it[k].sec;
+        }
+        double mx = 0;
+        for (int t = 0; t < T; t++)
+            if (load[t] > mx) mx = load[t];
+        if (mx < best_load * (1 - 1e-9)) {
+            best_load = mx;
+            best_ms = ms;
+            best_ns = ns;
+        }
+    }
+    int64_t rb = (N + best_ns - 1) / best_ns;
+    for (int64_t k = 0; k < n; k++)
+        it[k].thread = (int32_t)(((it[k].i0 / best_ms) * rb + it[k].j0 / best_ns) % T);
+    free(load);
+    return best_load;
+}
+
+/* ---- plan construction ------------------------------------------------------ */
+
+void at__plan_free(at_plan *plan)
+{
+    if (!plan) return;
+    free(plan->steps);
+    free(plan->blocks);
+    free(plan->thread_start);
+    free(plan);
+}
+
+static int family_count(int dtype, int ta, int tb)
+{
+    int n = 0;
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_kernel_desc *d = &at_kernel_table[i];
+        n += d->dtype == dtype && d->trans_a == ta && d->trans_b == tb;
+    }
+    return n;
+}
+
+/* The best per-element rate of a family at depth K, for choosing packed formats. */
+static double family_rate(int dtype, int ta, int tb, int64_t K, int *h_best, int *w_best)
+{
+    double best = 0;
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_kernel_desc *d = &at_kernel_table[i];
+        if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
+        double g = kernel_gflops(d, K);
+        if (g > best) {
+            best = g;
+            if (h_best) *h_best = d->mr;
+            if (w_best) *w_best = d->nr;
+        }
+    }
+    return best;
+}
+
+static int64_t round_down(int64_t v, int64_t q)
+{
+    int64_t r = (v / q) * q;
+    return r > 0 ? r : q;
+}
+
+/* Sort items (and their steps or blocks) by thread, stably, and record offsets. */
+static int group_by_thread(at_plan *p, at_item *it, int64_t n, size_t elem, void *arr)
+{
+    int T = p->info.threads;
+    p->thread_start = calloc((size_t)T + 1, sizeof *p->thread_start);
+    char *tmp = malloc(elem * (size_t)(n ? n : 1));
+    if (!p->thread_start || !tmp) {
+        free(tmp);
+        return AT_ENOMEM;
+    }
+    for (int64_t k = 0; k < n; k++) p->thread_start[it[k].thread + 1]++;
+    for (int t = 0; t < T; t++) p->thread_start[t + 1] += p->thread_start[t];
+    int64_t *fill = calloc((size_t)T, sizeof *fill);
+    if (!fill) {
+        free(tmp);
+        return AT_ENOMEM;
+    }
+    for (int64_t k = 0; k < n; k++) {
+        int t = it[k].thread;
+        memcpy(tmp + elem * (size_t)(p->thread_start[t] + fill[t]++), (char *)arr + elem * (size_t)k,
+               elem);
+    }
+    memcpy(arr, tmp, elem * (size_t)n);
+    free(fill);
+    free(tmp);
+    return AT_OK;
+}
+
+static int build_nopack(at_plan *p, int T)
+{
+    at_grid g;
+    int rc = grid_build(&g, p->info.dtype, p->ta, p->tb, p->K);
+    if (rc) return rc;
+    at_steps st = {0};
+    double seconds = 0;
+    rc = tile_block(&g, p->M, p->N, &st, &seconds);
+    if (rc) goto done;
+    p->ktrans_a = p->ta;
+    p->ktrans_b = p->tb;
+    p->steps = st.v;
+    p->nsteps = st.n;
+    st.v = NULL;
+    double memops = 0;
+    at_item *it = malloc(sizeof *it * (size_t)(p->nsteps ? p->nsteps : 1));
+    if (!it) {
+        rc = AT_ENOMEM;
+        goto done;
+    }
+    for (int64_t k = 0; k < p->nsteps; k++) {
+        const at_step *s = &p->steps[k];
+        it[k].i0 = s->i0;
+        it[k].j0 = s->j0;
+        it[k].sec = g.sec[(size_t)(s->mb - 1) * g.W + (s->nb - 1)];
+        it[k].thread = 0;
+        memops += (double)(s->mb + s->nb) * (double)p->K;
+    }
+    if (T > p->nsteps) T = (int)(p->nsteps ? p->nsteps : 1);
+    p->info.threads = T;
+    double load = seconds;
+    if (T > 1) load = split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T);
+    for (int64_t k = 0; k < p->nsteps; k++) p->steps[k].thread = it[k].thread;
+    rc = group_by_thread(p, it, p->nsteps, sizeof *p->steps, p->steps);
+    free(it);
+    p->info.predicted_seconds = load;
+    p->info.memops = memops + 2.0 * (double)p->M * (double)p->N;
+    p->info.nsteps = p->nsteps;
+    p->info.path = 0;
+done:
+    free(st.v);
+    grid_free(&g);
+    return rc;
+}
+
+static int build_packed(at_plan *p, int T)
+{
+    int dt = p->info.dtype;
+    /* The packed panels may take any format: use the family that runs fastest. */
+    int fa = 0, fb = 1, h = 1, w = 1;
+    double best = -1;
+    static const int order[4][2] = {{0, 1}, {0, 0}, {1, 1}, {1, 0}};
+    for (int o = 0; o < 4; o++) {
+        int hh = 1, ww = 1;
+        double r = family_rate(dt, order[o][0], order[o][1], at_params.blk_k[dt], &hh, &ww);
+        if (family_count(dt, order[o][0], order[o][1]) && r > best * 1.02) {
+            best = r;
+            fa = order[o][0];
+            fb = order[o][1];
+            h = hh;
+            w = ww;
+        }
+    }
+    p->ktrans_a = fa;
+    p->ktrans_b = fb;
+    int64_t bm = round_down(at_params.blk_m[dt] > 0 ? at_params.blk_m[dt] : 128, h);
+    int64_t bn = round_down(at_params.blk_n[dt] > 0 ? at_params.blk_n[dt] : 256, w);
+    int64_t bk = at_params.blk_k[dt] > 0 ? at_params.blk_k[dt] : 256;
+    if (bm > p->M) bm = p->M;
+    if (bn > p->N) bn = p->N;
+    if (bk > p->K) bk = p->K;
+    /* Cap: at_step stores block sizes in 32 bits. */
+    if (bm > (1 << 30)) bm = 1 << 30;
+    if (bn > (1 << 30)) bn = 1 << 30;
+    p->info.blk_m = bm;
+    p->info.blk_n = bn;
+    p->info.blk_k = bk;
+
+    at_grid g;
+    int rc = grid_build(&g, dt, fa, fb, bk);
+    if (rc) return rc;
+    int64_t nbm = (p->M + bm - 1) / bm, nbn = (p->N + bn - 1) / bn;
+    p->nblocks = nbm * nbn;
+    p->blocks = malloc(sizeof *p->blocks * (size_t)p->nblocks);
+    at_item *it = malloc(sizeof *it * (size_t)p->nblocks);
+    at_steps st = {0};
+    double tsec[4] = {0};
+    if (!p->blocks || !it) {
+        rc = AT_ENOMEM;
+        goto done;
+    }
+    double memops = 0;
+    int64_t k = 0, expanded = 0;
+    for (int64_t jb = 0; jb < nbn; jb++)
+        for (int64_t ib = 0; ib < nbm; ib++, k++) {
+            at_block *b = &p->blocks[k];
+            b->i0 = ib * bm;
+            b->j0 = jb * bn;
+            b->mb = (int32_t)(p->M - b->i0 < bm ? p->M - b->i0 : bm);
+            b->nb = (int32_t)(p->N - b->j0 < bn ? p->N - b->j0 : bn);
+            b->thread = 0;
+            int t;
+            for (t = 0; t < p->ntilings; t++)
+                if (p->tilings[t].mb == b->mb && p->tilings[t].nb == b->nb) break;
+            if (t == p->ntilings) {
+                p->tilings[t].mb = b->mb;
+                p->tilings[t].nb = b->nb;
+                p->tilings[t].first = st.n;
+                rc = tile_block(&g, b->mb, b->nb, &st, &tsec[t]);
+                if (rc) goto done;
+                p->tilings[t].count = st.n - p->tilings[t].first;
+                p->ntilings++;
+            }
+            b->tiling = t;
+            double packed = (double)b->mb * (double)p->K + (double)b->nb * (double)p->K;
+            it[k].i0 = b->i0;
+            it[k].j0 = b->j0;
+            it[k].thread = 0;
+            it[k].sec = tsec[t] * (double)p->K / (double)bk + packed * AT_PACK_SECONDS;
+            for (int64_t s = 0; s < p->tilings[t].count; s++) {
+                const at_step *m = &st.v[p->tilings[t].first + s];
+                memops += (double)(m->mb + m->nb) * (double)p->K;
+            }
+            expanded += p->tilings[t].count;
+        }
+    p->steps = st.v;
+    p->nsteps = st.n;
+    st.v = NULL;
+    if (T > p->nblocks) T = (int)p->nblocks;
+    p->info.threads = T;
+    double load = 0;
+    for (int64_t q = 0; q < p->nblocks; q++) load += it[q].sec;
+    if (T > 1) load = split_threads(it, p->nblocks, p->M, p->N, bm, bn, T);
+    for (int64_t q = 0; q < p->nblocks; q++) p->blocks[q].thread = it[q].thread;
+    rc = group_by_thread(p, it, p->nblocks, sizeof *p->blocks, p->blocks);
+    p->info.predicted_seconds = load;
+    p->info.memops = memops + 2.0 * (double)p->M * (double)p->N;
+    p->info.nsteps = expanded;
+    p->info.path = 1;
+done:
+    free(it);
+    free(st.v);
+    grid_free(&g);
+    return rc;
+}
+
+at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                        int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads)
+{
+    at_plan *p = calloc(1, sizeof *p);
+    if (!p) {
+        at__set_error("out of memory");
+        return NULL;
+    }
+    at_plan_info *in = &p->info;
+    in->dtype = dtype;
+    in->layout = layout;
+    in->trans_a = trans_a;
+    in->trans_b = trans_b;
+    in->M = M;
+    in->N = N;
+    in->K = K;
+    in->lda = lda;
+    in->ldb = ldb;
+    in->ldc = ldc;
+    atomic_init(&p->refs, 1);
+    if (layout == AT_ROW_MAJOR) {
+        /* C^T = op(B)^T op(A)^T: a row-major matrix is its transpose in column-major. */
+        p->M = N;
+        p->N = M;
+        p->lda = ldb;
+        p->ldb = lda;
+        p->ta = trans_b;
+        p->tb = trans_a;
+    } else {
+        p->M = M;
+        p->N = N;
+        p->lda = lda;
+        p->ldb = ldb;
+        p->ta = trans_a;
+        p->tb = trans_b;
+    }
+    p->K = K;
+    p->ldc = ldc;
+    if (threads < 1) threads = 1;
+    double flops = 2.0 * (double)M * (double)N * (double)K;
+    if (flops < at_params.thread_flops) threads = 1;
+
+    int rc = AT_OK;
+    if (M == 0 || N == 0 || K == 0) {
+        /* Nothing to tile: the executor only scales C by beta. */
+        in->threads = 1;
+        p->thread_start = calloc(2, sizeof *p->thread_start);
+        if (!p->thread_start) rc = AT_ENOMEM;
+    } else {
+        int have_exact = family_count(dtype, p->ta, p->tb) > 0;
+        int have_any = have_exact || family_count(dtype, 0, 0) || family_count(dtype, 0, 1) ||
+                       family_count(dtype, 1, 0) || family_count(dtype, 1, 1);
+        int packed = have_any && (!have_exact || flops >= at_params.pack_flops[dtype]);
+        rc = packed ? build_packed(p, threads) : build_nopack(p, threads);
+    }
+    in->kernel_trans = p->ktrans_a * 2 + p->ktrans_b;
+    if (rc) {
+        at__set_error("out of memory while planning %lld x %lld x %lld", (long long)M,
+                      (long long)N, (long long)K);
+        at__plan_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* ---- public planning API ---------------------------------------------------- */
+
+static int check_args(int dtype, int layout, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                      int64_t lda, int64_t ldb, int64_t ldc)
+{
+    if (dtype != AT_F32 && dtype != AT_F64) {
+        at__set_error("dtype must be AT_F32 (0) or AT_F64 (1), got %d", dtype);
+        return AT_EINVAL;
+    }
+    if (layout != AT_COL_MAJOR && layout != AT_ROW_MAJOR) {
+        at__set_error("layout must be AT_COL_MAJOR (0) or AT_ROW_MAJOR (1), got %d", layout);
+        return AT_EINVAL;
+    }
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1)) {
+        at__set_error("trans_a and trans_b must be 0 or 1");
+        return AT_EINVAL;
+    }
+    if (M < 0 || N < 0 || K < 0) {
+        at__set_error("dimensions must be non-negative: M=%lld N=%lld K=%lld", (long long)M,
+                      (long long)N, (long long)K);
+        return AT_EINVAL;
+    }
+    int row = layout == AT_ROW_MAJOR;
+    /* Rows of each operand as stored (the leading dimension must cover them). */
+    int64_t ra = row ? (ta ? K : M) : (ta ? K : M);
+    int64_t ca = ta ? M : K;
+    int64_t rb = tb ? N : K, cb = tb ? K : N;
+    int64_t need_a = row ? ca : ra, need_b = row ? cb : rb, need_c = row ? N : M;
+    if (need_a < 1) need_a = 1;
+    if (need_b < 1) need_b = 1;
+    if (need_c < 1) need_c = 1;
+    if (lda < need_a || ldb < need_b || ldc < need_c) {
+        at__set_error("leading dimensions too small: lda=%lld (>= %lld), ldb=%lld (>= %lld), "
+                      "ldc=%lld (>= %lld)",
+                      (long long)lda, (long long)need_a, (long long)ldb, (long long)need_b,
+                      (long long)ldc, (long long)need_c);
+        return AT_EINVAL;
+    }
+    return AT_OK;
+}
+
+at_plan *at_plan_create_ex(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                           int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads)
+{
+    if (check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc)) return NULL;
+    if (threads <= 0) threads = at__num_threads();
+    if (threads > AT_MAX_THREADS) threads = AT_MAX_THREADS;
+    return at__plan_build(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads);
+}
+
+at_plan *at_plan_create(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                        int64_t K, int64_t lda, int64_t ldb, int64_t ldc)
+{
+    return at_plan_create_ex(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, 0);
+}
+
+int at__check_args(int dtype, int layout, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                   int64_t lda, int64_t ldb, int64_t ldc)
+{
+    return check_args(dtype, layout, ta, tb, M, N, K, lda, ldb, ldc);
+}
+
+void at_plan_destroy(at_plan *plan)
+{
+    if (plan && atomic_fetch_sub(&plan->refs, 1) == 1) at__plan_free(plan);
+}
+
+int at_plan_get_info(const at_plan *plan, at_plan_info *info)
+{
+    if (!plan || !info) return AT_EINVAL;
+    *info = plan->info;
+    return AT_OK;
+}
+
+int64_t at_plan_steps(const at_plan *plan, at_step *out, int64_t cap)
+{
+    if (!plan) return AT_EINVAL;
+    if (plan->info.path == 0) {
+        for (int64_t k = 0; k < plan->nsteps && k < cap; k++) out[k] = plan->steps[k];
+        return plan->nsteps;
+    }
+    int64_t n = 0;
+    for (int64_t b = 0; b < plan->nblocks; b++) {
+        const at_block *bl = &plan->blocks[b];
+        const at_tiling *t = &plan->tilings[bl->tiling];
+        for (int64_t s = 0; s < t->count; s++, n++) {
+            if (n >= cap) continue;
+            at_step st = plan->steps[t->first + s];
+            st.i0 += bl->i0;
+            st.j0 += bl->j0;
+            st.thread = bl->thread;
+            st.pack = AT_PACK_A | AT_PACK_B;
+            out[n] = st;
+        }
+    }
+    return n;
+}
+
+int at_kernel_count(void) { return at_kernel_table_count; }
+
+int at_kernel_get(int index, at_kernel_info *info)
+{
+    if (index < 0 || index >= at_kernel_table_count || !info) return AT_EINVAL;
+    const at_kernel_desc *d = &at_kernel_table[index];
+    info->name = d->name;
+    info->dtype = d->dtype;
+    info->trans_a = d->trans_a;
+    info->trans_b = d->trans_b;
+    info->mr = d->mr;
+    info->nr = d->nr;
+    return AT_OK;
+}

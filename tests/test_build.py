@@ -1,0 +1,199 @@
+"""Build stage: content-hashed kernel objects and the harness link."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "kernels"))
+import at_testkit as tk  # noqa: E402
+
+from autotune import build, measure  # noqa: E402
+from autotune.specs import KernelSpec  # noqa: E402
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tk.native_target()
+
+
+def _count_compiler_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    calls: list[list[str]] = []
+    real = build._run
+
+    def counting(argv, timeout):
+        calls.append(list(argv))
+        return real(argv, timeout)
+
+    monkeypatch.setattr(build, "_run", counting)
+    return calls
+
+
+def test_objects_land_in_the_cache_and_sources_stay_readable(home, target):
+    sources = tk.naive_sources(target.isa)
+    result = build.build_kernels(target, sources, jobs=2)
+    assert result.failures == {}
+    assert set(result.objects) == {s.spec.name for s in sources}
+    for src in sources:
+        obj = result.objects[src.spec.name]
+        assert not obj.cached and obj.spec == src.spec
+        assert obj.path == home / "build" / target.isa / "objects" / f"{obj.hash}.o"
+        assert obj.path.stat().st_size > 0
+        written = home / "build" / target.isa / "src" / f"{src.spec.name}.c"
+        assert written.read_text() == src.text
+    # Nothing half written is left next to the objects.
+    assert not list((home / "build" / target.isa / "objects").glob(".*"))
+
+
+def test_second_build_is_fully_cached(home, target, monkeypatch):
+    sources = tk.naive_sources(target.isa)
+    first = build.build_kernels(target, sources, jobs=2)
+    calls = _count_compiler_runs(monkeypatch)
+    ticks: list[dict] = []
+    second = build.build_kernels(target, sources, jobs=2, progress=lambda **kw: ticks.append(kw))
+    assert calls == []
+    assert all(obj.cached for obj in second.objects.values())
+    assert second.compiled == 0
+    assert {n: o.path for n, o in second.objects.items()} == {n: o.path for n, o in first.objects.items()}
+    assert len(ticks) == len(sources) and all(t["advance"] == 1 for t in ticks)
+    assert {t["description"] for t in ticks} == set(second.objects)
+
+
+def test_changed_source_rebuilds_only_that_object(home, target, monkeypatch):
+    sources = tk.naive_sources(target.isa)
+    first = build.build_kernels(target, sources, jobs=2)
+    changed = tk.KernelSource(sources[3].spec, sources[3].text + "\n/* a comment changes the hash */\n")
+    calls = _count_compiler_runs(monkeypatch)
+    second = build.build_kernels(target, sources[:3] + [changed] + sources[4:], jobs=2)
+    assert len(calls) == 1
+    rebuilt = [n for n, o in second.objects.items() if not o.cached]
+    assert rebuilt == [changed.spec.name]
+    assert second.objects[changed.spec.name].hash != first.objects[changed.spec.name].hash
+
+
+def test_hash_covers_flags(home, target):
+    text = tk.naive_sources(target.isa)[0].text
+    a = build.compile_object(target, text, "k", "c")
+    other = type(target)(**{**target.__dict__, "cflags": (*target.cflags, "-DAT_OTHER_FLAGS")})
+    b = build.compile_object(other, text, "k", "c")
+    assert a.ok and b.ok and a.hash != b.hash and not b.cached
+
+
+def test_compile_error_is_reported_and_the_rest_build(home, target):
+    good = tk.naive_sources(target.isa)
+    spec = KernelSpec(target.isa, "f32", 2, 2, variant="broken")
+    broken = tk.KernelSource(spec, f"void {spec.name}(void) {{ this is not C; }}\n")
+    result = build.build_kernels(target, [*good[:2], broken, *good[2:]], jobs=2)
+    assert set(result.objects) == {s.spec.name for s in good}
+    assert list(result.failures) == [spec.name]
+    message = result.failures[spec.name]
+    # The compiler's own diagnostic, naming the readable source file.
+    assert f"{spec.name}.c" in message and "error" in message
+    assert not list((home / "build" / target.isa / "objects").glob(".*"))
+
+
+def test_harness_links_is_cached_and_lists_its_registry(home, target, monkeypatch):
+    sources = tk.naive_sources(target.isa)
+    objects = list(build.build_kernels(target, sources, jobs=2).objects.values())
+    exe = build.build_harness(target, objects)
+    assert exe.parent == home / "build" / target.isa and exe.name.startswith("harness-")
+    calls = _count_compiler_runs(monkeypatch)
+    assert build.build_harness(target, objects) == exe
+    assert calls == []
+
+    out = subprocess.run([str(exe), "list"], capture_output=True, text=True, timeout=30, check=True)
+    lines = [line for line in out.stdout.splitlines() if '"kernel"' in line]
+    assert len(lines) == len(sources)
+    spec = sources[6].spec  # f64 tn
+    assert (
+        f'{{"event":"kernel","name":"{spec.name}","dtype":"f64","mr":{spec.mr},"nr":{spec.nr},'
+        f'"trans":"tn"}}' in lines
+    )
+
+
+def test_a_changed_kernel_set_links_a_new_harness(home, target):
+    objects = list(build.build_kernels(target, tk.naive_sources(target.isa), jobs=2).objects.values())
+    assert build.build_harness(target, objects) != build.build_harness(target, objects[:-1])
+
+
+def test_long_link_lines_go_through_a_response_file(home, target, monkeypatch):
+    monkeypatch.setattr(build, "_RESPONSE_FILE_ARGS", 2)
+    calls = _count_compiler_runs(monkeypatch)
+    objects = list(build.build_kernels(target, tk.naive_sources(target.isa), jobs=2).objects.values())
+    exe = build.build_harness(target, objects)
+    link = calls[-1]
+    assert any(arg.startswith("@") for arg in link) and not any(arg.endswith(".o") for arg in link)
+    out = subprocess.run([str(exe), "list"], capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout.count('"event":"kernel"') == len(objects)
+    assert not list(exe.parent.glob("*.rsp"))
+
+
+def test_an_empty_kernel_set_still_links(home, target):
+    exe = build.build_harness(target, [])
+    out = subprocess.run([str(exe), "list"], capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout.strip().splitlines() == ['{"event":"done","command":"list"}']
+
+
+def test_registry_source_declares_typed_prototypes():
+    specs = [KernelSpec("generic", "f64", 3, 2, True, False), KernelSpec("generic", "f32", 4, 4)]
+    text = build.registry_source("generic", specs)
+    assert (
+        "void at_dgemm_generic_tn_3x2_u1(int64_t K, const double *A, int64_t lda, "
+        "const double *B, int64_t ldb, double *C, int64_t ldc, double alpha, double beta);" in text
+    )
+    assert '{"at_sgemm_generic_nn_4x4_u1", 0, 4, 4, 0, 0, (at_kernel_fn)at_sgemm_generic_nn_4x4_u1},' in text
+    assert "const int at_registry_count = 2;" in text
+
+
+def test_a_harness_that_does_not_link_raises(home, target):
+    # An object that lacks the kernel its spec names: the link must fail loudly.
+    spec = KernelSpec(target.isa, "f32", 2, 2, variant="missing")
+    obj = build.compile_object(target, "int at_unrelated_symbol = 1;\n", spec.name, "c")
+    with pytest.raises(build.BuildError, match=spec.name):
+        build.build_harness(target, [build.ObjectResult(obj.name, obj.path, obj.hash, obj.cached, None, spec)])
+
+
+def _unit_sources(isa: str, nrs=(1, 2, 3, 4)) -> list:
+    """Kernels of one ISA, dtype, transposition and mr: they share a translation unit."""
+    return [tk.source("naive", isa, "f32", 5, nr, "nn") for nr in nrs]
+
+
+def test_kernels_of_one_mr_compile_as_one_unit(home, target, monkeypatch):
+    sources = _unit_sources(target.isa)
+    calls = _count_compiler_runs(monkeypatch)
+    ticks: list[dict] = []
+    result = build.build_kernels(target, sources, progress=lambda **kw: ticks.append(kw))
+    assert len(calls) == 1 and sum(t["advance"] for t in ticks) == len(sources)
+    assert len({o.path for o in result.objects.values()}) == 1
+    # Each kernel keeps an identity of its own, whatever unit compiled it.
+    assert len({o.hash for o in result.objects.values()}) == len(sources)
+    alone = build.compile_object(target, sources[0].text, sources[0].spec.name)
+    assert alone.hash == result.objects[sources[0].spec.name].hash
+    exe = build.build_harness(target, list(result.objects.values()))
+    assert measure.validate(exe, target, list(result.objects)) and all(
+        r.ok for r in measure.validate(exe, target, list(result.objects)).values())
+
+
+def test_a_broken_kernel_in_a_unit_is_isolated(home, target):
+    sources = _unit_sources(target.isa)
+    broken = tk.KernelSource(sources[1].spec, sources[1].text + "\nthis is not C;\n")
+    result = build.build_kernels(target, [sources[0], broken, *sources[2:]])
+    assert list(result.failures) == [broken.spec.name]
+    assert set(result.objects) == {s.spec.name for s in sources} - {broken.spec.name}
+
+
+def test_force_recompiles_what_the_cache_holds(home, target, monkeypatch):
+    sources = _unit_sources(target.isa)
+    build.build_kernels(target, sources)
+    calls = _count_compiler_runs(monkeypatch)
+    again = build.build_kernels(target, sources, force=True)
+    assert len(calls) == 1 and not any(o.cached for o in again.objects.values())

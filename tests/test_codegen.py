@@ -1,0 +1,333 @@
+"""The kernel generators: sources compile cleanly and compute the ABI's semantics.
+
+Kernels are compiled with the toolchain's flags (plus -Wall -Wextra -Werror)
+into a shared library in tmp_path and called through ctypes on operands that
+end exactly at a PROT_NONE guard page, so any read past an operand's footprint
+faults.  Results are compared with a float64 reference under the bound
+``2 (K + 2) eps (|alpha| sum_p |a_ip||b_pj| + |beta| |c_ij|)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import random
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from autotune.codegen import GeneratedSource, generate, generator_module
+from autotune.codegen.bench import build_library, cflags
+from autotune.specs import (
+    DTYPES,
+    TRANSPOSITIONS,
+    KernelSpec,
+    family,
+    register_file,
+)
+from autotune.toolchain import X86_REQUIRES, find_cc
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return set()
+    match = re.search(r"^flags\s*:(.*)$", text, re.M)
+    return set(match.group(1).split()) if match else set()
+
+
+CPU = _cpu_flags()
+X86 = ("avx512", "avx2", "generic")
+RUNNABLE = [isa for isa in X86 if all(f in CPU for f in X86_REQUIRES[isa])]
+
+KS = (0, 1, 2, 3, 7, 17, 57, 71)
+ALPHA_BETA = ((1.0, 0.0), (1.0, 1.0), (-0.75, 2.5), (0.5, -1.0))
+EPS = {"f32": np.finfo(np.float32).eps, "f64": np.finfo(np.float64).eps}
+NP = {"f32": np.float32, "f64": np.float64}
+CT = {"f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
+# ---------------------------------------------------------------------------
+# Operands that end at a guard page
+# ---------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+PAGE = mmap.PAGESIZE
+PROT_NONE = 0  # the mmap module exports PROT_READ and PROT_WRITE only
+
+
+class Guarded:
+    """``n`` elements whose last one is the last byte before a PROT_NONE page."""
+
+    def __init__(self, n: int, dtype: str):
+        itemsize = np.dtype(NP[dtype]).itemsize
+        body = -(-max(n * itemsize, 1) // PAGE) * PAGE
+        self.size = body + PAGE
+        addr = _libc.mmap(None, self.size, mmap.PROT_READ | mmap.PROT_WRITE,
+                          mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value)
+        self.base = addr
+        assert _libc.mprotect(addr + body, PAGE, PROT_NONE) == 0
+        self.addr = addr + body - n * itemsize
+        buf = (CT[dtype] * max(n, 1)).from_address(self.addr if n else addr)
+        self.array = np.ctypeslib.as_array(buf)[:n]
+
+    def free(self) -> None:
+        _libc.munmap(self.base, self.size)
+
+
+def _store(dense: np.ndarray, ld: int, dtype: str, fill: float) -> tuple[Guarded, np.ndarray]:
+    """A column-major rows x cols matrix with leading dimension ``ld``, as tight as the ABI allows."""
+    rows, cols = dense.shape
+    n = 0 if rows == 0 or cols == 0 else (cols - 1) * ld + rows
+    g = Guarded(n, dtype)
+    g.array[:] = fill
+    for j in range(cols):
+        g.array[j * ld: j * ld + rows] = dense[:, j]
+    return g, np.array([j * ld + i for j in range(cols) for i in range(rows)], dtype=np.int64).reshape(cols, rows).T
+
+
+def run_case(lib, spec: KernelSpec, K: int, alpha: float, beta: float, rng: np.random.Generator,
+             pad: tuple[int, int, int]) -> tuple[bool, str]:
+    dtype = spec.dtype
+    mr, nr = spec.mr, spec.nr
+    a_op = rng.standard_normal((mr, K))
+    b_op = rng.standard_normal((K, nr))
+    c_old = rng.standard_normal((mr, nr))
+    # Storage shapes (column-major) for each transposition.
+    a_st = a_op.T if spec.trans_a else a_op
+    b_st = b_op.T if spec.trans_b else b_op
+    lda = a_st.shape[0] + pad[0]
+    ldb = b_st.shape[0] + pad[1]
+    ldc = mr + pad[2]
+    # NaN in the gaps between columns: a kernel that reads them poisons its result.
+    A, _ = _store(a_st.astype(NP[dtype]), lda, dtype, np.nan)
+    B, _ = _store(b_st.astype(NP[dtype]), ldb, dtype, np.nan)
+    c_fill = np.nan if beta == 0 else c_old
+    C, c_idx = _store(np.broadcast_to(c_fill, (mr, nr)).astype(NP[dtype]), ldc, dtype, 7.0)
+    try:
+        a64 = a_op.astype(NP[dtype]).astype(np.float64)
+        b64 = b_op.astype(NP[dtype]).astype(np.float64)
+        c64 = c_old.astype(NP[dtype]).astype(np.float64)
+        ref = alpha * (a64 @ b64) + (beta * c64 if beta != 0 else 0.0)
+        bound = 2 * (K + 2) * EPS[dtype] * (abs(alpha) * (np.abs(a64) @ np.abs(b64)) + abs(beta) * np.abs(c64))
+        fn = getattr(lib, spec.name)
+        fn.restype = None
+        fn(ctypes.c_int64(K), ctypes.c_void_p(A.addr), ctypes.c_int64(lda), ctypes.c_void_p(B.addr),
+           ctypes.c_int64(ldb), ctypes.c_void_p(C.addr), ctypes.c_int64(ldc), CT[dtype](alpha), CT[dtype](beta))
+        got = C.array[c_idx].astype(np.float64)
+        outside = np.ones(C.array.shape, bool)
+        outside[c_idx.ravel()] = False
+        where = f"K={K} lda={lda} ldb={ldb} ldc={ldc} alpha={alpha} beta={beta}"
+        if not np.all(np.isfinite(got)):
+            return False, f"non-finite result ({where})"
+        err = np.abs(got - ref)
+        if np.any(err > bound + np.finfo(np.float64).tiny):
+            return False, f"max error {err.max():.3g} over bound {bound[err > bound].min():.3g} ({where})"
+        if np.any(C.array[outside] != 7.0):
+            return False, f"wrote outside the mr x nr block ({where})"
+        return True, ""
+    finally:
+        A.free()
+        B.free()
+        C.free()
+
+
+def check_kernels(lib, specs, seed: int, ks=KS, pads=((1, 3, 2), (0, 0, 0), (17, 5, 9))) -> list[str]:
+    rng = np.random.default_rng(seed)
+    failures = []
+    for spec in specs:
+        for K in ks:
+            for n, (alpha, beta) in enumerate(ALPHA_BETA):
+                ok, why = run_case(lib, spec, K, alpha, beta, rng, pads[(K + n) % len(pads)])
+                if not ok:
+                    failures.append(f"{spec.name}: {why}")
+                    break
+    return failures
+
+
+# ---------------------------------------------------------------------------
+# Which kernels the default run checks
+# ---------------------------------------------------------------------------
+
+def sample(isa: str, dtype: str, trans: str, seed: int = 7) -> list[KernelSpec]:
+    """Tails and extremes of one family, one kernel at random, and the unroll remainders.
+
+    Sides of 1, W - 1, W + 1 (masked vectors) and the largest blocks; an odd
+    unroll (3) and no unroll (1) exercise the remainder loops.
+    """
+    specs = family(isa, dtype, trans)
+    w = register_file(isa).lanes(dtype)
+    shapes = {(s.mr, s.nr): s for s in specs}
+
+    def longest(m=None, n=None):
+        row = [(mm, nn) for (mm, nn) in shapes if (m is None or mm == m) and (n is None or nn == n)]
+        return max(row, key=lambda mn: (mn[0] * mn[1], mn)) if row else None
+
+    picks = {
+        longest(),  # the largest block
+        longest(m=1),  # one row, as wide as the budget allows
+        longest(n=1),  # one column, as tall as it allows
+        (w - 1, 2) if (w - 1, 2) in shapes else None,  # a masked vector
+        # Just over one vector: a full vector plus a masked one.
+        longest(m=min((m for m, _ in shapes if m > w), default=0)),
+        longest(n=min((n for _, n in shapes if n > w), default=0)),
+    }
+    picks.discard(None)
+    rnd = random.Random(f"{seed}{isa}{dtype}{trans}")
+    rest = sorted(set(shapes) - picks)
+    picks |= set(rnd.sample(rest, min(1, len(rest))))
+    chosen = [shapes[key] for key in sorted(picks)]
+    ta, tb = trans[0] == "t", trans[1] == "t"
+    mid = chosen[len(chosen) // 2]
+    chosen.append(KernelSpec(isa, dtype, mid.mr, mid.nr, ta, tb, "", 3))
+    chosen.append(KernelSpec(isa, dtype, 1, 1, ta, tb, "", 1))
+    return chosen
+
+
+def _samples(isas) -> list[KernelSpec]:
+    return [s for isa in isas for d in DTYPES for t in TRANSPOSITIONS for s in sample(isa, d, t)]
+
+
+@pytest.fixture(scope="module")
+def sampled_libs(tmp_path_factory):
+    libs = {}
+    for isa in RUNNABLE:
+        built = build_library(_samples([isa]), tmp_path_factory.mktemp(f"lib_{isa}"))
+        libs[isa] = (built.load(), built.specs)
+    return libs
+
+
+# ---------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("isa", X86)
+def test_sample_compiles_with_toolchain_flags(isa, sampled_libs, tmp_path):
+    # -Wall -Wextra -Werror are part of cflags(): a warning fails the build.
+    # The runnable ISAs were built (all dtypes and transpositions) by the fixture.
+    if isa in sampled_libs:
+        assert len(sampled_libs[isa][1]) >= 8 * 5
+    else:
+        build_library(_samples([isa]), tmp_path)
+
+
+@pytest.mark.parametrize("isa", RUNNABLE)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("trans", TRANSPOSITIONS)
+def test_sampled_kernels_compute_gemm(sampled_libs, isa, dtype, trans):
+    lib, specs = sampled_libs[isa]
+    mine = [s for s in specs if s.dtype == dtype and s.trans == trans]
+    assert mine
+    failures = check_kernels(lib, mine, seed=hash((isa, dtype, trans)) & 0xFFFF)
+    assert not failures, "\n".join(failures[:10])
+
+
+def test_checker_catches_a_wrong_kernel(sampled_libs, tmp_path):
+    """The numerical check must be able to fail: a kernel with its alpha ignored is caught."""
+    spec = KernelSpec("generic", "f32", 3, 2, unroll=2)
+    text = generate(spec).text.replace("alpha * c[0][j][i] + beta", "c[0][j][i] + beta")
+    path = tmp_path / "broken.c"
+    path.write_text(text)
+    so = tmp_path / "broken.so"
+    subprocess.run([*find_cc(), *cflags("generic"), "-shared", str(path), "-o", str(so)], check=True)
+    failures = check_kernels(ctypes.CDLL(str(so)), [spec], seed=1, ks=(7,))
+    assert failures and "bound" in failures[0]
+
+
+@pytest.mark.parametrize("isa", X86)
+def test_source_shape(isa):
+    spec = family(isa, "f32", "nn")[-1]
+    src = generate(spec)
+    assert isinstance(src, GeneratedSource)
+    assert src.language == "c" and src.filename == spec.name + ".c"
+    text = src.text
+    assert text.startswith(f"/* Generated by autotune.codegen.{isa} from\n *   {spec!r}")
+    assert "Do not edit" in text
+    includes = re.findall(r"#include <([^>]+)>", text)
+    assert includes == (["stdint.h"] if isa == "generic" else ["stdint.h", "immintrin.h"])
+    signature = (f"void {spec.name}(int64_t K,", "const float *restrict A, int64_t lda,",
+                 "const float *restrict B, int64_t ldb,", "float *restrict C, int64_t ldc,",
+                 "float alpha, float beta)")
+    for part in signature:
+        assert part in text
+    if isa == "generic":
+        assert "_mm" not in text and "#error" not in text
+    else:
+        assert "#error" in text
+    for word in ("TODO", "FIXME"):
+        assert word not in text
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_feature_guard_stops_a_build_without_the_isa_flags(isa, tmp_path):
+    src = generate(family(isa, "f64", "nt")[0])
+    path = tmp_path / src.filename
+    path.write_text(src.text)
+    proc = subprocess.run([*find_cc(), "-O2", "-c", str(path), "-o", str(tmp_path / "x.o")],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "compile it with the" in proc.stderr
+
+
+def test_tails_use_masked_memory_operations():
+    text = generate(KernelSpec("avx512", "f32", 13, 4, unroll=4)).text
+    assert "_mm512_maskz_loadu_ps" in text and "_mm512_mask_storeu_ps" in text
+    text = generate(KernelSpec("avx2", "f64", 3, 4, unroll=4)).text
+    assert "_mm256_maskload_pd" in text and "_mm256_maskstore_pd" in text
+    text = generate(KernelSpec("avx512", "f64", 3, 3, True, False, unroll=2)).text
+    assert "_mm512_maskz_loadu_pd" in text  # the K tail of a dot-product kernel
+
+
+@pytest.mark.parametrize("name", ["at_sgemm_avx512_nn_16x12_u4", "at_sgemm_avx512_nn_32x8_u4",
+                                  "at_sgemm_avx512_nn_48x6_u4", "at_dgemm_avx512_nn_24x6_u4",
+                                  "at_sgemm_avx512_tn_4x6_u2", "at_sgemm_avx2_nn_8x12_u4",
+                                  "at_sgemm_avx2_nn_16x4_u4"])
+def test_k_loop_keeps_vectors_in_registers(name, tmp_path):
+    """No vector register is spilled to or reloaded from the stack inside a loop."""
+    spec = KernelSpec.from_name(name)
+    src = generate(spec)
+    path = tmp_path / src.filename
+    path.write_text(src.text)
+    asm = subprocess.run([*find_cc(), *cflags(spec.isa), "-S", str(path), "-o", "-"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    stack_vec = re.compile(r"[xyz]mm\d+.*\(%r[sb]p\)|\(%r[sb]p\).*[xyz]mm")
+    labels = {}
+    for i, line in enumerate(asm):
+        label = re.match(r"^(\.L\d+):", line)
+        if label:
+            labels[label.group(1)] = i
+        jump = re.match(r"\s+j\w+\s+(\.L\d+)", line)
+        if jump and labels.get(jump.group(1), i) < i:
+            body = asm[labels[jump.group(1)]:i]
+            assert not [x for x in body if stack_vec.search(x)], f"spill in the loop at {jump.group(1)}"
+
+
+def test_dispatch_is_by_isa_name():
+    assert generator_module("avx512").__name__ == "autotune.codegen.avx512"
+    with pytest.raises(ValueError, match="no kernel generator"):
+        generate(KernelSpec("nosuchisa", "f32", 8, 4))
+    with pytest.raises(ValueError):
+        generate(KernelSpec("bench", "f32", 8, 4))
+    with pytest.raises(ValueError):
+        generate(KernelSpec("avx512", "f32", 64, 16))  # does not fit
+    with pytest.raises(ValueError):
+        GeneratedSource(KernelSpec("avx512", "f32", 8, 4), "", "fortran")
+    assert GeneratedSource(KernelSpec("avx512", "f32", 8, 4), "", "asm").filename.endswith("_u1.S")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("isa", RUNNABLE)
+def test_whole_family(isa, tmp_path):
+    specs = [s for d in DTYPES for t in TRANSPOSITIONS for s in family(isa, d, t)]
+    built = build_library(specs, tmp_path)
+    failures = check_kernels(built.load(), specs, seed=11, ks=(0, 1, 17, 71))
+    assert not failures, f"{len(failures)} failing kernels:\n" + "\n".join(failures[:20])
+

@@ -1,0 +1,164 @@
+"""The C harness itself: warnings, the JSON line protocol, guard pages, padding checks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "kernels"))
+import at_testkit as tk  # noqa: E402
+
+from autotune import build  # noqa: E402
+from autotune.home import kernels_src  # noqa: E402
+
+HARNESS = kernels_src() / "harness"
+ISA_FLAGS = {
+    "avx512": ["-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx2"],
+    "avx2": ["-mavx2", "-mfma"],
+    "generic": [],
+}
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    """A harness over the naive and the misbehaving kernels, in a private home."""
+    home = tmp_path_factory.mktemp("home")
+    target = tk.native_target()
+    bad = tk.bad_sources(target.isa)
+    sources = tk.naive_sources(target.isa) + list(bad.values())
+    result = build.build_kernels(target, sources, jobs=2, home=home)
+    assert result.failures == {}
+    exe = build.build_harness(target, list(result.objects.values()), home=home)
+    names = {key: src.spec.name for key, src in bad.items()}
+    names["naive"] = [s.spec.name for s in tk.naive_sources(target.isa)]
+    return exe, names, target
+
+
+def run(exe: Path, *args: str, timeout: float = 60) -> tuple[list[dict], subprocess.CompletedProcess]:
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout)
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    return events, proc
+
+
+@pytest.mark.parametrize("family", ["gcc", "clang"])
+@pytest.mark.parametrize("isa", ["avx512", "avx2", "generic"])
+def test_compiles_without_warnings(family, isa, tmp_path):
+    candidates = ["gcc"] if family == "gcc" else ["clang", "clang-19", "clang-18"]
+    cc = next((c for c in candidates if shutil.which(c)), None)
+    if cc is None:
+        pytest.skip(f"no {family} installed")
+    strict = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{HARNESS}", "-c"]
+    for source, flags in ((HARNESS / "harness.c", []), (HARNESS / f"peak_{isa}.c", ISA_FLAGS[isa])):
+        proc = subprocess.run([*strict, *flags, str(source), "-o", str(tmp_path / "x.o")],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_every_line_is_json_with_the_event_first(kit):
+    exe, names, _ = kit
+    _, proc = run(exe, "validate", *names["naive"][:2])
+    for line in proc.stdout.splitlines():
+        assert line.startswith('{"event":"')
+        json.loads(line)
+
+
+def test_validate_announces_each_kernel_then_passes_the_correct_ones(kit):
+    exe, names, _ = kit
+    events, proc = run(exe, "validate", "--seed", "7", *names["naive"])
+    assert proc.returncode == 0
+    kinds = [(e["event"], e.get("kernel")) for e in events]
+    expected = [x for n in names["naive"] for x in (("start", n), ("validate", n))] + [("done", None)]
+    assert kinds == expected
+    for e in events:
+        if e["event"] == "validate":
+            assert e["ok"] is True and e["cases"] == 9 * 4 * 4
+            assert 0.0 <= e["max_rel_err"] < 1e-5
+
+
+def test_validation_is_seeded(kit):
+    exe, names, _ = kit
+    first, _ = run(exe, "validate", "--seed", "3", names["naive"][0])
+    again, _ = run(exe, "validate", "--seed", "3", names["naive"][0])
+    other, _ = run(exe, "validate", "--seed", "4", names["naive"][0])
+    assert first == again
+    assert first[1]["max_rel_err"] != other[1]["max_rel_err"]
+
+
+def test_a_wrong_kernel_is_reported_with_its_case(kit):
+    exe, names, _ = kit
+    events, _ = run(exe, "validate", names["wrong"])
+    verdict = events[1]
+    assert verdict["ok"] is False
+    case = verdict["case"]
+    # K=0 passes (the loop bug needs one iteration); K=1 over a NaN C is the first failure.
+    assert case["K"] == 1 and case["alpha"] == 1 and case["beta"] == 0 and case["c_nan"] is True
+    assert case["what"] == "value" and abs(case["got"] - case["want"]) > case["bound"]
+
+
+def test_writing_into_the_ldc_padding_is_caught(kit):
+    exe, names, _ = kit
+    events, _ = run(exe, "validate", names["padwrite"])
+    case = events[1]["case"]
+    assert events[1]["ok"] is False and case["what"] == "padding"
+    assert case["ldc"] > 3 and case["i"] == 3
+
+
+def test_reading_past_an_operand_hits_the_guard_page(kit):
+    exe, names, _ = kit
+    events, proc = run(exe, "validate", names["naive"][0], names["overread"], names["naive"][1])
+    assert proc.returncode == -signal.SIGSEGV
+    assert events[-1] == {"event": "start", "kernel": names["overread"]}
+    assert events[1]["ok"] is True  # the kernel before it finished normally
+
+
+def test_crashes_leave_a_start_without_result(kit):
+    exe, names, _ = kit
+    for key, sig in (("segv", signal.SIGSEGV), ("abort", signal.SIGABRT)):
+        events, proc = run(exe, "validate", names[key])
+        assert proc.returncode == -sig
+        assert events == [{"event": "start", "kernel": names[key]}]
+
+
+def test_bench_reports_each_grid_point(kit):
+    exe, names, _ = kit
+    kernel = names["naive"][2]  # f32 tn 5x3: lda follows K
+    events, proc = run(exe, "bench", "--k", "4,32", "--pad", "0,3", "--min-time-ms", "0.5",
+                       "--repeats", "3", kernel)
+    assert proc.returncode == 0
+    points = [e for e in events if e["event"] == "bench"]
+    assert [(p["K"], p["pad"]) for p in points] == [(4, 0), (4, 3), (32, 0), (32, 3)]
+    assert [(p["lda"], p["ldb"], p["ldc"]) for p in points] == [
+        (4, 4, 5), (7, 7, 8), (32, 32, 5), (35, 35, 8)]
+    for p in points:
+        assert p["best_gflops"] >= p["median_gflops"] > 0
+        assert 0 < p["ns_per_call"] <= p["median_ns_per_call"]
+        assert p["iters"] >= 1
+
+
+def test_peak_prints_one_line_per_dtype(kit):
+    exe, _, target = kit
+    events, proc = run(exe, "peak")
+    assert proc.returncode == 0
+    peaks = {e["dtype"]: e for e in events if e["event"] == "peak"}
+    assert set(peaks) == {"f32", "f64"}
+    assert all(p["isa"] == target.isa and p["gflops"] > 0 for p in peaks.values())
+    # Twice the lanes, twice the flops (within the noise of a shared machine).
+    assert 1.3 < peaks["f32"]["gflops"] / peaks["f64"]["gflops"] < 3.0
+
+
+def test_bad_usage_and_unknown_kernels(kit):
+    exe, _, _ = kit
+    events, proc = run(exe, "frobnicate")
+    assert proc.returncode == 2 and events[0]["event"] == "error"
+    events, proc = run(exe, "bench", "--k", "x")
+    assert proc.returncode == 2 and events[0]["event"] == "error"
+    events, proc = run(exe, "validate", "at_sgemm_nowhere_nn_1x1_u1")
+    assert proc.returncode == 1
+    assert events[0] == {"event": "error", "kernel": "at_sgemm_nowhere_nn_1x1_u1",
+                         "message": "no such kernel in this harness"}

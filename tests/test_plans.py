@@ -1,0 +1,124 @@
+"""Plan invariants, read back from the C tiler through autotune.plans.
+
+Every element of C is covered by exactly one step; every step names a kernel
+of the library whose block size it has (or the portable edge code); threads only
+change who runs a step, never the tiling.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import autotune.runtime as rt
+from autotune import plans
+from autotune.runtime import library
+from autotune.runtime.untuned import build_untuned, small_selection
+from autotune.specs import KernelSpec
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> library.LibraryBuild:
+    # The same home as tests/test_runtime.py: the library is built once per session.
+    return build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+
+
+@pytest.fixture(autouse=True)
+def lib(built):
+    return rt.use_library(built.library)
+
+
+def check_plan(p: plans.Plan) -> None:
+    cover = np.zeros((p.M, p.N), dtype=np.int32)
+    for s in p.steps:
+        assert 0 <= s.i0 and s.i0 + s.mb <= p.M and 0 <= s.j0 and s.j0 + s.nb <= p.N
+        assert 0 <= s.thread < p.threads
+        cover[s.i0:s.i0 + s.mb, s.j0:s.j0 + s.nb] += 1
+        if s.kernel != "edge":
+            spec = KernelSpec.from_name(s.kernel)
+            assert spec.dtype == p.dtype
+            # Steps are in the caller's coordinates; a row-major plan runs kernels on C^T.
+            mr, nr = (spec.nr, spec.mr) if p.layout == "row" else (spec.mr, spec.nr)
+            assert (mr, nr) == (s.mb, s.nb)
+            if p.path == "small":
+                want = p.trans if p.layout == "col" else p.trans[::-1]
+                assert spec.trans == want
+            else:
+                assert spec.trans == p.kernel_trans and s.pack_a and s.pack_b
+    assert np.all(cover == 1), "some element of C is covered zero or several times"
+    if p.M and p.N and p.K:
+        assert p.predicted_seconds > 0
+        mem = sum((s.mb + s.nb) * p.K for s in p.steps) + 2 * p.M * p.N
+        assert p.memops == pytest.approx(mem)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    M=st.integers(0, 300), N=st.integers(0, 300), K=st.integers(0, 300),
+    dtype=st.sampled_from(["f32", "f64"]), trans=st.sampled_from(["nn", "nt", "tn", "tt"]),
+    layout=st.sampled_from(["col", "row"]), threads=st.integers(1, 5),
+)
+def test_every_element_covered_once(M, N, K, dtype, trans, layout, threads):
+    check_plan(plans.plan(M, N, K, dtype, trans, layout=layout, threads=threads))
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (15, 15, 15), (17, 16, 3), (64, 64, 64),
+                                   (3000, 2, 5), (2, 3000, 5), (700, 650, 400)])
+def test_tiling_does_not_depend_on_threads(shape):
+    tilings = []
+    for threads in (1, 2, 4):
+        p = plans.plan(*shape, threads=threads)
+        check_plan(p)
+        tilings.append([(s.kernel, s.i0, s.j0, s.mb, s.nb) for s in sorted(
+            p.steps, key=lambda s: (s.i0, s.j0))])
+    assert tilings[0] == tilings[1] == tilings[2]
+
+
+def test_large_problem_takes_packed_path_and_splits_threads():
+    p = plans.plan(700, 650, 400, "f64", "tn", threads=4)
+    assert p.path == "packed" and all(b > 0 for b in p.blocks)
+    assert p.threads > 1
+    busy = {s.thread for s in p.steps}
+    assert busy == set(range(p.threads))
+
+
+def test_small_problem_reads_operands_in_place():
+    p = plans.plan(24, 20, 16, "f32", "nt")
+    assert p.path == "small" and p.blocks == (0, 0, 0)
+    assert not any(s.pack_a or s.pack_b for s in p.steps)
+    assert p.threads == 1  # far below the thread threshold
+
+
+def test_bigger_blocks_are_preferred():
+    """IAAT's first principle: the main kernel covers most of C when it fits."""
+    p = plans.plan(64, 64, 64, "f32", "nn")
+    counts = p.kernel_counts()
+    biggest = max(counts, key=lambda k: KernelSpec.from_name(k).mr * KernelSpec.from_name(k).nr
+                  if k != "edge" else 0)
+    spec = KernelSpec.from_name(biggest)
+    area = sum(s.mb * s.nb for s in p.steps if s.kernel == biggest)
+    assert area >= 0.5 * 64 * 64, (spec, counts)
+
+
+def test_explain_and_draw():
+    p = plans.plan(15, 15, 15, "f32", "nn")
+    text = plans.explain(p)
+    assert "M=15 N=15 K=15" in text and "path: small" in text and "memops" in text
+    picture = plans.draw(p).splitlines()
+    assert picture[0].startswith("C 15 x 15")
+    grid = picture[1:16]
+    assert len(grid) == 15 and all(len(row.strip()) == 15 for row in grid)
+    assert all(ch.isalpha() for row in grid for ch in row.strip())
+    big = plans.draw(plans.plan(500, 300, 20))
+    assert "one character" in big
+    assert plans.draw(plans.plan(0, 5, 5)).startswith("(empty")
+
+
+def test_invalid_arguments_raise():
+    with pytest.raises(plans.PlanError, match="leading dimensions"):
+        plans.plan(10, 10, 10, lda=5)
+    with pytest.raises(plans.PlanError, match="dtype"):
+        plans.plan(10, 10, 10, "f16")
+    with pytest.raises(ValueError):
+        plans.plan(10, 10, 10, trans="xx")

@@ -1,0 +1,401 @@
+"""The runtime end to end: a library built from generated kernels, called from Python and C.
+
+The library is built once per session in a temporary $AUTOTUNE_HOME from a
+slice of the host's fastest kernel family (provenance "model", so no timing is
+involved); every result is compared with a float64 numpy reference under the
+bound |c - ref| <= c_K * eps * (|alpha| |A||B| + |beta| |C|), c_K = 2 (K + 2).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import autotune.runtime as rt
+from autotune.runtime import api, library, loader
+from autotune.runtime.untuned import build_untuned, small_selection
+from autotune.specs import KernelSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+DTYPES = (np.float32, np.float64)
+TRANS = ((False, False), (False, True), (True, False), (True, True))
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> library.LibraryBuild:
+    home = tmp_path_factory.getbasetemp() / "runtime-home"
+    return build_untuned(home, select=small_selection)
+
+
+@pytest.fixture()
+def lib(built: library.LibraryBuild) -> loader.Runtime:
+    runtime = rt.use_library(built.library)
+    assert runtime is not None and runtime.fast is not None
+    rt.set_num_threads(0)
+    return runtime
+
+
+def reference(A, B, C, alpha, beta, ta, tb):
+    opA = (A.T if ta else A).astype(np.float64)
+    opB = (B.T if tb else B).astype(np.float64)
+    out = alpha * (opA @ opB)
+    bound = abs(alpha) * (np.abs(opA) @ np.abs(opB))
+    if C is not None and beta != 0:
+        out = out + beta * C.astype(np.float64)
+        bound = bound + abs(beta) * np.abs(C.astype(np.float64))
+    return out, bound
+
+
+def assert_close(got, A, B, C0, alpha, beta, ta, tb):
+    want, bound = reference(A, B, C0, alpha, beta, ta, tb)
+    K = (A.shape[0] if ta else A.shape[1])
+    eps = np.finfo(got.dtype).eps
+    tol = 2 * (K + 2) * eps * bound + np.finfo(got.dtype).tiny
+    err = np.abs(got.astype(np.float64) - want)
+    assert got.shape == want.shape
+    assert np.all(err <= tol), f"max err {err.max()} vs tol {tol.max()} (K={K})"
+
+
+def operand(rng, rows, cols, dtype, order="C", pad=0):
+    """A rows x cols operand; pad > 0 makes it a view with a larger leading dimension."""
+    if order == "C":
+        base = rng.standard_normal((rows, cols + pad)).astype(dtype)
+        return base[:, :cols]
+    base = rng.standard_normal((rows + pad, cols)).astype(dtype).T.copy().T
+    return base[:rows, :]
+
+
+SHAPES = [
+    (1, 1, 1), (1, 7, 3), (7, 1, 5), (3, 5, 1), (2, 3, 17), (15, 15, 15), (16, 16, 16), (17, 17, 17),
+    (31, 33, 13), (33, 31, 64), (5, 97, 7), (97, 5, 11), (48, 13, 29), (47, 12, 257), (64, 5, 64),
+    (65, 3, 2),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("corder", ["C", "F"])
+def test_gemm_matches_numpy(lib, dtype, ta, tb, corder):
+    rng = np.random.default_rng(hash((ta, tb, corder, np.dtype(dtype).char)) % 2**32)
+    for M, N, K in SHAPES:
+        A = operand(rng, *((K, M) if ta else (M, K)), dtype, order=rng.choice(["C", "F"]),
+                    pad=int(rng.integers(0, 3)))
+        B = operand(rng, *((N, K) if tb else (K, N)), dtype, order=rng.choice(["C", "F"]),
+                    pad=int(rng.integers(0, 3)))
+        C0 = np.asarray(rng.standard_normal((M, N)), dtype=dtype, order=corder)
+        for alpha, beta in ((1.0, 0.0), (1.0, 1.0), (-0.75, 2.5), (0.5, -1.0)):
+            C = C0.copy(order=corder)
+            out = rt.gemm(A, B, C, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+            assert out is C
+            assert_close(C, A, B, C0, alpha, beta, ta, tb)
+        out = rt.gemm(A, B, trans_a=ta, trans_b=tb)
+        assert out.dtype == dtype
+        assert_close(out, A, B, None, 1.0, 0.0, ta, tb)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    M=st.integers(0, 70), N=st.integers(0, 70), K=st.integers(0, 70),
+    ta=st.booleans(), tb=st.booleans(), f64=st.booleans(), seed=st.integers(0, 2**31),
+)
+def test_gemm_random_shapes(built, M, N, K, ta, tb, f64, seed):
+    rt.use_library(built.library)
+    rng = np.random.default_rng(seed)
+    dtype = np.float64 if f64 else np.float32
+    A = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
+    B = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
+    C0 = rng.standard_normal((M, N)).astype(dtype)
+    C = C0.copy()
+    rt.gemm(A, B, C, alpha=0.5, beta=-1.5, trans_a=ta, trans_b=tb)
+    assert_close(C, A, B, C0, 0.5, -1.5, ta, tb)
+
+
+def test_large_packed_path(lib):
+    """Big enough for the Goto path (packed panels, K sliced) and for threads."""
+    rng = np.random.default_rng(3)
+    for dtype in DTYPES:
+        for ta, tb in TRANS:
+            M, N, K = 211, 173, 301
+            A = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
+            B = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
+            C0 = rng.standard_normal((M, N)).astype(dtype)
+            C = C0.copy()
+            rt.gemm(A, B, C, alpha=1.25, beta=0.5, trans_a=ta, trans_b=tb)
+            assert_close(C, A, B, C0, 1.25, 0.5, ta, tb)
+
+
+def test_strided_and_transposed_views(lib):
+    rng = np.random.default_rng(4)
+    big = rng.standard_normal((60, 70))
+    for dtype in DTYPES:
+        X = big.astype(dtype)
+        A = X[3:40, 5:30]          # ld > rows, row-major view
+        B = X.T[2:27, 1:20]        # column-major view
+        C = np.zeros((80, 60), dtype=dtype)[7:44, 9:28]   # C itself a view
+        out = rt.gemm(A, B, C)
+        assert out is C
+        assert_close(C, A, B, None, 1.0, 0.0, False, False)
+        # No unit stride anywhere: copies are made, the result is still in C.
+        A2, B2 = X[::2, ::3][:20, :15], X[1::3, ::2][:15, :11]
+        C2 = np.zeros((40, 30), dtype=dtype)[::2, ::2][:20, :11]
+        rt.gemm(A2, B2, C2)
+        assert_close(C2, A2, B2, None, 1.0, 0.0, False, False)
+        # Negative strides.
+        A3, B3 = X[::-1, :][:9, :8], X[:, ::-1][:8, :6]
+        assert_close(rt.gemm(A3, B3), A3, B3, None, 1.0, 0.0, False, False)
+
+
+def test_blas_edge_cases(lib):
+    rng = np.random.default_rng(5)
+    for dtype in DTYPES:
+        A = rng.standard_normal((9, 7)).astype(dtype)
+        B = rng.standard_normal((7, 5)).astype(dtype)
+        # beta == 0 never reads C.
+        C = np.full((9, 5), np.nan, dtype=dtype)
+        rt.gemm(A, B, C, beta=0.0)
+        assert np.all(np.isfinite(C))
+        # alpha == 0 never reads A or B.
+        An, Bn = np.full_like(A, np.nan), np.full_like(B, np.inf)
+        C = np.ones((9, 5), dtype=dtype)
+        rt.gemm(An, Bn, C, alpha=0.0, beta=2.0)
+        assert np.all(C == 2)
+        rt.gemm(An, Bn, C, alpha=0.0, beta=0.0)
+        assert np.all(C == 0)
+        # K == 0 scales C by beta.
+        C = np.full((4, 3), 3.0, dtype=dtype)
+        rt.gemm(np.zeros((4, 0), dtype), np.zeros((0, 3), dtype), C, beta=0.5)
+        assert np.all(C == 1.5)
+        C = np.full((4, 3), np.nan, dtype=dtype)
+        rt.gemm(np.zeros((4, 0), dtype), np.zeros((0, 3), dtype), C, beta=0.0)
+        assert np.all(C == 0)
+        # M or N == 0.
+        assert rt.gemm(np.zeros((0, 4), dtype), np.zeros((4, 3), dtype)).shape == (0, 3)
+        assert rt.gemm(np.zeros((2, 4), dtype), np.zeros((4, 0), dtype)).shape == (2, 0)
+        # NaN and Inf propagate.
+        A2 = A.copy()
+        A2[2, 3] = np.nan
+        out = rt.gemm(A2, B)
+        assert np.all(np.isnan(out[2])) and np.all(np.isfinite(np.delete(out, 2, axis=0)))
+        A2[2, 3] = np.inf
+        B2 = np.abs(B) + 1
+        assert np.all(np.isposinf(rt.gemm(A2, B2)[2]))
+
+
+def test_errors_are_clear(lib):
+    f32, f64 = np.ones((3, 4), np.float32), np.ones((4, 2), np.float64)
+    with pytest.raises(TypeError, match="float32 and B is float64"):
+        rt.gemm(f32, f64)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        rt.gemm(np.ones((3, 4), np.float32), np.ones((5, 2), np.float32))
+    with pytest.raises(ValueError, match="C is 3 x 3"):
+        rt.gemm(np.ones((3, 4)), np.ones((4, 2)), np.ones((3, 3)))
+    with pytest.raises(ValueError, match="2-D"):
+        rt.gemm(np.ones(4), np.ones((4, 2)))
+    with pytest.raises(TypeError, match="not numeric"):
+        rt.gemm(np.array([["a"]]), np.array([["b"]]))
+    with pytest.raises(TypeError, match="C is float32"):
+        rt.gemm(np.ones((3, 4)), np.ones((4, 2)), np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="read-only"):
+        C = np.ones((3, 2))
+        C.flags.writeable = False
+        rt.gemm(np.ones((3, 4)), np.ones((4, 2)), C)
+    with pytest.raises(TypeError, match="unexpected"):
+        rt.gemm(np.ones((3, 4)), np.ones((4, 2)), gamma=1.0)
+    with pytest.raises(ValueError, match="beta"):
+        rt.gemm(np.ones((3, 4)), np.ones((4, 2)), beta=1.0)
+
+
+def test_unsupported_dtype_falls_back_once(lib):
+    api._warned.clear()
+    A, B = np.arange(6).reshape(2, 3), np.arange(12).reshape(3, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out1 = rt.gemm(A, B)
+        out2 = rt.gemm(A, B)
+    assert np.array_equal(out1, A @ B) and np.array_equal(out2, A @ B)
+    assert len([w for w in caught if "numpy computes" in str(w.message)]) == 1
+
+
+def test_no_library_falls_back_to_numpy(built):
+    api.use(None)
+    api._warned.clear()
+    try:
+        rng = np.random.default_rng(6)
+        A, B = rng.standard_normal((5, 4)), rng.standard_normal((3, 4))
+        C = np.full((5, 3), np.nan)
+        with pytest.warns(RuntimeWarning, match="no libautotune"):
+            rt.numpy_gemm(A, B, C, trans_b=True)
+        assert_close(C, A, B, None, 1.0, 0.0, False, True)
+        # alpha == 0 does not read A or B in the fallback either.
+        C = np.ones((5, 3))
+        rt.numpy_gemm(np.full((5, 4), np.nan), np.full((3, 4), np.nan), C, alpha=0.0, beta=3.0,
+                      trans_b=True)
+        assert np.all(C == 3)
+    finally:
+        rt.use_library(built.library)
+
+
+def test_gemm_batch(lib):
+    rng = np.random.default_rng(7)
+    for dtype in DTYPES:
+        A = rng.standard_normal((6, 9, 5)).astype(dtype)
+        B = rng.standard_normal((6, 5, 7)).astype(dtype)
+        out = rt.gemm_batch(A, B)
+        for i in range(6):
+            assert_close(out[i], A[i], B[i], None, 1.0, 0.0, False, False)
+        # Transposed items, a shared 2-D operand, C given and updated in place.
+        At = np.ascontiguousarray(A.transpose(0, 2, 1))
+        W = rng.standard_normal((7, 5)).astype(dtype)
+        C0 = rng.standard_normal((6, 9, 7)).astype(dtype)
+        C = C0.copy()
+        assert rt.gemm_batch(At, W, C, alpha=2.0, beta=-1.0, trans_a=True, trans_b=True) is C
+        for i in range(6):
+            assert_close(C[i], At[i], W, C0[i], 2.0, -1.0, True, True)
+        # Lists of different shapes.
+        As = [rng.standard_normal((m, 3)).astype(dtype) for m in (1, 4, 17)]
+        Bs = [rng.standard_normal((3, n)).astype(dtype) for n in (2, 19, 5)]
+        for a, b, c in zip(As, Bs, rt.gemm_batch(As, Bs)):
+            assert_close(c, a, b, None, 1.0, 0.0, False, False)
+
+
+def _run_plan(runtime, threads, A, B, C, ta, tb):
+    """Execute through an explicit plan made for `threads` threads (ctypes API)."""
+    M, N = C.shape
+    K = A.shape[0] if ta else A.shape[1]
+    code = 0 if A.dtype == np.float32 else 1
+    # Fortran-ordered arrays: column-major problem with tight leading dimensions.
+    plan = runtime.lib.at_plan_create_ex(code, 0, int(ta), int(tb), M, N, K,
+                                         A.shape[0], B.shape[0], M, threads)
+    assert plan
+    info = loader.at_plan_info()
+    runtime.lib.at_plan_get_info(plan, ctypes.byref(info))
+    rc = runtime.lib.at_plan_execute(plan, 1.0, A.ctypes.data, B.ctypes.data, 0.0, C.ctypes.data)
+    runtime.lib.at_plan_destroy(plan)
+    assert rc == 0
+    return info.threads
+
+
+@pytest.mark.parametrize("shape", [(120, 130, 250), (600, 520, 180), (61, 701, 97)])
+def test_bitwise_identical_for_any_thread_count(lib, shape):
+    rng = np.random.default_rng(8)
+    M, N, K = shape
+    for dtype in DTYPES:
+        for ta, tb in ((False, False), (True, True)):
+            A = np.asfortranarray(rng.standard_normal((K, M) if ta else (M, K)).astype(dtype))
+            B = np.asfortranarray(rng.standard_normal((N, K) if tb else (K, N)).astype(dtype))
+            results, used = [], []
+            for threads in (1, 2, 4):
+                C = np.asfortranarray(np.full((M, N), np.nan, dtype=dtype))
+                used.append(_run_plan(lib, threads, A, B, C, ta, tb))
+                results.append(C)
+            assert used[0] == 1 and max(used) > 1
+            for C in results[1:]:
+                assert C.tobytes(order="F") == results[0].tobytes(order="F")
+            assert_close(results[0], A, B, None, 1.0, 0.0, ta, tb)
+
+
+def test_thread_setting_and_gemm_threads(lib):
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((256, 200)).astype(np.float32)
+    B = rng.standard_normal((200, 190)).astype(np.float32)
+    outs = []
+    for n in (1, 2, 3):
+        rt.set_num_threads(n)
+        assert rt.get_num_threads() == n
+        outs.append(rt.gemm(A, B))
+    rt.set_num_threads(0)
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])
+
+
+def test_environment_sets_threads(built):
+    code = (
+        "import autotune.runtime as rt, sys; rt.use_library(sys.argv[1]); "
+        "print(rt.get_num_threads())"
+    )
+    env = dict(os.environ, AUTOTUNE_NUM_THREADS="3")
+    out = subprocess.run([sys.executable, "-c", code, str(built.library)], env=env,
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "3", out.stderr
+
+
+def test_plan_cache_hits(lib):
+    lib.lib.at_plan_cache_clear()
+    A, B = np.ones((13, 11), np.float32), np.ones((11, 9), np.float32)
+    created0, hits0 = rt.cache_stats()
+    for _ in range(5):
+        rt.gemm(A, B)
+    created, hits = rt.cache_stats()
+    assert created - created0 == 1 and hits - hits0 == 4
+
+
+def test_c_program_links_and_reports_bad_arguments(built, tmp_path):
+    libdir = built.library.parent
+    exe = tmp_path / "blas_entry"
+    results = {}
+    for variant, extra in (("default", []), ("own", ["-DOWN_XERBLA"])):
+        subprocess.run(
+            ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", *extra, f"-I{libdir}",
+             str(ROOT / "tests/c/blas_entry.c"), "-o", str(exe), f"-L{libdir}", "-l:libautotune.so",
+             f"-Wl,-rpath,{libdir}", "-lm"],
+            check=True, capture_output=True, text=True, timeout=120,
+        )
+        results[variant] = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    default, own = results["default"], results["own"]
+    assert default.returncode == 0 and "done 0" in default.stdout, default.stdout
+    assert " ** On entry to SGEMM parameter number  8 had an illegal value" in default.stderr
+    assert " ** On entry to SGEMM parameter number  1 had an illegal value" in default.stderr
+    assert "Parameter 14 to routine cblas_sgemm was incorrect" in default.stderr
+    assert own.returncode == 0 and "ok cblas_own_xerbla_param 14" in own.stdout, own.stdout
+    assert "ok cblas_own_xerbla_row_lda 9" in own.stdout
+
+
+def test_table_c_format():
+    spec = KernelSpec("generic", "f32", 4, 3, False, True)
+    text = library.emit_kernel_table_c(
+        [(spec, {16: 10.0, 64: 20.0, 256: 25.0})],
+        {"blk_m": {"f32": 128, "f64": 64}, "blk_n": 512, "blk_k": 256, "pack_flops": 1e6,
+         "thread_flops": 2e6, "provenance": "emulated", "simd_bytes": 16},
+        {"f32": 100.0, "f64": 50.0},
+    )
+    assert f"void {spec.name}(int64_t K, const float *A" in text
+    assert "{16, 64, 256, 0, 0, 0, 0, 0}" in text
+    assert ".provenance = 1" in text and ".blk_m = {128, 64}" in text
+    assert text == library.emit_kernel_table_c(
+        [(spec, {256: 25.0, 16: 10.0, 64: 20.0})],
+        {"blk_m": {"f32": 128, "f64": 64}, "blk_n": 512, "blk_k": 256, "pack_flops": 1e6,
+         "thread_flops": 2e6, "provenance": "emulated", "simd_bytes": 16},
+        {"f32": 100.0, "f64": 50.0},
+    )
+    with pytest.raises(ValueError, match="provenance"):
+        library.emit_kernel_table_c([], {"provenance": "guessed"}, {})
+
+
+def test_build_is_cached(built, tmp_path_factory):
+    again = build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+    assert again.cached and again.hash == built.hash and again.library == built.library
+    assert (built.library.parent / "autotune.h").exists()
+
+
+def test_threads_survive_fork(built):
+    """A child forked after the pool started must not wait for the parent's workers."""
+    code = (
+        "import os, sys, numpy as np, autotune.runtime as rt\n"
+        "rt.use_library(sys.argv[1]); rt.set_num_threads(2)\n"
+        "A = np.ones((300, 300), np.float32); C = rt.gemm(A, A)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0 if np.all(rt.gemm(A, A) == 300) else 1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('child', os.waitstatus_to_exitcode(status), np.all(C == 300))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(built.library)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "child 0 True", out.stderr

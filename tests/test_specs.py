@@ -1,0 +1,179 @@
+"""The register-budget model and the kernel families it admits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune.specs import (
+    DTYPES,
+    NAME_PATTERN,
+    REGISTER_FILES,
+    SUPPORTED_ISAS,
+    TRANSPOSITIONS,
+    KernelSpec,
+    default_family,
+    family,
+    fits,
+    register_budget,
+    register_file,
+    registers_needed,
+    strategy,
+)
+
+FAMILIES = [(isa, dtype, trans) for isa in SUPPORTED_ISAS for dtype in DTYPES for trans in TRANSPOSITIONS]
+
+
+@pytest.mark.parametrize("isa,dtype,trans", FAMILIES)
+def test_every_kernel_fits_its_register_file(isa, dtype, trans):
+    specs = family(isa, dtype, trans)
+    assert specs, "every supported ISA has a family for every dtype and transposition"
+    count = register_file(isa).count
+    for spec in specs:
+        assert fits(spec)
+        assert registers_needed(spec) <= count, spec.name
+        assert (spec.isa, spec.dtype, spec.trans) == (isa, dtype, trans)
+
+
+@pytest.mark.parametrize("isa,dtype,trans", FAMILIES)
+def test_family_is_sorted_unique_and_names_round_trip(isa, dtype, trans):
+    specs = family(isa, dtype, trans)
+    assert specs == sorted(specs)
+    assert len({s.name for s in specs}) == len(specs)
+    for spec in specs:
+        assert NAME_PATTERN.match(spec.name), spec.name
+        assert KernelSpec.from_name(spec.name) == spec
+
+
+@pytest.mark.parametrize("isa,dtype,trans", FAMILIES)
+def test_family_is_maximal_under_the_model(isa, dtype, trans):
+    """Growing the long side of any kernel by one overflows the budget or the cap."""
+    specs = family(isa, dtype, trans)
+    shapes = {(s.mr, s.nr) for s in specs}
+    w = register_file(isa).lanes(dtype)
+    for s in specs:
+        grow_n = s.trans != "tt" and register_file(isa).vector
+        grown = KernelSpec(s.isa, s.dtype, s.mr, s.nr + 1, s.trans_a, s.trans_b, "", s.unroll) if grow_n else \
+            KernelSpec(s.isa, s.dtype, s.mr + 1, s.nr, s.trans_a, s.trans_b, "", s.unroll)
+        if (grown.mr, grown.nr) in shapes:
+            continue
+        side = max(grown.mr, grown.nr) if strategy(s) in ("dot", "scalar") else (grown.nr if grow_n else grown.mr)
+        assert not fits(grown) or side > 16 or (strategy(s) == "dot" and max(s.mr, s.nr) >= 16), (s.name, w)
+
+
+def test_budget_counts_accumulators_and_operands():
+    # 16x6 fp32 NN on AVX-512: one vector along M, 6 accumulators, two sets to
+    # reach 8 FMA chains, double-buffered A column and broadcast.
+    b = register_budget(KernelSpec("avx512", "f32", 16, 6, unroll=4))
+    assert (b.accumulators, b.a, b.b, b.sets) == (6, 2, 2, 2)
+    assert b.total == 16
+    # 48x8: three vectors along M, 24 accumulators: the largest such block.
+    b = register_budget(KernelSpec("avx512", "f32", 48, 8, unroll=4))
+    assert (b.accumulators, b.a, b.b, b.sets, b.total) == (24, 6, 2, 1, 32)
+    assert not fits(KernelSpec("avx512", "f32", 48, 9, unroll=4))
+    # TT mirrors NN; TN counts one register per C element.
+    tt = register_budget(KernelSpec("avx512", "f32", 8, 48, True, True, unroll=4))
+    assert (tt.accumulators, tt.a, tt.b) == (24, 2, 6)
+    tn = register_budget(KernelSpec("avx512", "f64", 4, 6, True, False, unroll=2))
+    assert (tn.accumulators, tn.a, tn.b) == (24, 4, 2)
+    # AVX2 has half the registers and half the lanes.
+    assert fits(KernelSpec("avx2", "f32", 8, 12, unroll=4))
+    assert not fits(KernelSpec("avx2", "f32", 16, 7, unroll=4))
+    # No model, no fit: unknown ISAs and packed variants are not families here.
+    assert not fits(KernelSpec("neon", "f32", 8, 4))
+    assert not fits(KernelSpec("avx512", "f32", 16, 6, variant="p16"))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("trans", TRANSPOSITIONS)
+def test_avx512_has_dozens_of_kernels(dtype, trans):
+    assert len(family("avx512", dtype, trans)) >= 48
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_tails_cover_every_size_up_to_the_vector(isa, dtype):
+    w = register_file(isa).lanes(dtype)
+    nn = {s.mr for s in family(isa, dtype, "nn")}
+    nt = {s.mr for s in family(isa, dtype, "nt")}
+    tt = {s.nr for s in family(isa, dtype, "tt")}
+    for sizes in (nn, nt, tt):
+        assert set(range(1, w + 1)) <= sizes
+    # Whole vectors and half-vector steps beyond one vector, as far as the budget allows.
+    assert {w, 2 * w, 3 * w} <= nn
+    assert 3 * w // 2 in nn
+
+
+def test_avx512_fp32_nn_offers_the_fast_blocks():
+    shapes = {(s.mr, s.nr) for s in family("avx512", "f32", "nn")}
+    for mr, nr in [(16, 6), (16, 12), (32, 6), (32, 12), (48, 6), (48, 8)]:
+        assert (mr, nr) in shapes
+
+
+def test_unroll_is_a_parameter_and_defaults_to_the_model():
+    assert {s.unroll for s in family("avx512", "f32", "nn", unroll=3)} == {3}
+    defaults = {s.unroll for s in family("avx512", "f32", "nn")}
+    assert defaults <= {4, 8}
+    # Small blocks unroll deeper: they need the extra accumulator sets.
+    small = [s for s in family("avx512", "f32", "nn") if s.mr <= 16 and s.nr == 1]
+    assert all(register_budget(s).sets > 1 for s in small)
+
+
+@pytest.mark.parametrize("isa", SUPPORTED_ISAS)
+def test_quick_is_a_useful_subset(isa):
+    full = default_family([isa])
+    quick = default_family([isa], quick=True)
+    assert set(quick) < set(full)
+    assert quick == sorted(quick)
+    for dtype in DTYPES:
+        for trans in TRANSPOSITIONS:
+            q = {(s.mr, s.nr) for s in quick if s.dtype == dtype and s.trans == trans}
+            f = {(s.mr, s.nr) for s in full if s.dtype == dtype and s.trans == trans}
+            # The small tails a tiler needs are all there.
+            assert {(m, n) for m in range(1, 5) for n in range(1, 5)} & f <= q
+            # And the largest blocks.
+            biggest = max(m * n for m, n in f)
+            assert any(m * n == biggest for m, n in q)
+
+
+def test_quick_avx512_is_a_tenth_to_a_fifth():
+    ratio = len(default_family(["avx512"], quick=True)) / len(default_family(["avx512"]))
+    assert 0.08 <= ratio <= 0.22
+
+
+def test_quick_keeps_whole_vector_blocks():
+    quick = default_family(["avx512"], dtypes=["f32"], transes=["nn"], quick=True)
+    mrs = {s.mr for s in quick}
+    assert {1, 2, 3, 4, 16, 32, 48, 64} <= mrs
+
+
+def test_default_family_skips_isas_without_a_model_and_keeps_order():
+    assert default_family(["neon"]) == []
+    both = default_family(["avx2", "avx512"], dtypes=["f64"], transes=["NT"])
+    assert both == sorted(both)
+    assert {s.isa for s in both} == {"avx2", "avx512"}
+    assert {s.trans for s in both} == {"nt"}
+
+
+def test_register_files():
+    assert REGISTER_FILES["avx512"].count == 32 and REGISTER_FILES["avx512"].lanes("f32") == 16
+    assert REGISTER_FILES["avx512"].lanes("f64") == 8
+    assert REGISTER_FILES["avx2"].count == 16 and REGISTER_FILES["avx2"].lanes("f64") == 4
+    assert REGISTER_FILES["generic"].lanes("f32") == 1
+    with pytest.raises(ValueError):
+        family("neon", "f32", "nn")
+    with pytest.raises(ValueError):
+        family("avx512", "f16", "nn")
+    with pytest.raises(ValueError):
+        family("avx512", "f32", "xn")
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_strategies_follow_contiguity(isa):
+    assert strategy(KernelSpec(isa, "f32", 8, 4)) == "bcast_b"
+    assert strategy(KernelSpec(isa, "f32", 8, 4, False, True)) == "bcast_b"
+    assert strategy(KernelSpec(isa, "f32", 4, 8, True, True)) == "bcast_a"
+    assert strategy(KernelSpec(isa, "f32", 4, 4, True, False)) == "dot"
+    assert strategy(KernelSpec("generic", "f32", 4, 2, True, False)) == "scalar"
+    assert math.isfinite(registers_needed(KernelSpec(isa, "f64", 1, 1)))
