@@ -14,7 +14,8 @@ from rich.table import Table
 
 from . import __version__
 from .home import HomeError, home
-from .install import InstallError, InstallOptions, install
+from .install import InstallError, InstallOptions, install, library_dir
+from .plans import PlanError
 from .host import describe, detect
 from .table import TableError, TunedTable, kernel_score, load, table_path
 from .toolchain import KNOWN_ISAS, ToolchainError
@@ -66,6 +67,35 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--paths", action="store_true", help="print where autotune keeps its files")
     show.add_argument("--limit", type=int, default=12, metavar="N",
                       help="fastest kernels listed per data type (default 12)")
+    show.add_argument("--heatmap", action="store_true",
+                      help="draw each family's kernel speed over mr x nr as a heatmap")
+
+    plan = commands.add_parser(
+        "plan", help="show the kernel executing plan the tiler makes for one GEMM shape",
+        description="Ask the installed library's input-aware tiler for the plan of C = op(A) op(B) "
+                    "with C of M x N and depth K: its steps (which kernel covers which block of C), "
+                    "the predicted time and memory operations, and a drawing of the tiling of C.")
+    plan.add_argument("M", type=int)
+    plan.add_argument("N", type=int)
+    plan.add_argument("K", type=int)
+    plan.add_argument("--dtype", choices=("f32", "f64"), default="f32")
+    plan.add_argument("--trans", default="nn", type=str.lower, choices=("nn", "nt", "tn", "tt"),
+                      help="transpositions of A and B, BLAS style (default nn)")
+    plan.add_argument("--layout", choices=("col", "row"), default="col",
+                      help="storage order of the matrices (default col, as BLAS)")
+    plan.add_argument("--threads", type=int, default=0, help="threads to plan for (default: the library's)")
+    plan.add_argument("--steps", type=int, default=40, metavar="N",
+                      help="list at most N steps (default 40; the drawing shows them all)")
+
+    report = commands.add_parser(
+        "report", help="write the HTML tuning report (one self-contained offline file)",
+        description="Write one self-contained HTML page showing what was tuned: host and peak, "
+                    "heatmaps of kernel speed over mr x nr, GFLOPS against K, the selection, "
+                    "rejected kernels, and the tuning history and plans once they exist.")
+    report.add_argument("--target", default="host", help=TARGET_HELP)
+    report.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                        help="where to write it (default: $AUTOTUNE_HOME/reports/<target>.html)")
+    report.add_argument("--open", action="store_true", help="open it in a web browser")
 
     clean = commands.add_parser("clean", help="delete the build cache (tables are kept unless --all)",
                                 description="Delete the build cache and journals under $AUTOTUNE_HOME.")
@@ -82,9 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_install(args, err)
         if args.command == "show":
             return cmd_show(args, out)
+        if args.command == "plan":
+            return cmd_plan(args, out)
+        if args.command == "report":
+            from .reports import report_command  # matplotlib only when drawing
+
+            out.print(f"wrote {report_command(args.target, args.output, args.open)}", soft_wrap=True)
+            return 0
         if args.command == "clean":
             return cmd_clean(args, out)
-    except (ToolchainError, TableError, HomeError, InstallError) as exc:
+    except (ToolchainError, TableError, HomeError, InstallError, PlanError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         return 2
     except KeyboardInterrupt:
@@ -116,7 +153,8 @@ def cmd_show(args: argparse.Namespace, out: Console) -> int:
             "home": root,
             "table": table_path(args.target, root),
             "build cache": root / "build",
-            "library": root / "lib" / args.target,
+            "library": library_dir(args.target, root) / "libautotune.so",
+            "header": library_dir(args.target, root) / "autotune.h",
         }
         if args.json:
             print(json.dumps({k: str(v) for k, v in rows.items()}, indent=1))
@@ -143,6 +181,12 @@ def cmd_show(args: argparse.Namespace, out: Console) -> int:
         print(json.dumps(table.summary_dict(), indent=1))
         return 0
     print_table(table, out, show_all=args.all, limit=args.limit)
+    if args.heatmap:
+        from .reports import terminal_heatmap
+        from .reports.data import families
+
+        for isa, dtype, trans in families(table):
+            out.print(terminal_heatmap(table, dtype, trans, isa))
     return 0
 
 
@@ -190,6 +234,24 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
     if table.rejected:
         out.print(f"[yellow]{len(table.rejected)} rejected[/], e.g. {table.rejected[0].name}: "
                   f"{table.rejected[0].reason}", soft_wrap=True)
+
+
+def cmd_plan(args: argparse.Namespace, out: Console) -> int:
+    from .plans import draw, explain, plan
+
+    made = plan(args.M, args.N, args.K, args.dtype, args.trans, layout=args.layout, threads=args.threads)
+    out.print(explain(made), highlight=False)
+    steps = Table(title=f"steps ({min(args.steps, len(made.steps))} of {len(made.steps)})",
+                  title_justify="left")
+    for column in ("kernel", "i0", "j0", "mb", "nb", "pack", "thread"):
+        steps.add_column(column, justify="left" if column == "kernel" else "right")
+    for step in made.steps[:args.steps]:
+        pack = "+".join(side for side, on in (("A", step.pack_a), ("B", step.pack_b)) if on) or "-"
+        steps.add_row(step.kernel, str(step.i0), str(step.j0), str(step.mb), str(step.nb), pack,
+                      str(step.thread))
+    out.print(steps)
+    out.print(draw(made), highlight=False)
+    return 0
 
 
 def cmd_clean(args: argparse.Namespace, out: Console) -> int:

@@ -29,6 +29,7 @@ from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import KernelSpec
 from .table import KernelRecord, TunedTable
+from .runtime.library import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
 from .toolchain import Target, native_isas, target_for
 
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
@@ -59,6 +60,7 @@ class InstallResult:
     measured: int  # kernels timed in this run (the rest came from the journal)
     seconds: float
     notes: tuple[str, ...] = field(default_factory=tuple)
+    library: Path | None = None  # libautotune built from this table
 
 
 class InstallError(RuntimeError):
@@ -183,6 +185,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     peaks: dict[str, dict[str, float]] = {}
     compiled = measured = 0
     notes: list[str] = []
+    all_objects: dict[str, build.ObjectResult] = {}
 
     show = console.is_terminal or os.environ.get("AUTOTUNE_PROGRESS") == "1"
     with (make_progress(console) if show else nullcontext()) as progress:
@@ -208,6 +211,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
                 notes.append(f"{isa}: no kernel compiled")
                 continue
             objects = {s.name: built.objects[s.name] for s in ok_specs}
+            all_objects.update(objects)
             harness = build.build_harness(target, [objects[s.name] for s in ok_specs], home=root)
 
             # Validate before timing: a kernel that computes wrong numbers is never measured.
@@ -264,6 +268,8 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
                 records[spec.name] = _measured_record(spec, objects[spec.name].hash, frame)
 
     ordered = tuple(records[s.name] for s in kernel_specs if s.name in records)
+    selection = table.select_kernels(ordered)
+    chosen = [records[name] for name in selection]
     stored = TunedTable(
         target=options.target,
         host=host,
@@ -271,11 +277,48 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
         peak_gflops=_best_peak(peaks),
         kernels=ordered,
         measurements=pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.MEASUREMENT_COLUMNS),
-        selection=table.select_kernels(ordered),
+        selection=selection,
+        params=default_params(host, main_kernels(chosen), provenance=provenance),
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks},
     )
+    # The library first, the table last: a failed or interrupted link leaves the
+    # previous library and table in place, and a stored table always has its library.
+    # An emulated target's library cannot run here; building it is the Arm runtime's part.
+    native = not any(t.emulated for t in targets.values())
+    library = build_library(stored, targets, all_objects, root) if chosen and native else None
     path = table.save(stored, root)
-    return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes))
+    return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes),
+                         library.library if library else None)
+
+
+def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:
+    """Per dtype, the (mr, nr) of the fastest NN kernel: the packed path's workhorse,
+    whose shape sets the cache blocking."""
+    best: dict[str, KernelRecord] = {}
+    for record in chosen:
+        if record.spec.trans == "nn" and (record.spec.dtype not in best
+                                          or table.kernel_score(record) > table.kernel_score(best[record.spec.dtype])):
+            best[record.spec.dtype] = record
+    return {dtype: (r.spec.mr, r.spec.nr) for dtype, r in best.items()}
+
+
+def library_dir(target: str, home: Path | None = None) -> Path:
+    return (home or default_home()) / "lib" / target
+
+
+def build_library(stored: TunedTable, targets: Mapping[str, Target],
+                  objects: Mapping[str, build.ObjectResult], root: Path) -> LibraryBuild:
+    """libautotune for this table: the runtime C, the selected kernels, the table as C.
+
+    The runtime's own C is compiled with the baseline flags of the target family
+    (every x86 target shares them), never with a kernel ISA's.
+    """
+    chosen = stored.selected()
+    table_c = emit_kernel_table_c([(r.spec, dict(r.gflops_by_k)) for r in chosen], stored.params,
+                                  stored.peak_gflops)
+    kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
+    runtime_target = next(iter(targets.values()))
+    return build_runtime(runtime_target, kernel_objects, table_c, library_dir(stored.target, root))
 
 
 def _measured_record(spec: KernelSpec, object_hash: str, frame: pd.DataFrame) -> KernelRecord:

@@ -345,7 +345,7 @@ def _quick(isa: str, dtype: str, trans: str, specs: list[KernelSpec]) -> list[Ke
     else:
         for m, n in shapes:
             maximal = (m + 1, n) not in shapes and (m, n + 1) not in shapes
-            if (m in small and n in small) or maximal and min(m, n) > 1:
+            if (m in small and n in small) or (maximal and min(m, n) > 1):
                 keep.add((m, n))
     # The largest blocks (most FMAs per operand load) whatever their shape.
     biggest = max(m * n for m, n in shapes)

@@ -45,8 +45,11 @@ def generator_module(isa: str):
         if exc.name != name:
             raise
         raise ValueError(f"no kernel generator for ISA {isa!r} (no module {name})") from None
-    if not callable(getattr(module, "generate", None)):
-        raise ValueError(f"module {name} has no generate(spec) function")
+    gen = getattr(module, "generate", None)
+    # A helper module (bench, _x86) may import this package's generate; only a
+    # module defining its own is a generator, else dispatch would recurse.
+    if not callable(gen) or getattr(gen, "__module__", None) != name:
+        raise ValueError(f"no kernel generator for ISA {isa!r} ({name} defines no generate(spec))")
     return module
 
 
