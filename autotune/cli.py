@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rebuild and re-measure everything, ignoring caches")
     install.add_argument("--jobs", type=int, default=None, metavar="N",
                          help="parallel compiler processes (default: the number of cores)")
+    install.add_argument("--svl", type=int, choices=(128, 256, 512), default=None, metavar="BITS",
+                         help="SME2 streaming vector length to specialise kernels to: 128, 256 or "
+                              "512 (default: the CPU's; 512 when cross-building)")
     install.add_argument("--only", action="append", default=[], metavar="PATTERN",
                          help="tune only the kernels whose names match this shell pattern, "
                               "e.g. 'at_sgemm_avx512_nn_*' (repeatable)")
@@ -133,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cmd_install(args: argparse.Namespace, err: Console) -> int:
     result = install(InstallOptions(target=args.target, quick=args.quick, force=args.force,
-                                    jobs=args.jobs, only=tuple(args.only)), console=err)
+                                    jobs=args.jobs, only=tuple(args.only),
+                                    svl_bits=args.svl), console=err)
     table = result.table
     err.print(
         f"[green]stored[/] {result.path}: {len(table.validated)} kernels validated, "
@@ -219,10 +223,11 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
         if not shown:
             continue
         peak = table.peak_gflops.get(dtype)
-        listing = Table(title=f"{dtype}: {'all' if show_all else 'fastest'} kernels "
+        ranking = "highest modelled FLOPs per load" if table.provenance == "emulated" else "fastest"
+        listing = Table(title=f"{dtype}: {'all' if show_all else ranking} kernels "
                               f"({len(shown)} of {len(records)})", title_justify="left")
         listing.add_column("kernel", overflow="fold")
-        listing.add_column("mean", justify="right")
+        listing.add_column("model" if table.provenance == "emulated" else "mean", justify="right")
         listing.add_column("best", justify="right")
         listing.add_column("% peak", justify="right")
         for record in shown:

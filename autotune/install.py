@@ -49,6 +49,7 @@ class InstallOptions:
     force: bool = False
     jobs: int | None = None
     home: Path | None = None
+    svl_bits: int | None = None  # SME2 streaming vector length (default: the host's, else 512)
     only: tuple[str, ...] = ()  # shell patterns on kernel names; empty means the whole family
 
 
@@ -69,16 +70,30 @@ class InstallError(RuntimeError):
 
 # -- targets ------------------------------------------------------------------------
 
-def resolve_targets(target: str, host: HostInfo) -> tuple[str, dict[str, Target]]:
+def resolve_targets(target: str, host: HostInfo, svl_bits: int | None = None) -> tuple[str, dict[str, Target]]:
     """Map the CLI's target name to (provenance, {isa: Target}).
 
     ``host`` means every family this CPU runs natively; an ISA name means that family
     alone, natively if the host has it, else cross-built and emulated.
     """
     isas = native_isas(host) if target == "host" else (target,)
-    targets = {isa: target_for(isa, host) for isa in isas}
+    targets = {isa: target_for(isa, host, svl_bits) for isa in isas}
     emulated = any(t.emulated for t in targets.values())
     return ("emulated" if emulated else "measured"), targets
+
+
+def emulated_host(targets: Mapping[str, Target], host: HostInfo) -> HostInfo:
+    """The CPU an emulated table describes: the emulator's, never this host.
+
+    Its fingerprint keys the table apart from any native aarch64 table, so an
+    emulated table is never taken for one measured on real hardware.
+    """
+    target = next(iter(targets.values()))
+    features = {"neon": ("asimd", "fp"), "sme2": ("asimd", "fp", "sme", "sme2", "sve", "sve2")}
+    names = sorted({f for isa in targets for f in features.get(isa, ())})
+    cpu = f"QEMU {' '.join(target.runner[1:])} (emulated on {host.cpu})"
+    return HostInfo(arch=target.arch, os="linux", cpu=cpu, features=tuple(names),
+                    svl_bits=target.svl_bits, caches=(), cores=host.cores, compiler=target.compiler_id)
 
 
 # -- the journal -------------------------------------------------------------------
@@ -171,13 +186,15 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     console = console or Console(stderr=True)
     root = ensure_writable(options.home or default_home())
     host = host or detect()
-    provenance, targets = resolve_targets(options.target, host)
+    provenance, targets = resolve_targets(options.target, host, options.svl_bits)
+    svl_bits = max((t.svl_bits for t in targets.values()), default=0)
     mode = "quick" if options.quick else "default"
     settings = MEASURE_SETTINGS[mode]
     skey = settings_key(settings)
     journal = Journal(root / "journal" / f"{options.target}-{host.fingerprint}.jsonl", fresh=options.force)
 
-    kernel_specs = select_specs(specs.default_family(targets, quick=options.quick), options.only)
+    kernel_specs = select_specs(specs.default_family(targets, quick=options.quick, svl_bits=svl_bits or 512),
+                                options.only)
     if not kernel_specs:
         raise InstallError(f"no kernel of {', '.join(targets)} matches {' '.join(options.only)}")
     records: dict[str, KernelRecord] = {}
@@ -198,7 +215,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
             if not isa_specs:
                 continue
             task = progress.add_task(f"compile {isa}", total=len(isa_specs)) if progress else None
-            sources = [codegen.generate(spec) for spec in isa_specs]
+            sources = [codegen.generate(spec, svl_bits=target.svl_bits) for spec in isa_specs]
             built = build.build_kernels(target, sources, jobs=options.jobs, force=options.force,
                                         home=root, progress=_advance(progress, task))
             compiled += sum(1 for o in built.objects.values() if not o.cached)
@@ -227,11 +244,12 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
                                                               "reason": results[n].reason} for n in names})
 
             harness_key = harness.name
-            if (isa, harness_key) not in journal.peaks:
+            if not target.emulated and (isa, harness_key) not in journal.peaks:
                 peak = measure.peak(harness, target)
                 journal.append([{"kind": "peak", "isa": isa, "harness": harness_key, "gflops": peak}])
                 journal.peaks[(isa, harness_key)] = peak
-            peaks[isa] = journal.peaks[(isa, harness_key)]
+            if not target.emulated:
+                peaks[isa] = journal.peaks[(isa, harness_key)]
 
             valid = [s for s in ok_specs if journal.validations[objects[s.name].hash]["status"] == "validated"]
             for spec in ok_specs:
@@ -242,7 +260,8 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
             # Timings under emulation mean nothing: emulated kernels are validated, not timed.
             if target.emulated:
                 for spec in valid:
-                    records[spec.name] = KernelRecord(spec, "validated", object_hash=objects[spec.name].hash)
+                    records[spec.name] = KernelRecord(spec, "validated", object_hash=objects[spec.name].hash,
+                                                      model_score=round(specs.model_score(spec, svl_bits or 512), 3))
                 continue
             todo = [s.name for s in valid if (objects[s.name].hash, skey) not in journal.benches]
             task = progress.add_task(f"measure {isa}", total=len(valid)) if progress else None
@@ -272,14 +291,15 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     chosen = [records[name] for name in selection]
     stored = TunedTable(
         target=options.target,
-        host=host,
+        host=emulated_host(targets, host) if provenance == "emulated" else host,
         provenance=provenance,
         peak_gflops=_best_peak(peaks),
         kernels=ordered,
         measurements=pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.MEASUREMENT_COLUMNS),
         selection=selection,
         params=default_params(host, main_kernels(chosen), provenance=provenance),
-        settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks},
+        settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
+                  **({"svl_bits": svl_bits} if svl_bits else {})},
     )
     # The library first, the table last: a failed or interrupted link leaves the
     # previous library and table in place, and a stored table always has its library.

@@ -46,6 +46,7 @@ class KernelRecord:
     object_hash: str = ""
     best_gflops: float | None = None  # best over the measurement grid
     gflops_by_k: tuple[tuple[int, float], ...] = ()  # median GFLOPS at each K, tight leading dims
+    model_score: float = 0.0  # analytic FLOPs per load (specs.model_score): the rank without timings
 
     @property
     def name(self) -> str:
@@ -70,6 +71,7 @@ class KernelRecord:
             "object_hash": self.object_hash,
             "best_gflops": self.best_gflops,
             "gflops_by_k": {str(k): v for k, v in self.gflops_by_k},
+            "model_score": self.model_score,
         }
 
     @classmethod
@@ -82,6 +84,7 @@ class KernelRecord:
             object_hash=data.get("object_hash", ""),
             best_gflops=data.get("best_gflops"),
             gflops_by_k=tuple(sorted((int(k), float(v)) for k, v in data.get("gflops_by_k", {}).items())),
+            model_score=float(data.get("model_score", 0.0)),
         )
 
 
@@ -244,9 +247,12 @@ def load(target: str = "host", home: Path | None = None, host: HostInfo | None =
 # -- selection ----------------------------------------------------------------------
 
 def kernel_score(record: KernelRecord) -> float:
-    """Mean median-GFLOPS over the K grid: a kernel fast only at one depth should not win."""
+    """Mean median-GFLOPS over the K grid: a kernel fast only at one depth should not win.
+
+    Without timings (an emulated table) the analytic model's score ranks instead.
+    """
     if not record.gflops_by_k:
-        return 0.0
+        return record.model_score
     return sum(g for _, g in record.gflops_by_k) / len(record.gflops_by_k)
 
 

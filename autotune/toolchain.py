@@ -33,6 +33,7 @@ class Target:
     runner: tuple[str, ...] = ()  # argv prefix that runs a built program
     emulated: bool = False
     arch: str = "x86_64"
+    svl_bits: int = 0  # the streaming vector length SME2 kernels are specialised to
 
     @property
     def compiler_id(self) -> str:
@@ -96,8 +97,11 @@ def native_isas(host: HostInfo) -> tuple[str, ...]:
     return ("generic",)
 
 
-def target_for(isa: str, host: HostInfo) -> Target:
-    """The Target that builds and runs ``isa`` kernels from this host."""
+def target_for(isa: str, host: HostInfo, svl_bits: int | None = None) -> Target:
+    """The Target that builds and runs ``isa`` kernels from this host.
+
+    ``svl_bits`` picks the SME2 streaming vector length (default: the host's, else 512).
+    """
     if isa not in KNOWN_ISAS:
         raise ToolchainError(f"unknown target {isa!r}; known targets: {', '.join(KNOWN_ISAS)}")
     if isa in X86_ISAS and (host.arch == "x86_64" or isa == "generic"):
@@ -110,7 +114,7 @@ def target_for(isa: str, host: HostInfo) -> Target:
         return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch=host.arch)
     if isa in X86_ISAS:
         raise ToolchainError(f"{isa} kernels need an x86-64 host; this one is {host.arch}")
-    return arm_target(isa, host)
+    return arm_target(isa, host, svl_bits or host.svl_bits or 512)
 
 
 def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
@@ -131,7 +135,8 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
             raise ToolchainError(
                 f"this CPU's streaming vector length is {host.svl_bits} bits, not {svl_bits}"
             )
-        return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch="aarch64")
+        return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch="aarch64",
+                      svl_bits=svl_bits if isa == "sme2" else 0)
     if host.arch != "x86_64":
         raise ToolchainError(f"cannot build {isa} kernels on a {host.arch} host")
     cc = _cross_clang()
@@ -146,6 +151,7 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
         runner=(str(qemu), "-cpu", cpu),
         emulated=True,
         arch="aarch64",
+        svl_bits=svl_bits if isa == "sme2" else 0,
     )
 
 

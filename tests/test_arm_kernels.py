@@ -271,12 +271,18 @@ def test_sme2_kernels_specialised_to_other_svls(svl, tmp_path):
 
 @pytest.mark.arm
 def test_driver_catches_broken_kernels(neon_target, sme2_target, tmp_path):
-    # A NEON kernel that forgets beta, and an SME2 kernel built for another SVL.
+    # A NEON kernel that forgets beta.
     spec = KernelSpec("neon", "f32", 8, 4, unroll=2)
     run, results = check(neon_target, [spec], tmp_path / "neon",
                          edit=lambda s, text: text.replace(", beta)", ", 0.0f)"))
     assert results[spec.name]["ok"] is False and run.returncode != 0
-    wrong_svl = KernelSpec("sme2", "f32", 16, 16, False, True, "", 2)  # 2x2 tiles at SVL 256
+    # An SME2 kernel that forgets to restore d8 (smstart zeroed it).
+    spec = KernelSpec("sme2", "f32", 16, 16, False, True, "", 2)
+    run, results = check(sme2_target, [spec], tmp_path / "abi",
+                         edit=lambda s, text: text.replace("    ldp d8, d9, [sp, #16]\n", ""))
+    assert results[spec.name]["ok"] is False and "callee-saved" in results[spec.name]["case"]
+    # An SME2 kernel built for SVL 256 (2x2 tiles) run at 512: it reads past its operands.
+    wrong_svl = KernelSpec("sme2", "f32", 16, 16, False, True, "", 2)
     run, results = check(sme2_target, [wrong_svl], tmp_path / "sme2", svl_bits=256)
     assert run.returncode != 0 and not results.get(wrong_svl.name, {}).get("ok", False)
 

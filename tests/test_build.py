@@ -197,3 +197,14 @@ def test_force_recompiles_what_the_cache_holds(home, target, monkeypatch):
     calls = _count_compiler_runs(monkeypatch)
     again = build.build_kernels(target, sources, force=True)
     assert len(calls) == 1 and not any(o.cached for o in again.objects.values())
+
+
+def test_a_compile_error_is_cached_until_forced(home, target, monkeypatch):
+    spec = KernelSpec(target.isa, "f32", 2, 2, variant="broken")
+    broken = tk.KernelSource(spec, f"void {spec.name}(void) {{ this is not C; }}\n")
+    first = build.build_kernels(target, [broken])
+    calls = _count_compiler_runs(monkeypatch)
+    again = build.build_kernels(target, [broken])
+    assert calls == [] and again.failures == first.failures
+    build.build_kernels(target, [broken], force=True)
+    assert len(calls) == 1

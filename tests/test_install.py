@@ -119,3 +119,28 @@ def test_cli_install_then_show_json(tmp_path, monkeypatch, capsys):
     assert kernel["status"] == "validated" and kernel["best_gflops"] > 0
     assert (kernel["isa"], kernel["dtype"], kernel["mr"], kernel["nr"], kernel["trans"]) == \
         ("avx512", "f32", 16, 2, "nn")
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("target, patterns", [
+    # Packed (pb, pa, papb), in-place and hybrid SME2 kernels, both dtypes.
+    ("sme2", ("at_sgemm_sme2_*_32x32_*", "at_sgemm_sme2_nn_17x16_pbh_*", "at_dgemm_sme2_tn_8x8_*")),
+    ("neon", ("at_sgemm_neon_*_8x[1-3]_*", "at_dgemm_neon_tn_2x2_*", "at_dgemm_neon_tt_1x1_*")),
+])
+def test_arm_install_validates_under_emulation_and_stores_an_emulated_table(tmp_path, capsys, monkeypatch,
+                                                                          target, patterns):
+    from autotune.cli import main
+
+    result = install(InstallOptions(target=target, home=tmp_path, only=patterns))
+    table = result.table
+    assert table.provenance == "emulated" and table.host.arch == "aarch64"
+    assert table.validated and not table.rejected, [k.reason for k in table.rejected]
+    assert all(k.model_score > 0 and not k.gflops_by_k for k in table.kernels)  # ranked, never timed
+    assert table.measurements.empty and not table.peak_gflops
+    assert result.library is None  # an emulated library is never built to run here
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
+    assert main(["show", "--target", target, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["provenance"] == "emulated" and data["host"]["svl_bits"] == (512 if target == "sme2" else 0)
+    assert {k["status"] for k in data["kernels"]} == {"validated"}

@@ -8,6 +8,7 @@ for a new ISA plugs in without editing a table here.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 
 from ..specs import KernelSpec
@@ -53,6 +54,28 @@ def generator_module(isa: str):
     return module
 
 
-def generate(spec: KernelSpec) -> GeneratedSource:
-    """Generate the source of one kernel with its ISA's generator."""
-    return generator_module(spec.isa).generate(spec)
+def generate(spec: KernelSpec, svl_bits: int = 0) -> GeneratedSource:
+    """Generate the source of one kernel with its ISA's generator.
+
+    ``svl_bits`` is the SME2 streaming vector length the kernel is specialised to;
+    generators of fixed-width ISAs take no such argument.
+    """
+    module = generator_module(spec.isa)
+    if svl_bits and "svl_bits" in inspect.signature(module.generate).parameters:
+        return module.generate(spec, svl_bits=svl_bits)
+    return module.generate(spec)
+
+
+def operand_panels(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
+    """Leading dimensions of the packed panels the kernel reads for A and B (0: in place).
+
+    A packed A panel holds op(A)[i, p] at ``i + p*ld``; a packed B panel holds
+    op(B)[p, j] at ``j + p*ld``; both are zero beyond the block. Only generators
+    whose kernels read packed formats define ``kernel_format``.
+    """
+    module = generator_module(spec.isa)
+    describe = getattr(module, "kernel_format", None)
+    if describe is None:
+        return 0, 0
+    fmt = describe(spec, svl_bits) if svl_bits else describe(spec)
+    return (fmt.a.panel_ld if fmt.a.packed else 0, fmt.b.panel_ld if fmt.b.packed else 0)

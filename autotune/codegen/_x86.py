@@ -443,3 +443,4 @@ def _emit_dot(out: _Writer, spec: KernelSpec, voc: Vocabulary, sets: int) -> Non
             c = f"C[{i} + {j} * ldc]"
             out(f"{c} = alpha * {voc.hsum(acc(0, i, j))} + beta * {c};")
     out.close()
+

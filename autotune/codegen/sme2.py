@@ -26,6 +26,10 @@ tt     ``pa``    A a packed panel (lda = panel stride), B in place
 tn     ``papb``  both packed
 =====  ========  ==========================================================
 
+Hybrid forms (variant suffix ``h``, KirbyMM's SME + SVE edge routine): a block of
+``a*VL + mr2`` rows keeps ``a*VL`` rows on ZA and computes the last ``mr2`` (1..4)
+with SVE ``fmla``, sharing the op(B) vectors the outer products load.
+
 Why assembly and not ACLE intrinsics: ``__arm_new("za")`` makes clang call
 ``__arm_tpidr2_save``, which Debian 12's aarch64 runtime lacks; a kernel written
 with explicit ``smstart``/``smstop`` commits a caller's lazy ZA save itself (a

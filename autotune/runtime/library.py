@@ -23,7 +23,8 @@ from typing import Mapping, Sequence
 
 from ..home import kernels_src
 from ..host import HostInfo
-from ..specs import DTYPE_BYTES, DTYPE_CTYPE, KernelSpec
+from ..models import analytic_params
+from ..specs import DTYPE_CTYPE, KernelSpec
 from ..toolchain import Target
 
 #: The runtime's translation units, in kernels_src/runtime/.
@@ -57,46 +58,18 @@ def default_params(
     main_kernel: Mapping[str, tuple[int, int]] | None = None,
     provenance: str = "measured",
 ) -> dict:
-    """Planner parameters before tuning: Goto blocks from cache geometry (KirbyMM).
+    """Planner parameters before tuning: the analytic models of :mod:`autotune.models`.
 
     ``main_kernel`` maps a dtype to the ``(mr, nr)`` of the kernel the packed path
-    will mostly run.  blk_k keeps one B micro-panel (blk_k x nr) and two A
-    micro-panels (mr x blk_k) in all but one way of L1; blk_m keeps an A block in
-    half of L2 (the other half streams B and C); blk_n keeps a B panel in a
-    quarter of the L3 slice; both are capped so that blocks, the unit of the
-    thread split, stay numerous.  Missing cache data gives the sizes of a 48 KiB L1,
-    1 MiB L2 and 8 MiB L3.
+    will mostly run.  The Goto blocks solve KirbyMM's L1, L2 and operational
+    intensity constraints on the detected cache geometry (capped, because blocks
+    are also the unit of the thread split); the pack crossover is IAAT's working
+    set filling half of L2; the thread threshold is where the split saves more than
+    a parallel region's wake-up.  Missing cache data gives the sizes of a 48 KiB
+    L1, 1 MiB L2 and 8 MiB L3.  This is what hosts that skip tuning plan with, and
+    where `autotune.tune` starts its search.
     """
-    l1 = host.cache(1) if host else None
-    l2 = (host.cache(2, "unified") or host.cache(2)) if host else None
-    l3 = (host.cache(3, "unified") or host.cache(3)) if host else None
-    l1_size, l1_ways = (l1.size, l1.ways) if l1 and l1.size else (48 << 10, 12)
-    l2_size = l2.size if l2 and l2.size else 1 << 20
-    l3_size = l3.size if l3 and l3.size else 8 << 20
-    main_kernel = dict(main_kernel or {})
-    params: dict = {"blk_m": {}, "blk_n": {}, "blk_k": {}, "pack_flops": {}}
-    for dtype, bpe in DTYPE_BYTES.items():
-        mr, nr = main_kernel.get(dtype, (64 // bpe, 6))
-        usable_l1 = l1_size * max(1, l1_ways - 1) / max(1, l1_ways)
-        blk_k = int(usable_l1 // ((nr + 2 * mr) * bpe))
-        blk_k = max(16, min(1024, blk_k - blk_k % 8))
-        # Blocks are also the unit of the thread split (one thread computes a block
-        # over all of K, which keeps results independent of the thread count), so
-        # they are capped well below what the caches allow: a 256^2 C still has two
-        # blocks and a 1000^2 C has 32.
-        blk_m = int((l2_size / 2) // (blk_k * bpe))
-        blk_m = max(mr, min(128, blk_m) // mr * mr)
-        blk_n = int((l3_size / 4) // (blk_k * bpe))
-        blk_n = max(nr, min(256, blk_n) // nr * nr)
-        params["blk_m"][dtype], params["blk_n"][dtype], params["blk_k"][dtype] = blk_m, blk_n, blk_k
-        # Below about 160^3 the operands stay in L2 and packing only adds traffic
-        # (IAAT); the tuner replaces this with the measured crossover.
-        params["pack_flops"][dtype] = 2.0 * 160**3
-    # A parallel region costs a few microseconds of wake-up; 4 MFLOP is ~30 us on one core.
-    params["thread_flops"] = 4.0e6
-    params["provenance"] = provenance
-    params["simd_bytes"] = 64
-    return params
+    return analytic_params(host, main_kernel, provenance)
 
 
 def _c_str(text: str) -> str:

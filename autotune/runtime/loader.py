@@ -49,6 +49,17 @@ class at_kernel_info(ctypes.Structure):
     ]
 
 
+class at_tune_params(ctypes.Structure):
+    """autotune.h's at_tune_params: the planner parameters at_params_get/set exchange."""
+
+    _fields_ = [
+        ("blk_m", c_int64 * 2), ("blk_n", c_int64 * 2), ("blk_k", c_int64 * 2),
+        ("pack_flops", ctypes.c_double * 2), ("thread_flops", ctypes.c_double),
+        ("call_seconds", ctypes.c_double * 2), ("edge_frac", ctypes.c_double * 2),
+        ("pack_seconds", ctypes.c_double * 2), ("grid", c_int32 * 2),
+    ]
+
+
 @dataclass(frozen=True)
 class Runtime:
     """A loaded library: ``lib`` (ctypes, prototypes set) and its ``fast`` extension or None."""
@@ -103,6 +114,16 @@ def _prototypes(lib: ctypes.CDLL) -> None:
     lib.at_gemm.restype = ctypes.c_int
     lib.at_gemm.argtypes = [ctypes.c_int] * 4 + [i64] * 3 + [ctypes.c_double, P, i64, P, i64,
                                                               ctypes.c_double, P, i64]
+    # Libraries built before the parameter override existed lack these two; the
+    # rest of the API works the same without them.
+    if hasattr(lib, "at_params_get"):
+        lib.at_params_get.restype = ctypes.c_int
+        lib.at_params_get.argtypes = [ctypes.POINTER(at_tune_params)]
+        lib.at_params_set.restype = ctypes.c_int
+        lib.at_params_set.argtypes = [ctypes.POINTER(at_tune_params)]
+    lib.at_plan_execute_batch.restype = ctypes.c_int
+    lib.at_plan_execute_batch.argtypes = [P, i64, ctypes.c_double, P, i64, P, i64,
+                                          ctypes.c_double, P, i64]
     lib.at_gemm_batch_strided.restype = ctypes.c_int
     lib.at_gemm_batch_strided.argtypes = (
         [ctypes.c_int] * 4 + [i64] * 3 + [ctypes.c_double, P, i64, i64, P, i64, i64,

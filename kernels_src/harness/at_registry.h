@@ -22,11 +22,16 @@ typedef void (*at_dgemm_fn)(int64_t K, const double *A, int64_t lda,
 
 enum { AT_F32 = 0, AT_F64 = 1 };
 
+/* pack_a_ld / pack_b_ld are 0 for a kernel that reads its operand in place
+ * through lda / ldb. Otherwise the kernel reads a packed panel with that
+ * leading dimension: op(A)[i,p] at i + p*pack_a_ld, op(B)[p,j] at
+ * j + p*pack_b_ld, zero beyond the block (the SME2 outer-product formats). */
 typedef struct {
     const char *name;
     int dtype;                 /* AT_F32 or AT_F64 */
     int mr, nr, trans_a, trans_b;
     at_kernel_fn fn;
+    int64_t pack_a_ld, pack_b_ld;
 } at_registry_entry;
 
 extern const at_registry_entry at_registry[];

@@ -231,6 +231,31 @@ static size_t idx_b(const at_registry_entry *e, int64_t ldb, int64_t p, int64_t 
     return (size_t)(e->trans_b ? j + p * ldb : p + j * ldb);
 }
 
+/* The packed panel a kernel reads instead of its operand (pack_*_ld != 0). */
+static at_shape shape_panel(int64_t ld, int64_t K)
+{
+    at_shape s = {ld, K, ld};
+    return s;
+}
+
+/* Reference packing into the formats of at_registry.h: the kernel under test,
+ * not the packing routine, is what validation judges. */
+static void pack_panels(const at_registry_entry *e, int64_t K, const void *A, int64_t lda,
+                        const void *B, int64_t ldb, void *PA, void *PB)
+{
+    const int dt = e->dtype;
+    for (int64_t p = 0; p < K; ++p) {
+        if (PA)
+            for (int64_t i = 0; i < e->pack_a_ld; ++i)
+                store_elem(PA, dt, (size_t)(i + p * e->pack_a_ld),
+                           i < e->mr ? load_elem(A, dt, idx_a(e, lda, i, p)) : 0.0);
+        if (PB)
+            for (int64_t j = 0; j < e->pack_b_ld; ++j)
+                store_elem(PB, dt, (size_t)(j + p * e->pack_b_ld),
+                           j < e->nr ? load_elem(B, dt, idx_b(e, ldb, p, j)) : 0.0);
+    }
+}
+
 /* A region whose end touches a PROT_NONE page: an operand placed with
  * arena_place() ends exactly at the guard, so reading one element past its
  * footprint faults instead of silently reading garbage. */
@@ -347,7 +372,7 @@ static void emit_case(const at_case *c, const at_failure *f)
 }
 
 typedef struct {
-    at_arena a, b, c;
+    at_arena a, b, c, pa, pb;
     void *c_before; /* the C operand as it was before the call */
 } at_validate_buffers;
 
@@ -376,7 +401,18 @@ static int run_case(const at_registry_entry *e, at_validate_buffers *buf, const 
                 store_elem(C, dt, (size_t)(i + j * sc.ld), NAN);
     memcpy(buf->c_before, C, nc * es);
 
-    call_kernel(e, vc->K, A, sa.ld, B, sb.ld, C, sc.ld, vc->alpha, vc->beta);
+    /* A packed kernel gets its panels, each also ending at a guard page. */
+    const void *kA = A, *kB = B;
+    int64_t klda = sa.ld, kldb = sb.ld;
+    void *PA = e->pack_a_ld ? arena_place(&buf->pa, footprint(shape_panel(e->pack_a_ld, vc->K)) * es) : NULL;
+    void *PB = e->pack_b_ld ? arena_place(&buf->pb, footprint(shape_panel(e->pack_b_ld, vc->K)) * es) : NULL;
+    pack_panels(e, vc->K, A, sa.ld, B, sb.ld, PA, PB);
+    if (PA)
+        kA = PA, klda = e->pack_a_ld;
+    if (PB)
+        kB = PB, kldb = e->pack_b_ld;
+
+    call_kernel(e, vc->K, kA, klda, kB, kldb, C, sc.ld, vc->alpha, vc->beta);
 
     const double eps = dt == AT_F64 ? DBL_EPSILON : FLT_EPSILON;
     const double c_k = 2.0 * (double)(vc->K + 2);
@@ -467,10 +503,12 @@ static size_t max_operand_bytes(const at_registry_entry *e)
     size_t most = 0;
     for (size_t k = 0; k < N_ITEMS(VALIDATE_K); ++k) {
         for (size_t p = 0; p < N_ITEMS(VALIDATE_PADS); ++p) {
-            size_t n[3] = {footprint(shape_a(e, VALIDATE_K[k], VALIDATE_PADS[p][0])),
+            size_t n[5] = {footprint(shape_a(e, VALIDATE_K[k], VALIDATE_PADS[p][0])),
                            footprint(shape_b(e, VALIDATE_K[k], VALIDATE_PADS[p][1])),
-                           footprint(shape_c(e, VALIDATE_PADS[p][2]))};
-            for (int i = 0; i < 3; ++i)
+                           footprint(shape_c(e, VALIDATE_PADS[p][2])),
+                           footprint(shape_panel(e->pack_a_ld, VALIDATE_K[k])),
+                           footprint(shape_panel(e->pack_b_ld, VALIDATE_K[k]))};
+            for (int i = 0; i < 5; ++i)
                 if (n[i] * elem_size(e->dtype) > most)
                     most = n[i] * elem_size(e->dtype);
         }
@@ -545,16 +583,27 @@ static int bench_point(const at_registry_entry *e, const at_bench_opts *o, int64
     fill(A, dt, sa, rng, 0.0);
     fill(B, dt, sb, rng, 0.0);
     fill(C, dt, sc, rng, 0.0);
+    /* Packed kernels are timed on their panels: packing is the plan's cost, not the kernel's. */
+    void *PA = e->pack_a_ld ? alloc_operand(footprint(shape_panel(e->pack_a_ld, K)), dt) : NULL;
+    void *PB = e->pack_b_ld ? alloc_operand(footprint(shape_panel(e->pack_b_ld, K)), dt) : NULL;
+    if ((e->pack_a_ld && !PA) || (e->pack_b_ld && !PB)) {
+        free(A), free(B), free(C), free(PA), free(PB);
+        emit_error(e->name, "out of memory");
+        return 1;
+    }
+    pack_panels(e, K, A, sa.ld, B, sb.ld, PA, PB);
+    const void *kA = PA ? PA : A, *kB = PB ? PB : B;
+    const int64_t klda = PA ? e->pack_a_ld : sa.ld, kldb = PB ? e->pack_b_ld : sb.ld;
 
     /* Doubling the count until one run lasts min_time also warms the caches,
      * the branch predictors and the clock up before any sample is kept. */
     const double min_ns = o->min_time_ms * 1e6;
     long long iters = 1;
-    time_calls(e, 1, K, A, sa.ld, B, sb.ld, C, sc.ld);
-    while (time_calls(e, iters, K, A, sa.ld, B, sb.ld, C, sc.ld) < min_ns && iters < (1LL << 40))
+    time_calls(e, 1, K, kA, klda, kB, kldb, C, sc.ld);
+    while (time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld) < min_ns && iters < (1LL << 40))
         iters *= 2;
     for (int r = 0; r < o->repeats; ++r)
-        samples[r] = time_calls(e, iters, K, A, sa.ld, B, sb.ld, C, sc.ld) / (double)iters;
+        samples[r] = time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld) / (double)iters;
     qsort(samples, (size_t)o->repeats, sizeof(double), cmp_double);
     double best = samples[0];
     double median = o->repeats % 2 ? samples[o->repeats / 2]
@@ -565,8 +614,8 @@ static int bench_point(const at_registry_entry *e, const at_bench_opts *o, int64
     kv_str("kernel", e->name);
     kv_int("K", K);
     kv_int("pad", pad);
-    kv_int("lda", sa.ld);
-    kv_int("ldb", sb.ld);
+    kv_int("lda", klda);
+    kv_int("ldb", kldb);
     kv_int("ldc", sc.ld);
     kv_int("iters", iters);
     kv_num("best_gflops", flops / best);
@@ -577,6 +626,8 @@ static int bench_point(const at_registry_entry *e, const at_bench_opts *o, int64
     free(A);
     free(B);
     free(C);
+    free(PA);
+    free(PB);
     return 0;
 }
 
@@ -710,7 +761,7 @@ static int cmd_validate(int argc, char **argv)
     }
     ctx.buf.c_before = malloc(most ? most : 1);
     if (!ctx.buf.c_before || arena_init(&ctx.buf.a, most) || arena_init(&ctx.buf.b, most) ||
-        arena_init(&ctx.buf.c, most)) {
+        arena_init(&ctx.buf.c, most) || arena_init(&ctx.buf.pa, most) || arena_init(&ctx.buf.pb, most)) {
         emit_error(NULL, "cannot map the guarded operand buffers");
         return 1;
     }
@@ -718,6 +769,8 @@ static int cmd_validate(int argc, char **argv)
     arena_free(&ctx.buf.a);
     arena_free(&ctx.buf.b);
     arena_free(&ctx.buf.c);
+    arena_free(&ctx.buf.pa);
+    arena_free(&ctx.buf.pb);
     free(ctx.buf.c_before);
     emit_done("validate");
     return unknown;

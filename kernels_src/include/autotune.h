@@ -113,6 +113,26 @@ void at_plan_cache_clear(void);
 /* Plans created since load, and cache hits: for tests and `autotune plan`. */
 void at_plan_cache_stats(int64_t *created, int64_t *hits);
 
+/* The planner's parameters, replaceable at run time so that a tuner can try a
+ * setting without rebuilding the library.  Index [0] is f32, [1] f64.  Zero in a
+ * cost weight selects the built-in value. */
+typedef struct {
+    int64_t blk_m[2], blk_n[2], blk_k[2]; /* Goto blocks of the packed path */
+    double pack_flops[2];     /* 2MNK at or above which the packed path is used */
+    double thread_flops;      /* 2MNK below which a plan runs on one thread */
+    double call_seconds[2];   /* tiler cost charged per kernel call (favours big blocks) */
+    double edge_frac[2];      /* speed of portable edge code as a fraction of peak */
+    double pack_seconds[2];   /* tiler cost per element copied into a packed panel */
+    int32_t grid[2];          /* thread grid: 0 least predicted load, 1 split M, 2 split N */
+} at_tune_params;
+
+/* The parameters plans are made with now (the library's table unless replaced). */
+int at_params_get(at_tune_params *out);
+/* Replace them (NULL: back to the library's table) and drop every cached plan;
+ * plans created before stay valid and keep their own decisions.  AT_EINVAL for
+ * a negative block or threshold, or a grid mode outside 0..2. */
+int at_params_set(const at_tune_params *params);
+
 /* Threads: AUTOTUNE_NUM_THREADS at first use, else the online CPUs. */
 void at_set_num_threads(int n);
 int at_get_num_threads(void);

@@ -41,6 +41,7 @@ struct at_plan {
     int32_t ntilings;
     at_tiling tilings[4];
     int64_t *thread_start;     /* threads + 1 offsets into steps or blocks */
+    double thread_flops;       /* the batch split's threshold, as planned */
 };
 
 /* tiler.c */
@@ -48,6 +49,9 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads);
 void at__plan_free(at_plan *plan);
 void at__set_error(const char *fmt, ...);
+/* Bumped by at_params_set: part of the cache key, so no plan made with older
+ * parameters is found again even if it was being built during the change. */
+uint64_t at__params_generation(void);
 int at__check_args(int dtype, int layout, int ta, int tb, int64_t M, int64_t N, int64_t K,
                    int64_t lda, int64_t ldb, int64_t ldc);
 

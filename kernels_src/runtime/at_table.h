@@ -43,6 +43,13 @@ typedef struct {
     double peak_gflops[2];    /* one core's measured FMA peak per dtype */
     int32_t simd_bytes;       /* vector width for the analytic model */
     int32_t reserved;
+    /* The tiler's cost weights and thread grid, per dtype (autotune.tune owns
+     * them).  Zero means the built-in value, so a table that leaves them out
+     * plans exactly as before they existed. */
+    double call_seconds[2];   /* charged per kernel call besides its flops (2e-9) */
+    double edge_frac[2];      /* portable edge code speed as a fraction of peak (0.03) */
+    double pack_seconds[2];   /* charged per element copied into a packed panel (0.25e-9) */
+    int32_t grid[2];          /* thread grid: 0 least predicted load, 1 split M, 2 split N */
 } at_planner_params;
 
 extern const at_kernel_desc at_kernel_table[];

@@ -48,7 +48,7 @@ at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64
     int threads = at__num_threads();
     at_key k = {{(int64_t)dtype | (int64_t)layout << 8 | (int64_t)trans_a << 16 |
                      (int64_t)trans_b << 24,
-                 M, N, K, lda, ldb, ldc, threads, 0, 0}};
+                 M, N, K, lda, ldb, ldc, threads, (int64_t)at__params_generation(), 0}};
     at_slot *set = cache[key_hash(&k) % AT_CACHE_SETS];
     pthread_mutex_lock(&cache_lock);
     for (int w = 0; w < AT_CACHE_WAYS; w++)

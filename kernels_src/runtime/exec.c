@@ -110,7 +110,7 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
         /* Small items share threads by item; one thread per item is the least
          * synchronisation that keeps every core busy. */
         double flops = 2.0 * (double)plan->M * (double)plan->N * (double)plan->K * (double)batch;
-        if (flops < at_params.thread_flops) n = 1;
+        if (flops < plan->thread_flops) n = 1;
         if (n > batch) n = (int)batch;
         j.nworkers = n;
         if (n <= 1)

@@ -17,6 +17,7 @@
  * K is never split across threads: results are bitwise identical for any count.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,11 @@
 
 #define AT_EDGE (-1)
 /* Time charged per kernel call besides its flops: favours bigger blocks when
- * the measurements tie. */
+ * the measurements tie.  The table or at_params_set may replace it. */
 #define AT_CALL_SECONDS 2e-9
+/* Predicted speed of portable edge code relative to peak: poor on purpose, so
+ * edges are used only where kernels cannot cover C exactly. */
+#define AT_EDGE_FRAC 0.03
 /* The grid of block sizes is at least this big, so tiny problems can be
  * covered by one portable edge block rather than many kernel calls. */
 #define AT_GRID_MIN 8
@@ -35,6 +39,99 @@
 #define AT_PACK_SECONDS 0.25e-9
 
 static _Thread_local char at_error_text[256];
+
+/* ---- planner parameters -----------------------------------------------------
+ * The baked table's at_params unless at_params_set replaced them.  A plan is
+ * made from one snapshot, copied under the lock when planning starts into this
+ * thread's `tp`, so a concurrent at_params_set never mixes two settings in one
+ * plan and planning itself needs no lock. */
+
+static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
+static at_planner_params params_live;
+static int params_replaced;
+static _Atomic uint64_t params_gen;
+static _Thread_local at_planner_params tp;
+
+uint64_t at__params_generation(void) { return atomic_load(&params_gen); }
+
+static void params_snapshot(at_planner_params *out)
+{
+    pthread_mutex_lock(&params_lock);
+    *out = params_replaced ? params_live : at_params;
+    pthread_mutex_unlock(&params_lock);
+}
+
+static double call_seconds(int dtype)
+{
+    return tp.call_seconds[dtype] > 0 ? tp.call_seconds[dtype] : AT_CALL_SECONDS;
+}
+
+static double pack_seconds(int dtype)
+{
+    return tp.pack_seconds[dtype] > 0 ? tp.pack_seconds[dtype] : AT_PACK_SECONDS;
+}
+
+int at_params_get(at_tune_params *out)
+{
+    if (!out) return AT_EINVAL;
+    at_planner_params s;
+    params_snapshot(&s);
+    memset(out, 0, sizeof *out);
+    for (int d = 0; d < 2; d++) {
+        out->blk_m[d] = s.blk_m[d];
+        out->blk_n[d] = s.blk_n[d];
+        out->blk_k[d] = s.blk_k[d];
+        out->pack_flops[d] = s.pack_flops[d];
+        /* The values in force, not the zeros that stand for them. */
+        out->call_seconds[d] = s.call_seconds[d] > 0 ? s.call_seconds[d] : AT_CALL_SECONDS;
+        out->edge_frac[d] = s.edge_frac[d] > 0 ? s.edge_frac[d] : AT_EDGE_FRAC;
+        out->pack_seconds[d] = s.pack_seconds[d] > 0 ? s.pack_seconds[d] : AT_PACK_SECONDS;
+        out->grid[d] = s.grid[d];
+    }
+    out->thread_flops = s.thread_flops;
+    return AT_OK;
+}
+
+static int nonneg(double v) { return isfinite(v) && v >= 0; }
+
+int at_params_set(const at_tune_params *in)
+{
+    if (in) {
+        int ok = nonneg(in->thread_flops);
+        for (int d = 0; d < 2; d++)
+            ok = ok && in->blk_m[d] >= 0 && in->blk_n[d] >= 0 && in->blk_k[d] >= 0 &&
+                 nonneg(in->pack_flops[d]) && nonneg(in->call_seconds[d]) &&
+                 nonneg(in->edge_frac[d]) && in->edge_frac[d] <= 1 &&
+                 nonneg(in->pack_seconds[d]) && in->grid[d] >= 0 && in->grid[d] <= 2;
+        if (!ok) {
+            at__set_error("at_params_set: blocks, thresholds and weights must be finite and "
+                          ">= 0, edge_frac <= 1, grid 0..2");
+            return AT_EINVAL;
+        }
+    }
+    pthread_mutex_lock(&params_lock);
+    if (in) {
+        /* Provenance, peak and SIMD width describe the kernels, not the planner:
+         * they stay the table's. */
+        params_live = at_params;
+        for (int d = 0; d < 2; d++) {
+            params_live.blk_m[d] = in->blk_m[d];
+            params_live.blk_n[d] = in->blk_n[d];
+            params_live.blk_k[d] = in->blk_k[d];
+            params_live.pack_flops[d] = in->pack_flops[d];
+            params_live.call_seconds[d] = in->call_seconds[d];
+            params_live.edge_frac[d] = in->edge_frac[d];
+            params_live.pack_seconds[d] = in->pack_seconds[d];
+            params_live.grid[d] = in->grid[d];
+        }
+        params_live.thread_flops = in->thread_flops;
+    }
+    params_replaced = in != NULL;
+    atomic_fetch_add(&params_gen, 1);
+    pthread_mutex_unlock(&params_lock);
+    at_plan_cache_clear();
+    return AT_OK;
+}
 
 void at__set_error(const char *fmt, ...)
 {
@@ -50,7 +147,7 @@ const char *at_last_error(void) { return at_error_text; }
 
 static double peak_of(int dtype)
 {
-    double p = at_params.peak_gflops[dtype];
+    double p = tp.peak_gflops[dtype];
     return p > 0 ? p : 10.0;
 }
 
@@ -60,7 +157,7 @@ static double peak_of(int dtype)
 static double model_gflops(const at_kernel_desc *d)
 {
     int elem = d->dtype == AT_F64 ? 8 : 4;
-    int lanes = (at_params.simd_bytes > 0 ? at_params.simd_bytes : 16) / elem;
+    int lanes = (tp.simd_bytes > 0 ? tp.simd_bytes : 16) / elem;
     if (lanes < 1) lanes = 1;
     int v = d->trans_a ? (d->trans_b ? d->nr : 1) : d->mr;
     double simd = (double)v / (double)(((v + lanes - 1) / lanes) * lanes);
@@ -72,7 +169,7 @@ static double model_gflops(const at_kernel_desc *d)
 /* Median GFLOPS interpolated linearly in log K between grid points. */
 static double kernel_gflops(const at_kernel_desc *d, int64_t K)
 {
-    if (at_params.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(d);
+    if (tp.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(d);
     int n = d->nk;
     double lk = log((double)(K > 0 ? K : 1));
     double g;
@@ -92,7 +189,8 @@ static double kernel_gflops(const at_kernel_desc *d, int64_t K)
 
 static double edge_gflops(int dtype)
 {
-    double g = 0.03 * peak_of(dtype);
+    double f = tp.edge_frac[dtype] > 0 ? tp.edge_frac[dtype] : AT_EDGE_FRAC;
+    double g = f * peak_of(dtype);
     return g > 0.5 ? g : 0.5;
 }
 
@@ -129,18 +227,18 @@ static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K)
         grid_free(g);
         return AT_ENOMEM;
     }
-    double eg = edge_gflops(dtype);
+    double eg = edge_gflops(dtype), call = call_seconds(dtype);
     for (int h = 1; h <= H; h++)
         for (int w = 1; w <= W; w++) {
             size_t c = (size_t)(h - 1) * W + (w - 1);
             g->kid[c] = AT_EDGE;
-            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + AT_CALL_SECONDS;
+            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + call;
         }
     for (int i = 0; i < at_kernel_table_count; i++) {
         const at_kernel_desc *d = &at_kernel_table[i];
         if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
         size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
-        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(d, K) * 1e9) + AT_CALL_SECONDS;
+        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(d, K) * 1e9) + call;
         if (s < g->sec[c]) {
             g->sec[c] = s;
             g->kid[c] = i;
@@ -303,14 +401,17 @@ typedef struct {
 } at_item;
 
 static double split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m_step,
-                            int64_t n_step, int T)
+                            int64_t n_step, int T, int mode)
 {
     int64_t tcm = (M + m_step - 1) / m_step, tcn = (N + n_step - 1) / n_step;
     double best_load = INFINITY;
     int64_t best_ms = M, best_ns = N;
     double *load = calloc((size_t)T, sizeof *load);
     if (!load) return INFINITY;
-    for (int64_t a = 1; a <= tcm && a <= T; a++) {
+    int64_t amax = tcm < T ? tcm : T;
+    for (int64_t a = 1; a <= amax; a++) {
+        /* A fixed mode keeps only one candidate: all threads along M or along N. */
+        if ((mode == 1 && a != amax) || (mode == 2 && a != 1)) continue;
         int64_t b = (T + a - 1) / a;
         if (b > tcn) b = tcn;
         int64_t ms = (M + a - 1) / a, ns = (N + b - 1) / b;
@@ -439,7 +540,9 @@ static int build_nopack(at_plan *p, int T)
     if (T > p->nsteps) T = (int)(p->nsteps ? p->nsteps : 1);
     p->info.threads = T;
     double load = seconds;
-    if (T > 1) load = split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T);
+    if (T > 1)
+        load = split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T,
+                             tp.grid[p->info.dtype]);
     for (int64_t k = 0; k < p->nsteps; k++) p->steps[k].thread = it[k].thread;
     rc = group_by_thread(p, it, p->nsteps, sizeof *p->steps, p->steps);
     free(it);
@@ -462,7 +565,7 @@ static int build_packed(at_plan *p, int T)
     static const int order[4][2] = {{0, 1}, {0, 0}, {1, 1}, {1, 0}};
     for (int o = 0; o < 4; o++) {
         int hh = 1, ww = 1;
-        double r = family_rate(dt, order[o][0], order[o][1], at_params.blk_k[dt], &hh, &ww);
+        double r = family_rate(dt, order[o][0], order[o][1], tp.blk_k[dt], &hh, &ww);
         if (family_count(dt, order[o][0], order[o][1]) && r > best * 1.02) {
             best = r;
             fa = order[o][0];
@@ -473,9 +576,9 @@ static int build_packed(at_plan *p, int T)
     }
     p->ktrans_a = fa;
     p->ktrans_b = fb;
-    int64_t bm = round_down(at_params.blk_m[dt] > 0 ? at_params.blk_m[dt] : 128, h);
-    int64_t bn = round_down(at_params.blk_n[dt] > 0 ? at_params.blk_n[dt] : 256, w);
-    int64_t bk = at_params.blk_k[dt] > 0 ? at_params.blk_k[dt] : 256;
+    int64_t bm = round_down(tp.blk_m[dt] > 0 ? tp.blk_m[dt] : 128, h);
+    int64_t bn = round_down(tp.blk_n[dt] > 0 ? tp.blk_n[dt] : 256, w);
+    int64_t bk = tp.blk_k[dt] > 0 ? tp.blk_k[dt] : 256;
     if (bm > p->M) bm = p->M;
     if (bn > p->N) bn = p->N;
     if (bk > p->K) bk = p->K;
@@ -526,7 +629,7 @@ static int build_packed(at_plan *p, int T)
             it[k].i0 = b->i0;
             it[k].j0 = b->j0;
             it[k].thread = 0;
-            it[k].sec = tsec[t] * (double)p->K / (double)bk + packed * AT_PACK_SECONDS;
+            it[k].sec = tsec[t] * (double)p->K / (double)bk + packed * pack_seconds(dt);
             for (int64_t s = 0; s < p->tilings[t].count; s++) {
                 const at_step *m = &st.v[p->tilings[t].first + s];
                 memops += (double)(m->mb + m->nb) * (double)p->K;
@@ -540,7 +643,7 @@ static int build_packed(at_plan *p, int T)
     p->info.threads = T;
     double load = 0;
     for (int64_t q = 0; q < p->nblocks; q++) load += it[q].sec;
-    if (T > 1) load = split_threads(it, p->nblocks, p->M, p->N, bm, bn, T);
+    if (T > 1) load = split_threads(it, p->nblocks, p->M, p->N, bm, bn, T, tp.grid[dt]);
     for (int64_t q = 0; q < p->nblocks; q++) p->blocks[q].thread = it[q].thread;
     rc = group_by_thread(p, it, p->nblocks, sizeof *p->blocks, p->blocks);
     p->info.predicted_seconds = load;
@@ -574,6 +677,8 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     in->ldb = ldb;
     in->ldc = ldc;
     atomic_init(&p->refs, 1);
+    params_snapshot(&tp);
+    p->thread_flops = tp.thread_flops;
     if (layout == AT_ROW_MAJOR) {
         /* C^T = op(B)^T op(A)^T: a row-major matrix is its transpose in column-major. */
         p->M = N;
@@ -594,7 +699,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     p->ldc = ldc;
     if (threads < 1) threads = 1;
     double flops = 2.0 * (double)M * (double)N * (double)K;
-    if (flops < at_params.thread_flops) threads = 1;
+    if (flops < tp.thread_flops) threads = 1;
 
     int rc = AT_OK;
     if (M == 0 || N == 0 || K == 0) {
@@ -606,7 +711,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         int have_exact = family_count(dtype, p->ta, p->tb) > 0;
         int have_any = have_exact || family_count(dtype, 0, 0) || family_count(dtype, 0, 1) ||
                        family_count(dtype, 1, 0) || family_count(dtype, 1, 1);
-        int packed = have_any && (!have_exact || flops >= at_params.pack_flops[dtype]);
+        int packed = have_any && (!have_exact || flops >= tp.pack_flops[dtype]);
         rc = packed ? build_packed(p, threads) : build_nopack(p, threads);
     }
     in->kernel_trans = p->ktrans_a * 2 + p->ktrans_b;

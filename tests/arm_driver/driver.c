@@ -9,7 +9,8 @@
  * over several depths (tails of every K loop), padded leading dimensions and
  * (alpha, beta) pairs, beta == 0 with a C full of NaN.  Every operand ends at a
  * PROT_NONE page, so a read past its footprint kills the driver (the test sees a
- * "start" without its result).  Packed kernels (variant pa / pb / papb) get their
+ * "start" without its result).  Every call goes through abi_call.S, which checks
+ * that the kernel preserved the callee-saved registers.  Packed kernels (variant pa / pb / papb) get their
  * panels from the packing routines, as a plan would call them. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -71,10 +72,11 @@ static size_t footprint(int64_t rows, int64_t cols, int64_t ld)
     return rows <= 0 || cols <= 0 ? 0 : (size_t)((cols - 1) * ld + rows);
 }
 
-typedef void (*kern_f32)(int64_t, const float *, int64_t, const float *, int64_t, float *,
-                         int64_t, float, float);
-typedef void (*kern_f64)(int64_t, const double *, int64_t, const double *, int64_t, double *,
-                         int64_t, double, double);
+/* abi_call.S: calls the kernel with canaries in the callee-saved registers; returns a
+ * bit per register the kernel broke (x19-x28: bits 0-9, d8-d15: 10-17, sp: 20). */
+uint64_t drv_abi_call(void (*fn)(void), const int64_t args[7], double alpha, double beta,
+                      int64_t is_f32);
+static uint64_t abi_broken;
 
 static const int depths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 64, 257};
 static const double ab[][2] = {{1.0, 0.0}, {1.0, 1.0}, {-0.75, 2.5}, {0.5, -1.0}};
@@ -127,10 +129,9 @@ static double run_case(const drv_kernel *k, int64_t K, int pad, double alpha, do
         kb = k->pb_ld;
     }
 #endif
-    if (f64)
-        ((kern_f64)k->fn)(K, A, kl, B, kb, gc.ptr, ldc, alpha, beta);
-    else
-        ((kern_f32)k->fn)(K, A, kl, B, kb, gc.ptr, ldc, (float)alpha, (float)beta);
+    const int64_t args[7] = {K, (int64_t)(intptr_t)A, kl, (int64_t)(intptr_t)B, kb,
+                             (int64_t)(intptr_t)gc.ptr, ldc};
+    abi_broken |= drv_abi_call(k->fn, args, alpha, beta, !f64);
 
     const double eps = f64 ? 0x1p-53 : 0x1p-24;
     double worst = 0.0;
@@ -176,8 +177,15 @@ static int check_kernels(void)
         for (size_t d = 0; d < sizeof depths / sizeof *depths && ok; ++d)
             for (int pad = 0; pad <= 3 && ok; pad += 3)
                 for (size_t s = 0; s < sizeof ab / sizeof *ab && ok; ++s) {
+                    abi_broken = 0;
                     double r = run_case(k, depths[d], pad, ab[s][0], ab[s][1]);
                     ++cases;
+                    if (abi_broken) {
+                        ok = 0;
+                        snprintf(bad, sizeof bad, "K=%d: callee-saved registers broken (mask 0x%llx)",
+                                 depths[d], (unsigned long long)abi_broken);
+                        break;
+                    }
                     worst = r > worst ? r : worst;
                     if (!(r <= 1.0)) {
                         ok = 0;

@@ -1,0 +1,740 @@
+"""Tuning the planner: an optuna search seeded by the analytic models.
+
+The runtime plans with a handful of numbers (``docs/runtime.md``): Goto blocks,
+the no-pack/pack crossover, the single/multi-thread threshold, the thread grid
+and the tiler's cost weights.  :mod:`autotune.models` derives them from the
+cache geometry; :func:`tune` measures whether other values plan faster on this
+machine.  Trials need no rebuild: ``at_params_set`` replaces the library's
+parameters in the running process and drops its cached plans, and every suite
+shape is planned (``at_plan_create``) and executed (``at_plan_execute``) through
+ctypes on preallocated buffers.
+
+One optuna study per (dtype, transposition class, regime), run in sequence, each
+searching only the parameters its regime's plans depend on while the others stay
+at the values already kept.  The runtime holds one parameter set per dtype for
+all four transpositions (the packed path repacks any transposition into its
+fastest format), so the transposition class is ``all`` and every study's suite
+mixes nn, nt, tn and tt shapes.  Results are kept only where a re-measurement,
+interleaved with the default's, shows they are faster; the whole suite is then
+timed once more with both settings for the record.  See ``docs/tuning.md``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import math
+import sqlite3
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+
+import numpy as np
+import optuna
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import home as home_mod
+from .models import CALL_SECONDS, EDGE_FRAC, PACK_SECONDS, analytic_params
+from .table import TunedTable
+
+DTYPES = ("f32", "f64")
+_DT_INDEX = {"f32": 0, "f64": 1}
+_TRANS = {"nn": (0, 0), "nt": (0, 1), "tn": (1, 0), "tt": (1, 1)}
+
+#: What `autotune install` should give the search: the whole install then stays
+#: under five minutes on 2 cores; `--quick` skips the search (the analytic default).
+DEFAULT_BUDGET_S = 90.0
+QUICK_BUDGET_S = 0.0
+
+#: Flops of the representative workload per shape: a shape counts as many calls
+#: as make this much work, so small and large shapes weigh alike.
+WORK_FLOPS = 1e8
+#: ...except that a tiny shape's time is mostly call overhead no parameter
+#: changes; more calls than this would let that constant drown the rest.
+MAX_CALLS = 1000
+#: Kept only when faster than the incumbent by more than this fraction: below
+#: it a shared machine's noise decides, and a change must earn its place.
+KEEP_MARGIN = 0.01
+#: Interleaved rounds when comparing a study's best with the incumbent.
+CONFIRM_ROUNDS = 3
+SUITE_VERSION = 1
+
+
+class TuningError(RuntimeError):
+    """Tuning cannot run (e.g. the library has no parameter override)."""
+
+
+# -- parameters ---------------------------------------------------------------------
+
+def _pair(value: Any, default: float, kind: type = float) -> tuple:
+    if isinstance(value, Mapping):
+        return (kind(value.get("f32", default)), kind(value.get("f64", default)))
+    if value is None:
+        return (kind(default), kind(default))
+    return (kind(value), kind(value))
+
+
+@dataclass(frozen=True)
+class PlannerParams:
+    """Everything the planner reads, per dtype (index 0 f32, 1 f64) except thread_flops."""
+
+    blk_m: tuple[int, int]
+    blk_n: tuple[int, int]
+    blk_k: tuple[int, int]
+    pack_flops: tuple[float, float]
+    thread_flops: float
+    call_seconds: tuple[float, float] = (CALL_SECONDS, CALL_SECONDS)
+    edge_frac: tuple[float, float] = (EDGE_FRAC, EDGE_FRAC)
+    pack_seconds: tuple[float, float] = (PACK_SECONDS, PACK_SECONDS)
+    grid: tuple[int, int] = (0, 0)
+
+    PER_DTYPE = ("blk_m", "blk_n", "blk_k", "pack_flops", "call_seconds", "edge_frac",
+                 "pack_seconds", "grid")
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any]) -> "PlannerParams":
+        """From a table's ``params``; absent cost weights are the tiler's built-in ones."""
+        return cls(
+            blk_m=_pair(params.get("blk_m"), 128, int),
+            blk_n=_pair(params.get("blk_n"), 256, int),
+            blk_k=_pair(params.get("blk_k"), 256, int),
+            pack_flops=_pair(params.get("pack_flops"), 2.0 * 160**3),
+            thread_flops=float(params.get("thread_flops", 4.0e6)),
+            call_seconds=_pair(params.get("call_seconds"), CALL_SECONDS),
+            edge_frac=_pair(params.get("edge_frac"), EDGE_FRAC),
+            pack_seconds=_pair(params.get("pack_seconds"), PACK_SECONDS),
+            grid=_pair(params.get("grid"), 0, int),
+        )
+
+    def to_mapping(self, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The table's ``params`` format, over ``base`` (which keeps provenance and simd_bytes)."""
+        out = dict(base or {})
+        for key in self.PER_DTYPE:
+            a, b = getattr(self, key)
+            out[key] = {"f32": a, "f64": b}
+        out["thread_flops"] = self.thread_flops
+        return out
+
+    def get(self, dtype: str, key: str) -> Any:
+        return self.thread_flops if key == "thread_flops" else getattr(self, key)[_DT_INDEX[dtype]]
+
+    def with_values(self, dtype: str, values: Mapping[str, Any]) -> "PlannerParams":
+        changes: dict[str, Any] = {}
+        for key, value in values.items():
+            if key == "thread_flops":
+                changes[key] = float(value)
+                continue
+            pair = list(changes.get(key, getattr(self, key)))
+            pair[_DT_INDEX[dtype]] = value
+            changes[key] = tuple(pair)
+        return replace(self, **changes)
+
+
+# -- the suite ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SuiteShape:
+    """One problem of the representative suite: column-major, ``op(A)`` is m x k."""
+
+    kind: str  # small | irregular | tall-skinny | batched | large
+    dtype: str
+    trans: str
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def regime(self) -> str:
+        return "large" if self.kind == "large" else "small"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    @property
+    def calls(self) -> int:
+        return int(min(MAX_CALLS, max(1, round(WORK_FLOPS / self.flops))))
+
+    @property
+    def label(self) -> str:
+        batch = f"{self.batch}x" if self.batch > 1 else ""
+        return f"{self.dtype} {self.trans} {batch}{self.m}x{self.n}x{self.k}"
+
+
+_TEMPLATE: tuple[tuple[str, str, int, int, int, int], ...] = (
+    ("small", "nn", 8, 8, 8, 1), ("small", "nt", 16, 16, 16, 1), ("small", "nn", 24, 24, 24, 1),
+    ("small", "tn", 32, 32, 32, 1), ("small", "nn", 48, 48, 48, 1), ("small", "tt", 64, 64, 64, 1),
+    ("irregular", "nn", 7, 13, 29, 1), ("irregular", "nt", 37, 5, 61, 1),
+    ("irregular", "nn", 100, 30, 17, 1), ("irregular", "tn", 61, 127, 33, 1),
+    ("irregular", "nn", 130, 70, 90, 1),
+    ("tall-skinny", "nn", 2000, 8, 64, 1), ("tall-skinny", "nt", 8, 1500, 96, 1),
+    ("tall-skinny", "nn", 4096, 16, 16, 1), ("tall-skinny", "tn", 64, 48, 3000, 1),
+    ("batched", "nn", 12, 12, 12, 64), ("batched", "nt", 40, 24, 32, 32),
+    ("batched", "nn", 96, 96, 64, 8),
+    ("large", "nn", 160, 160, 160, 1), ("large", "nn", 256, 256, 256, 1),
+    ("large", "nt", 200, 300, 250, 1), ("large", "nn", 512, 512, 256, 1),
+    ("large", "tn", 384, 640, 320, 1), ("large", "nn", 1024, 256, 512, 1),
+    ("large", "nn", 96, 2048, 128, 1),
+)
+
+
+def default_suite(dtypes: Sequence[str] = DTYPES) -> tuple[SuiteShape, ...]:
+    """Small square, irregular, tall-skinny, batched and large shapes, for each dtype."""
+    return tuple(SuiteShape(kind, dt, tr, m, n, k, b)
+                 for dt in dtypes for kind, tr, m, n, k, b in _TEMPLATE)
+
+
+# -- the search space ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StudySpec:
+    """One study: which shapes it times and which parameters it searches."""
+
+    dtype: str
+    regime: str
+    trans_class: str = "all"
+
+    @property
+    def key(self) -> str:
+        return f"{self.dtype}-{self.trans_class}-{self.regime}"
+
+
+def study_specs(dtypes: Sequence[str]) -> tuple[StudySpec, ...]:
+    return tuple(StudySpec(dt, regime) for dt in dtypes for regime in ("small", "large"))
+
+
+def suggest(trial: optuna.Trial, spec: StudySpec, tunes_threads: bool) -> dict[str, Any]:
+    """The values a trial tries; names without the dtype (the study has one)."""
+    values: dict[str, Any] = {}
+    if spec.regime == "small":
+        # The tiler's preference weights decide the no-pack tilings: how much a
+        # kernel call costs besides its flops (bigger blocks) and how slow edge
+        # code is believed to be (exact kernel covers).
+        values["call_seconds"] = trial.suggest_float("call_seconds", 0.25e-9, 16e-9, log=True)
+        values["edge_frac"] = trial.suggest_float("edge_frac", 0.003, 0.3, log=True)
+        if tunes_threads:
+            values["thread_flops"] = trial.suggest_float("thread_flops", 1e5, 1e8, log=True)
+    else:
+        values["blk_m"] = trial.suggest_int("blk_m", 16, 512, step=16)
+        values["blk_n"] = trial.suggest_int("blk_n", 16, 1024, step=16)
+        values["blk_k"] = trial.suggest_int("blk_k", 32, 1024, step=16)
+        values["pack_flops"] = trial.suggest_float("pack_flops", 1e5, 1e9, log=True)
+        values["pack_seconds"] = trial.suggest_float("pack_seconds", 0.03e-9, 3e-9, log=True)
+        values["grid"] = trial.suggest_categorical("grid", [0, 1, 2])
+    return values
+
+
+def _space_values(params: PlannerParams, spec: StudySpec, tunes_threads: bool) -> dict[str, Any]:
+    """The incumbent as a point of the study's space (enqueued as its first trial)."""
+
+    def clip_step(v: int, lo: int, hi: int, step: int) -> int:
+        return int(min(hi, max(lo, lo + round((v - lo) / step) * step)))
+
+    def clip(v: float, lo: float, hi: float) -> float:
+        return float(min(hi, max(lo, v)))
+
+    dt = spec.dtype
+    if spec.regime == "small":
+        out: dict[str, Any] = {
+            "call_seconds": clip(params.get(dt, "call_seconds"), 0.25e-9, 16e-9),
+            "edge_frac": clip(params.get(dt, "edge_frac"), 0.003, 0.3),
+        }
+        if tunes_threads:
+            out["thread_flops"] = clip(params.thread_flops, 1e5, 1e8)
+        return out
+    return {
+        "blk_m": clip_step(params.get(dt, "blk_m"), 16, 512, 16),
+        "blk_n": clip_step(params.get(dt, "blk_n"), 16, 1024, 16),
+        "blk_k": clip_step(params.get(dt, "blk_k"), 32, 1024, 16),
+        "pack_flops": clip(params.get(dt, "pack_flops"), 1e5, 1e9),
+        "pack_seconds": clip(params.get(dt, "pack_seconds"), 0.03e-9, 3e-9),
+        "grid": int(params.get(dt, "grid")),
+    }
+
+
+class HopelessPruner(optuna.pruners.BasePruner):
+    """Stop a trial whose partial suite time is already ``factor`` x the best's at that step.
+
+    The suite is timed shape by shape and reported cumulatively, so a setting
+    that makes one of the first shapes much slower is dropped before the rest is
+    measured.  The factor is generous because a partial sum is noisy and a
+    setting that loses early may still win on the larger shapes.
+    """
+
+    def __init__(self, factor: float = 1.3) -> None:
+        self.factor = factor
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        value = trial.intermediate_values[step]
+        best = math.inf
+        for done in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            seen = done.intermediate_values.get(step)
+            if seen is not None and seen < best:
+                best = seen
+        return math.isfinite(best) and value > self.factor * best
+
+
+# -- measuring ----------------------------------------------------------------------
+
+class SuiteRunner(Protocol):
+    """What the search measures with: the loaded library, or a fake in tests."""
+
+    def set_params(self, params: PlannerParams) -> None: ...
+    def time_shape(self, shape: SuiteShape) -> float: ...  # seconds per call
+    def close(self) -> None: ...
+
+
+def _struct(params: PlannerParams) -> Any:
+    from .runtime.loader import at_tune_params
+
+    s = at_tune_params()
+    for key in PlannerParams.PER_DTYPE:
+        arr = getattr(s, key)
+        for i, v in enumerate(getattr(params, key)):
+            arr[i] = v
+    s.thread_flops = params.thread_flops
+    return s
+
+
+@dataclass(frozen=True)
+class _Buffers:
+    plan_args: tuple[int, ...]
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    strides: tuple[int, int, int]
+
+
+class LibraryRunner:
+    """Times plans of the loaded library in this process, on the host's thread count.
+
+    Buffers are allocated once per shape; each sample runs a calibrated number
+    of calls (at least ``min_sample_s``), the best of ``repeats`` samples after
+    one warm-up counts.  The calibration happens once, so every trial times the
+    same work.
+    """
+
+    def __init__(self, library: Path, repeats: int = 3, min_sample_s: float = 1e-4,
+                 seed: int = 0) -> None:
+        from .runtime.loader import load
+
+        runtime = load(library)
+        if runtime is None:
+            raise TuningError(f"no library at {library}")
+        if not hasattr(runtime.lib, "at_params_set"):
+            raise TuningError(f"{library} has no at_params_set: rebuild it with this version")
+        self.lib = runtime.lib
+        self.repeats = repeats
+        self.min_sample_s = min_sample_s
+        self._rng = np.random.default_rng(seed)
+        self._buffers: dict[SuiteShape, _Buffers] = {}
+        self._reps: dict[SuiteShape, int] = {}
+
+    def _buffers_for(self, shape: SuiteShape) -> _Buffers:
+        buf = self._buffers.get(shape)
+        if buf is not None:
+            return buf
+        dtype = np.float32 if shape.dtype == "f32" else np.float64
+        ta, tb = _TRANS[shape.trans]
+        ra, ca = (shape.k, shape.m) if ta else (shape.m, shape.k)
+        rb, cb = (shape.n, shape.k) if tb else (shape.k, shape.n)
+        sa, sb, sc = ra * ca, rb * cb, shape.m * shape.n
+        a = self._rng.standard_normal(sa * shape.batch).astype(dtype)
+        b = self._rng.standard_normal(sb * shape.batch).astype(dtype)
+        c = np.zeros(sc * shape.batch, dtype=dtype)
+        args = (_DT_INDEX[shape.dtype], 0, ta, tb, shape.m, shape.n, shape.k, ra, rb, shape.m)
+        buf = _Buffers(args, a, b, c, (sa, sb, sc))
+        self._buffers[shape] = buf
+        return buf
+
+    def set_params(self, params: PlannerParams) -> None:
+        rc = self.lib.at_params_set(ctypes.byref(_struct(params)))
+        if rc != 0:
+            raise TuningError(f"at_params_set rejected {params}: {self.lib.at_last_error().decode()}")
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        buf = self._buffers_for(shape)
+        lib = self.lib
+        plan = lib.at_plan_create(*buf.plan_args)
+        if not plan:
+            raise TuningError(f"cannot plan {shape.label}: {lib.at_last_error().decode()}")
+        try:
+            pa, pb, pc = buf.a.ctypes.data, buf.b.ctypes.data, buf.c.ctypes.data
+            if shape.batch > 1:
+                sa, sb, sc = buf.strides
+                batch = shape.batch
+
+                def run() -> None:
+                    lib.at_plan_execute_batch(plan, batch, 1.0, pa, sa, pb, sb, 0.0, pc, sc)
+            else:
+                def run() -> None:
+                    lib.at_plan_execute(plan, 1.0, pa, pb, 0.0, pc)
+            run()  # warm-up: first touch, caches, the pool's threads
+            reps = self._reps.get(shape)
+            if reps is None:
+                t0 = time.perf_counter()
+                run()
+                once = max(time.perf_counter() - t0, 1e-7)
+                reps = self._reps[shape] = max(1, min(100000, math.ceil(self.min_sample_s / once)))
+            best = math.inf
+            for _ in range(self.repeats):
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    run()
+                best = min(best, (time.perf_counter() - t0) / reps)
+            return best
+        finally:
+            lib.at_plan_destroy(plan)
+
+    def close(self) -> None:
+        # Back to the baked parameters: the process may go on using the library.
+        self.lib.at_params_set(None)
+
+
+def suite_time(runner: SuiteRunner, params: PlannerParams, shapes: Sequence[SuiteShape],
+               report: Callable[[int, float], None] | None = None) -> float:
+    """Seconds of the workload: each shape's calls times its measured time per call."""
+    runner.set_params(params)
+    total = 0.0
+    for step, shape in enumerate(shapes):
+        total += shape.calls * runner.time_shape(shape)
+        if report is not None:
+            report(step, total)
+    return total
+
+
+def _compare(runner: SuiteRunner, a: PlannerParams, b: PlannerParams,
+             shapes: Sequence[SuiteShape], rounds: int) -> tuple[float, float]:
+    """Best of interleaved rounds for both settings: drift on a shared machine hits both."""
+    best_a = best_b = math.inf
+    for _ in range(max(1, rounds)):
+        best_a = min(best_a, suite_time(runner, a, shapes))
+        best_b = min(best_b, suite_time(runner, b, shapes))
+    return best_a, best_b
+
+
+# -- storage ------------------------------------------------------------------------
+
+def storage_path(target: str, home: Path | None = None) -> Path:
+    return (home or home_mod.home()) / "tuning" / f"{target}.db"
+
+
+def _rdb(path: Path) -> optuna.storages.RDBStorage:
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
+        # A trial writes a dozen small transactions; with the default journal each
+        # one waits for an fsync (~10 ms here), which would cost more than timing the
+        # suite.  WAL without per-commit sync survives a crash of this process, and
+        # a power cut only loses the last trials of a history that is a cache.
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    return optuna.storages.RDBStorage(f"sqlite:///{path}", engine_kwargs={"creator": connect})
+
+
+def _open_storage(path: Path, say: Callable[[str], None]) -> tuple[optuna.storages.RDBStorage, str | None]:
+    """The study database; an unreadable one is moved aside (and reported) for a fresh one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        storage = _rdb(path)
+        storage.get_all_studies()
+        return storage, None
+    except Exception as exc:  # sqlalchemy's and optuna's errors have no common base
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+        path.replace(aside)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        say(f"tuning history {path} is unreadable ({type(exc).__name__}: {reason}); "
+            f"moved it to {aside.name} and starting a fresh study")
+        for side in ("-wal", "-shm"):
+            path.with_name(path.name + side).unlink(missing_ok=True)
+        return _rdb(path), str(aside)
+
+
+@contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    before = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(before)
+
+
+# -- the result ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TuneProgress:
+    """Passed to ``progress`` after every trial (and once at the end with ``done``)."""
+
+    study: str
+    trial: int
+    elapsed_s: float
+    budget_s: float
+    best_s: float | None
+    default_s: float | None
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class TuningResult:
+    """``params``: the table's params to bake (tuned where they won, else the default);
+    ``record``: the table's ``tuning`` mapping."""
+
+    params: Mapping[str, Any]
+    record: Mapping[str, Any]
+    objective_default_s: float | None
+    objective_tuned_s: float | None
+    kept: bool
+    trials: int
+    interrupted: bool = False
+    studies: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+
+def _round(v: Any) -> Any:
+    if isinstance(v, float):
+        return float(f"{v:.6g}")
+    return v
+
+
+def _fingerprint(table: TunedTable, default: PlannerParams, shapes: Sequence[SuiteShape]) -> str:
+    """Studies resume only while the kernels, the starting point and the suite are the same."""
+    data = json.dumps({"suite": SUITE_VERSION, "shapes": [asdict(s) for s in shapes],
+                       "default": asdict(default), "kernels": sorted(table.selection),
+                       "target": table.target}, sort_keys=True, default=str)
+    return hashlib.sha256(data.encode()).hexdigest()[:12]
+
+
+def _make_progress(console: Console) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[best]}"), console=console, transient=False)
+
+
+def tune(
+    table: TunedTable,
+    library: Path | None,
+    *,
+    budget_s: float,
+    seed: int = 0,
+    home: Path | None = None,
+    progress: Callable[[TuneProgress], None] | None = None,
+    console: Console | None = None,
+    runner: SuiteRunner | None = None,
+    suite: Sequence[SuiteShape] | None = None,
+    n_trials: int | None = None,
+) -> TuningResult:
+    """Search the planner parameters for ``budget_s`` seconds; keep what beats the default.
+
+    ``table.params`` is the starting point (the analytic default when it is
+    empty).  ``library`` is the installed library the suite is timed with
+    (``runner`` replaces it, e.g. a deterministic fake in tests).  Studies are
+    stored in ``$AUTOTUNE_HOME/tuning/<target>.db`` and continue where a previous
+    run stopped.  ``n_trials`` caps each study's trials (for reproducible tests).
+    A budget of 0 measures nothing: the analytic default, recorded as such.
+    Ctrl-C stops the search and keeps the best result found so far.
+    """
+    started = time.perf_counter()
+    base_params = dict(table.params) or analytic_params(table.host, None, table.provenance)
+    default = PlannerParams.from_mapping(base_params)
+    dtypes = tuple(dt for dt in DTYPES if any(r.spec.dtype == dt for r in table.selected())) or DTYPES
+    shapes = tuple(suite) if suite is not None else default_suite(dtypes)
+    record: dict[str, Any] = {
+        "trials": [], "objective_default_s": None, "objective_tuned_s": None,
+        "budget_s": float(budget_s), "seed": seed, "source": "analytic",
+        "default_params": default.to_mapping(), "studies": [],
+    }
+    say = console.print if console is not None else (lambda text: None)
+    if budget_s <= 0:
+        return TuningResult(default.to_mapping(base_params), record, None, None, False, 0)
+
+    own_runner = runner is None
+    if runner is None:
+        if library is None:
+            raise TuningError("tune needs the installed library (or a runner)")
+        runner = LibraryRunner(library, seed=seed)
+    bar: Progress | None = None
+    if progress is None and console is not None:
+        bar = _make_progress(console)
+    try:
+        with _quiet_optuna(), (bar if bar is not None else nullcontext()):
+            return _search(table, runner, default, base_params, shapes, record, budget_s, seed,
+                           home, progress, bar, say, started, n_trials)
+    finally:
+        if own_runner:
+            runner.close()
+
+
+def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
+            base_params: Mapping[str, Any], shapes: Sequence[SuiteShape], record: dict[str, Any],
+            budget_s: float, seed: int, home: Path | None,
+            progress: Callable[[TuneProgress], None] | None, bar: Progress | None,
+            say: Callable[[str], None], started: float, n_trials: int | None) -> TuningResult:
+    specs = [s for s in study_specs(DTYPES)
+             if any(x.dtype == s.dtype and x.regime == s.regime for x in shapes)]
+    by_study = {s.key: [x for x in shapes if x.dtype == s.dtype and x.regime == s.regime]
+                for s in specs}
+    deadline = started + budget_s
+    task = bar.add_task("tuning", total=budget_s, best="") if bar is not None else None
+
+    # The default's objective per study; the wall time of each pass (not the
+    # objective, which is a workload) sizes the study's share of the budget, so
+    # that every study gets about as many trials.
+    study_default: dict[str, float] = {}
+    wall: dict[str, float] = {}
+    try:
+        for s in specs:
+            t0 = time.perf_counter()
+            study_default[s.key] = suite_time(runner, default, by_study[s.key])
+            wall[s.key] = max(time.perf_counter() - t0, 1e-6)
+    except KeyboardInterrupt:
+        say("[yellow]interrupted before the search began: the analytic default stays[/yellow]")
+        record.update(interrupted=True)
+        return TuningResult(default.to_mapping(base_params), record, None, None, False, 0, True)
+    one_pass = sum(wall.values())
+    default_total = sum(study_default.values())
+    # The final comparison takes 2 passes per round; keep it within a quarter of the budget.
+    final_rounds = int(max(1, min(CONFIRM_ROUNDS, (0.25 * budget_s) // (2 * one_pass))))
+    search_s = max(0.0, deadline - time.perf_counter() - 2 * final_rounds * one_pass)
+    # A study's confirmation costs 2 * CONFIRM_ROUNDS passes of its own shapes.
+    share_weight = dict(wall)
+    total_weight = sum(share_weight.values())
+
+    storage, reset = _open_storage(storage_path(table.target, home), say)
+    if reset:
+        record["storage_reset"] = reset
+    fingerprint = _fingerprint(table, default, shapes)
+    record["source"] = "tuned"
+    record["storage"] = str(storage_path(table.target, home))
+
+    incumbent = default
+    incumbent_obj = dict(study_default)
+    interrupted = False
+    number = 0
+    best_estimate = default_total
+
+    def tell(study_key: str, trial_no: int, done: bool = False) -> None:
+        elapsed = time.perf_counter() - started
+        if bar is not None and task is not None:
+            bar.update(task, completed=min(budget_s, elapsed), description=f"tuning {study_key}",
+                       best=f"best {best_estimate * 1e3:.3f} ms (default {default_total * 1e3:.3f} ms)")
+        if progress is not None:
+            progress(TuneProgress(study_key, trial_no, elapsed, budget_s, best_estimate, default_total, done))
+
+    for index, spec in enumerate(specs):
+        key = spec.key
+        study_shapes = by_study[key]
+        # thread_flops is one number for both dtypes: the first small study owns it.
+        tunes_threads = spec.regime == "small" and spec.dtype == specs[0].dtype
+        share = search_s * share_weight[key] / total_weight
+        end = min(deadline, time.perf_counter() + max(0.0, share - 2 * CONFIRM_ROUNDS * wall[key]))
+        sampler = optuna.samplers.TPESampler(seed=seed * 1009 + index, n_startup_trials=8)
+        study = optuna.create_study(study_name=f"{key}:{fingerprint}", storage=storage,
+                                    sampler=sampler, pruner=HopelessPruner(),
+                                    direction="minimize", load_if_exists=True)
+        before = len(study.trials)
+        start_point = _space_values(incumbent, spec, tunes_threads)
+        study.enqueue_trial(start_point, skip_if_exists=True)
+        offset = sum(v for k, v in incumbent_obj.items() if k != key)
+
+        def objective(trial: optuna.Trial) -> float:
+            values = suggest(trial, spec, tunes_threads)
+            candidate = incumbent.with_values(spec.dtype, values)
+
+            def report(step: int, partial: float) -> None:
+                trial.report(partial, step)
+                if trial.should_prune():
+                    raise optuna.TrialPruned()
+
+            return suite_time(runner, candidate, study_shapes, report)
+
+        def after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+            nonlocal best_estimate
+            if trial.value is not None:
+                best_estimate = min(best_estimate, trial.value + offset)
+            tell(key, trial.number)
+            if time.perf_counter() >= end:
+                study.stop()
+
+        try:
+            if time.perf_counter() < end:
+                study.optimize(objective, n_trials=n_trials, timeout=max(0.0, end - time.perf_counter()),
+                               callbacks=[after])
+        except KeyboardInterrupt:
+            interrupted = True
+            say("[yellow]interrupted: keeping the best result found so far[/yellow]")
+
+        complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        summary: dict[str, Any] = {"study": key, "name": study.study_name,
+                                   "trials": len(study.trials), "this_run": len(study.trials) - before,
+                                   "default_s": _round(study_default[key]),
+                                   "params": sorted(start_point), "kept": False}
+        for t in study.trials:
+            value = t.value if t.state == optuna.trial.TrialState.COMPLETE else None
+            record["trials"].append({
+                "number": number, "study": key, "state": t.state.name,
+                "value": _round(value + offset) if value is not None else None,
+                "study_value": _round(value),
+                "params": {f"{spec.dtype}.{p}": _round(v) for p, v in t.params.items()},
+            })
+            number += 1
+        if complete:
+            best = min(complete, key=lambda t: t.value)
+            candidate = incumbent.with_values(spec.dtype, best.params)
+            summary["best_s"] = _round(best.value)
+            if candidate != incumbent:
+                rounds = 1 if interrupted else CONFIRM_ROUNDS
+                try:
+                    old, new = _compare(runner, incumbent, candidate, study_shapes, rounds)
+                except KeyboardInterrupt:
+                    # Unconfirmed, so not kept: only measured wins replace the default.
+                    interrupted = True
+                    old = new = math.inf
+                summary.update(confirm_default_s=_round(old), confirm_best_s=_round(new))
+                if new < old * (1 - KEEP_MARGIN):
+                    incumbent = candidate
+                    incumbent_obj[key] = new
+                    summary["kept"] = True
+                    summary["best_params"] = {p: _round(v) for p, v in best.params.items()}
+        record["studies"].append(summary)
+        if interrupted:
+            break
+
+    # The record's two numbers: the whole suite with both settings, interleaved.
+    rounds = 1 if interrupted else final_rounds
+    obj_default = obj_tuned = default_total
+    if incumbent != default:
+        try:
+            obj_default, obj_tuned = _compare(runner, default, incumbent, shapes, rounds)
+        except KeyboardInterrupt:
+            # Every kept study was confirmed against its incumbent: their sum stands.
+            interrupted = True
+            obj_tuned = sum(incumbent_obj.values())
+    kept = incumbent != default and obj_tuned < obj_default
+    if not kept:
+        # The studies' wins did not add up on the whole suite: the default stays.
+        incumbent, obj_tuned = default, obj_default
+    record.update(
+        objective_default_s=_round(obj_default), objective_tuned_s=_round(obj_tuned),
+        kept=kept, interrupted=interrupted, fingerprint=fingerprint,
+        elapsed_s=_round(time.perf_counter() - started),
+        tuned_params=incumbent.to_mapping() if kept else None,
+        speedup=_round(obj_default / obj_tuned) if obj_tuned else None,
+    )
+    if not kept:
+        record["source"] = "analytic"
+    best_estimate = obj_tuned
+    tell("done", number, done=True)
+    params = incumbent.to_mapping(base_params)
+    return TuningResult(params, record, obj_default, obj_tuned, kept, len(record["trials"]),
+                        interrupted, tuple(record["studies"]))

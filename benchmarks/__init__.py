@@ -1,0 +1,259 @@
+"""Side-by-side GEMM benchmarks: autotune against the libraries a user would pick instead.
+
+``python -m benchmarks`` (and ``autotune bench``, wired to :func:`add_arguments` and
+:func:`run`) measures, in one run:
+
+* **C level**: one harness (``bench_gemm.c``) times every library through the same
+  loop.  ``cblas`` interface: our ``cblas_?gemm`` against OpenBLAS's, BLIS's and
+  MKL's.  ``plan`` interface: our ``at_plan_execute`` against LIBXSMM's dispatched
+  kernel and MKL's JIT kernel, each created once outside the timed loop.
+* **Python level**: ``autotune.gemm`` against ``A @ B`` and ``np.matmul(out=)``,
+  ``gemm_batch`` against ``np.matmul`` on stacks.
+
+and writes ``$AUTOTUNE_HOME/benchmarks/latest.{csv,json}`` (plus a dated copy).
+Timings never belong in tests; the tests check that the harness computes correct
+results through each peer and that this module's arithmetic is right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .harness import Config, Point, Shape, build_harness, run_peer
+from .peers import Peer, discover, thread_env
+from .results import (Target, add_ratios, evaluate_targets, points_frame, python_frame, regime_means,
+                      report_frame)
+
+SQUARE = (2, 3, 4, 5, 7, 8, 12, 13, 16, 24, 31, 32, 48, 64, 80, 96, 128, 256, 512, 1024)
+IRREGULAR = tuple(Shape(*s) for s in ((35, 32, 64), (15, 15, 15), (13, 33, 23), (87, 93, 56), (1, 256, 256),
+                                      (256, 1, 256), (64, 3, 128), (17, 129, 33), (100, 10, 1000)))
+BATCH = Shape(8, 8, 8, 10000)
+QUICK_SQUARE = (4, 8, 16, 32, 64, 128, 512)
+QUICK_IRREGULAR = (Shape(13, 33, 23), Shape(87, 93, 56), Shape(1, 256, 256))
+
+__all__ = ["Options", "Results", "add_arguments", "options_from_args", "run", "main", "report_frame",
+           "load_latest", "SQUARE", "IRREGULAR", "BATCH"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one run measures.  The defaults are the full run (about 10 minutes on 2 cores)."""
+
+    home: Path | None = None            # AUTOTUNE_HOME whose installed library is measured
+    library: Path | None = None         # a libautotune.so to measure instead of the installed one
+    quick: bool = False                 # a few shapes, shorter timing: about a minute
+    dtypes: tuple[str, ...] = ("f32", "f64")
+    threads: tuple[int, ...] = ()       # () = (1, all cores)
+    min_time: float | None = None       # seconds per repeat (None: 2 ms, quick 1 ms)
+    repeats: int | None = None          # repeats per point (None: 7, quick 5)
+    cold: int | None = None             # cold-cache samples per point (None: 9, quick 5; 0 = off)
+    c_level: bool = True
+    python_level: bool = True
+    libraries: tuple[str, ...] = ()     # only these libraries (autotune is always kept)
+    shapes: tuple[Shape, ...] = ()      # override the shape list (tests, investigations)
+    out_dir: Path | None = None         # default $AUTOTUNE_HOME/benchmarks
+    save: bool = True
+    show: bool = True                   # print the rich table and summary
+
+
+@dataclass(frozen=True)
+class Results:
+    frame: pd.DataFrame                 # the long table (latest.csv)
+    means: pd.DataFrame                 # geometric means per regime
+    targets: tuple[Target, ...]
+    peers: tuple[Peer, ...]
+    peak: dict[str, float]
+    meta: dict[str, object] = field(default_factory=dict)
+    paths: tuple[Path, ...] = ()
+
+    def report_frame(self) -> pd.DataFrame:
+        return report_frame(self.frame)
+
+
+def _home(options: Options) -> Path:
+    if options.home is not None:
+        return Path(options.home)
+    from autotune.home import home
+
+    return home()
+
+
+def installed_peak(home: Path, target: str = "host") -> dict[str, float]:
+    """The harness's measured FMA peak per core (GFLOPS per dtype) from the installed table."""
+    path = home / "tables" / f"{target}.json"
+    try:
+        data = json.loads(path.read_text())
+        return {str(k): float(v) for k, v in (data.get("peak_gflops") or {}).items()}
+    except (OSError, ValueError):
+        return {}
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def _shapes(options: Options) -> tuple[list[Shape], tuple[Shape, ...]]:
+    if options.shapes:
+        irregular = tuple(s for s in options.shapes if not s.square and s.batch == 1)
+        return list(options.shapes), irregular
+    square = QUICK_SQUARE if options.quick else SQUARE
+    irregular = QUICK_IRREGULAR if options.quick else IRREGULAR
+    return [Shape(n, n, n) for n in square] + list(irregular) + [BATCH], irregular
+
+
+def _configs(options: Options) -> list[Config]:
+    threads = options.threads or (1, os.cpu_count() or 1)
+    cold = options.cold if options.cold is not None else (5 if options.quick else 9)
+    configs = []
+    for dtype in options.dtypes:
+        if 1 in threads:
+            configs.append(Config(dtype, 1, 64, cold))   # hot and cold, aligned as a C program's
+            configs.append(Config(dtype, 1, 16, 0))      # numpy's default alignment
+        configs.extend(Config(dtype, t, 64, 0) for t in sorted(set(threads)) if t > 1)
+    return configs
+
+
+def run_python_level(home: Path, sizes: tuple[int, ...], batch: int, min_time: float,
+                     repeats: int, dtypes: tuple[str, ...] = ("f32", "f64")) -> dict:
+    """The Python level in its own process (one thread, numpy's OpenBLAS included)."""
+    env = {**os.environ, **thread_env(1), "AUTOTUNE_HOME": str(home)}
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [sys.executable, "-m", "benchmarks.pylevel", "--sizes", ",".join(map(str, sizes)),
+           "--batch", str(batch), "--min-time", f"{min_time:g}", "--repeats", str(repeats),
+           "--dtypes", ",".join(dtypes)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=1800)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "rows": []}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run(options: Options) -> Results:
+    """Measure everything ``options`` asks for, side by side, and (by default) save and print it."""
+    from . import display
+
+    started = time.time()
+    load_before = _load()
+    home = _home(options)
+    build_dir = home / "benchmarks" / "build"
+    library = Path(options.library) if options.library else home / "lib" / "host" / "libautotune.so"
+    peers = discover(library, build_dir)
+    if options.libraries:
+        keep = {*options.libraries, "autotune"}
+        peers = [p for p in peers if p.library in keep]
+    min_time = options.min_time or (0.001 if options.quick else 0.002)
+    repeats = options.repeats or (5 if options.quick else 7)
+    shapes, irregular = _shapes(options)
+    console = display.console() if options.show else None
+
+    points: list[Point] = []
+    if options.c_level:
+        exe = build_harness(build_dir)
+        for config in _configs(options):
+            for peer in peers:
+                # LIBXSMM's kernels and MKL's JIT kernels are single-threaded by design.
+                if config.threads > 1 and peer.interface == "plan" and peer.library != "autotune":
+                    continue
+                if console:
+                    console.log(f"{config.dtype} {config.threads}T align {config.align}: "
+                                f"{peer.library} {peer.interface}")
+                points.extend(run_peer(exe, peer, config, shapes, min_time=min_time, repeats=repeats))
+    frames = [points_frame(points, irregular)] if points else []
+
+    pydoc: dict = {}
+    if options.python_level and "numpy" in (options.libraries or ("numpy",)):
+        sizes = tuple(s.M for s in shapes if s.square)
+        batch = next((s.batch for s in shapes if s.batch > 1), BATCH.batch)
+        if console:
+            console.log("python level: autotune.gemm / gemm_batch against numpy")
+        pydoc = run_python_level(home, sizes, batch, min_time, repeats, options.dtypes)
+        frames.append(python_frame(pydoc))
+
+    peak = installed_peak(home)
+    frame = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
+    frame = add_ratios(frame, peak) if not frame.empty else frame
+    means = regime_means(frame) if not frame.empty else pd.DataFrame()
+    targets = tuple(evaluate_targets(frame)) if not frame.empty else ()
+    meta = {
+        "command": " ".join(shlex.quote(a) for a in sys.argv) if sys.argv else "benchmarks.run",
+        "home": str(home), "library": str(library), "quick": options.quick, "min_time_s": min_time,
+        "repeats": repeats, "load_before": load_before, "load_after": _load(),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1), "python_fast_path": pydoc.get("fast"),
+        "python_error": pydoc.get("error", ""), "numpy": pydoc.get("numpy", ""),
+    }
+    results = Results(frame, means, targets, tuple(peers), peak, meta)
+    if options.save and not frame.empty:
+        results = display.save(results, options.out_dir or home / "benchmarks")
+    if console:
+        display.show(results, console)
+    return results
+
+
+def load_latest(home: Path | None = None) -> pd.DataFrame | None:
+    """The long table of the last saved run, or None (what `autotune report` reads)."""
+    path = (home or _home(Options())) / "benchmarks" / "latest.csv"
+    return pd.read_csv(path) if path.exists() else None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `python -m benchmarks`, for `autotune bench` to share."""
+    parser.add_argument("--quick", action="store_true", help="a few shapes, shorter timing (about a minute)")
+    parser.add_argument("--home", type=Path, default=None,
+                        help="AUTOTUNE_HOME whose installed library is measured (default: $AUTOTUNE_HOME)")
+    parser.add_argument("--library", type=Path, default=None,
+                        help="measure this libautotune.so instead of the installed one (C level only)")
+    parser.add_argument("--dtype", choices=("f32", "f64"), action="append", dest="dtypes",
+                        help="measure only this dtype (repeatable)")
+    parser.add_argument("--threads", type=int, action="append",
+                        help="thread count (repeatable; default 1 and all cores)")
+    parser.add_argument("--min-time", type=float, default=None, help="seconds per repeat (default 0.002)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per point (default 7)")
+    parser.add_argument("--cold", type=int, default=None,
+                        help="cold-cache samples per point, 0 to skip (default 9)")
+    parser.add_argument("--only", action="append", default=None, metavar="LIBRARY",
+                        help="only this peer (openblas, blis, mkl, libxsmm, numpy; repeatable)")
+    parser.add_argument("--no-c", action="store_true", help="skip the C level")
+    parser.add_argument("--no-python", action="store_true", help="skip the Python level")
+    parser.add_argument("--shape", action="append", default=None, metavar="M,N,K[,BATCH]",
+                        help="measure these shapes instead of the standard list (repeatable)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="directory for latest.csv/json (default $AUTOTUNE_HOME/benchmarks)")
+    parser.add_argument("--no-save", action="store_true", help="do not write result files")
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    shapes = tuple(Shape(*(int(v) for v in s.split(","))) for s in (args.shape or ()))
+    return Options(home=args.home, library=args.library, quick=args.quick, dtypes=tuple(args.dtypes or ("f32", "f64")),
+                   threads=tuple(args.threads or ()), min_time=args.min_time, repeats=args.repeats,
+                   cold=args.cold, c_level=not args.no_c, python_level=not args.no_python,
+                   libraries=tuple(args.only or ()), shapes=shapes, out_dir=args.out, save=not args.no_save)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    parser.add_argument("--list-peers", action="store_true", help="print where each peer was found and exit")
+    args = parser.parse_args(argv)
+    if args.list_peers:
+        from . import display
+
+        home = _home(Options(home=args.home))
+        display.show_peers(discover(home / "lib" / "host" / "libautotune.so", home / "benchmarks" / "build"))
+        return 0
+    results = run(options_from_args(args))
+    wrong = results.frame[results.frame["status"].eq("wrong")] if not results.frame.empty else results.frame
+    return 1 if len(wrong) else 0

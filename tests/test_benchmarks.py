@@ -1,0 +1,214 @@
+"""The benchmark machinery computes correct results and correct arithmetic.
+
+No timing is asserted here (timings belong in benchmarks/): the C harness must
+compute C correctly through every installed peer, a missing peer must be reported,
+and the runner must parse the harness, compute ratios, regime means and targets
+right on a tiny run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import benchmarks
+from autotune.reports import data as report_data
+from autotune.runtime import library as rt_library
+from autotune.runtime.untuned import build_untuned, small_selection
+from benchmarks.harness import Config, Point, Shape, build_harness, run_peer
+from benchmarks.peers import Peer, discover
+from benchmarks.results import add_ratios, evaluate_targets, geomean, points_frame, regime, regime_means
+
+SHAPES = [Shape(8, 8, 8), Shape(13, 33, 23), Shape(1, 17, 5), Shape(35, 32, 64), Shape(8, 8, 8, 3)]
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory: pytest.TempPathFactory) -> rt_library.LibraryBuild:
+    home = tmp_path_factory.getbasetemp() / "bench-home"
+    return build_untuned(home, select=small_selection)
+
+
+@pytest.fixture(scope="session")
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bench-build")
+
+
+@pytest.fixture(scope="session")
+def exe(build_dir: Path) -> Path:
+    return build_harness(build_dir)
+
+
+@pytest.fixture(scope="session")
+def peers(built: rt_library.LibraryBuild, build_dir: Path) -> list[Peer]:
+    return discover(built.library, build_dir)
+
+
+PEER_IDS = [("autotune", "cblas"), ("openblas", "cblas"), ("blis", "cblas"), ("mkl", "cblas"),
+            ("autotune", "plan"), ("libxsmm", "plan"), ("mkl", "plan")]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("align", [64, 16])
+@pytest.mark.parametrize("library,interface", PEER_IDS)
+def test_harness_computes_correct_results(exe: Path, peers: list[Peer], library: str, interface: str,
+                                          dtype: str, align: int) -> None:
+    peer = next(p for p in peers if (p.library, p.interface) == (library, interface))
+    if not peer.found:
+        pytest.skip(f"{library} not installed here: {peer.missing}")
+    points = run_peer(exe, peer, Config(dtype, 1, align, 1), SHAPES, min_time=1e-4, repeats=1)
+    assert [p.shape for p in points] == SHAPES
+    for p in points:
+        assert p.status == "ok", (p.shape, p.status, p.detail)
+        assert p.check, (p.shape, p.err)
+        assert p.err < (p.shape.K + 4) * np.finfo(np.float32 if dtype == "f32" else np.float64).eps
+        assert p.best_s > 0 and p.median_s >= p.best_s
+        assert p.cold_best_s > 0 and p.cold_median_s >= p.cold_best_s
+
+
+def test_two_threads_still_correct(exe: Path, peers: list[Peer]) -> None:
+    ours = [p for p in peers if p.library == "autotune"]
+    for peer in ours:
+        for point in run_peer(exe, peer, Config("f64", 2, 64, 0), [Shape(96, 80, 64)], min_time=1e-4, repeats=1):
+            assert point.status == "ok" and point.check, (peer, point.detail, point.err)
+
+
+def test_missing_peer_is_reported_not_dropped(exe: Path, tmp_path: Path) -> None:
+    found = discover(tmp_path / "nowhere" / "libautotune.so", tmp_path)
+    ours = [p for p in found if p.library == "autotune"]
+    assert len(ours) == 2 and all(not p.found and "does not exist" in p.missing for p in ours)
+    assert {p.library for p in found} == {"autotune", "openblas", "blis", "mkl", "libxsmm"}
+    ghost = Peer("ghost", "cblas", "cblas", None, "not installed")
+    points = run_peer(exe, ghost, Config("f32", 1, 64, 0), SHAPES[:2], min_time=1e-4, repeats=1)
+    assert [(p.status, p.detail) for p in points] == [("missing", "not installed")] * 2
+
+
+def test_a_library_without_the_entry_point_fails_per_shape(exe: Path, built: rt_library.LibraryBuild) -> None:
+    wrong_api = Peer("autotune", "plan", "xsmm", built.library)  # no libxsmm_smmdispatch in it
+    points = run_peer(exe, wrong_api, Config("f32", 1, 64, 0), SHAPES[:2], min_time=1e-4, repeats=1)
+    assert all(p.status == "failed" and "symbols" in p.detail for p in points)
+
+
+# -- the runner's arithmetic on made-up measurements ------------------------------
+
+def _point(library: str, interface: str, shape: Shape, seconds: float, dtype: str = "f32",
+           threads: int = 1, status: str = "ok", check: bool = True) -> Point:
+    peer = Peer(library, interface, "cblas", Path("/x"))
+    return Point(peer, Config(dtype, threads, 64, 0), shape, status, "", 1e-8, check, seconds, seconds * 1.1,
+                 seconds * 3, seconds * 4)
+
+
+def test_ratios_best_peer_and_peak_fraction() -> None:
+    s = Shape(10, 10, 10)  # 2000 flops
+    pts = [_point("autotune", "cblas", s, 1e-6), _point("openblas", "cblas", s, 2e-6),
+           _point("mkl", "cblas", s, 4e-6), _point("blis", "cblas", s, 1e-9, status="missing")]
+    frame = add_ratios(points_frame(pts, []), {"f32": 4.0})
+    ours = frame[frame["library"].eq("autotune")].iloc[0]
+    assert ours["gflops"] == pytest.approx(2.0)
+    assert ours["gflops_median"] == pytest.approx(2.0 / 1.1)
+    assert ours["cold_gflops"] == pytest.approx(2.0 / 3)
+    assert ours["ratio"] == pytest.approx(2.0)     # against the best valid peer, OpenBLAS
+    assert ours["best_peer"] == "openblas"
+    assert ours["peak_fraction"] == pytest.approx(0.5)
+    by_lib = frame.set_index("library")["ratio"]
+    assert by_lib["mkl"] == pytest.approx(4.0) and math.isnan(by_lib["blis"])
+
+
+def test_wrong_results_never_count() -> None:
+    s = Shape(4, 4, 4)
+    pts = [_point("autotune", "cblas", s, 1e-6), _point("openblas", "cblas", s, 1e-9, check=False)]
+    frame = add_ratios(points_frame(pts, []), {})
+    assert set(frame["status"]) == {"ok", "wrong"}
+    assert math.isnan(frame.loc[frame["library"].eq("autotune"), "ratio"].iloc[0])
+
+
+def test_regimes_and_geometric_means() -> None:
+    irregular = [Shape(13, 33, 23)]
+    assert regime(Shape(128, 128, 128), irregular) == "small"
+    assert regime(Shape(256, 256, 256), irregular) == "large"
+    assert regime(Shape(13, 33, 23), irregular) == "irregular"
+    assert regime(Shape(8, 8, 8, 10000), irregular) == "batch"
+    assert geomean([2.0, 8.0, math.nan]) == pytest.approx(4.0)
+    pts = []
+    for shape, ratio in ((Shape(8, 8, 8), 2.0), (Shape(16, 16, 16), 0.5), (Shape(13, 33, 23), 3.0)):
+        pts += [_point("autotune", "cblas", shape, 1e-6), _point("openblas", "cblas", shape, ratio * 1e-6)]
+    means = regime_means(add_ratios(points_frame(pts, irregular), {"f32": 100.0})).set_index("regime")
+    assert means.at["small", "geomean"] == pytest.approx(1.0)
+    assert means.at["small", "min_ratio"] == pytest.approx(0.5)
+    assert means.at["small", "worst_shape"] == "16x16x16"
+    assert means.at["irregular", "geomean"] == pytest.approx(3.0)
+
+
+def test_targets_say_by_how_much_they_are_missed() -> None:
+    pts = []
+    for n in (8, 16):
+        s = Shape(n, n, n)
+        pts += [_point("autotune", "cblas", s, 1e-6), _point("mkl", "cblas", s, 1.2e-6)]
+    big = Shape(256, 256, 256)
+    pts += [_point("autotune", "cblas", big, 1e-3), _point("mkl", "cblas", big, 0.9e-3)]
+    frame = add_ratios(points_frame(pts, []), {"f32": 100.0})
+    targets = {t.name: t for t in evaluate_targets(frame)}
+    small = targets["cblas f32 small+irregular, 1 thread, align 64"]
+    assert small.met is False and "geomean 0.30x short" in small.shortfall
+    large = targets["large f32, 1 thread(s) vs MKL"]
+    assert large.met is False and "0.05x short" in large.shortfall
+    assert targets["plan f32 small+irregular, 1 thread, align 64"].met is None  # no plan peers measured
+
+
+def test_python_level_parses_and_computes(tmp_path: Path) -> None:
+    # An empty home: autotune.gemm is numpy's fallback there, which is enough to check the plumbing.
+    doc = benchmarks.run_python_level(tmp_path, (8, 12), 16, 1e-4, 1)
+    assert doc.get("rows"), doc
+    frame = add_ratios(benchmarks.python_frame(doc), {"f32": 100.0, "f64": 50.0})
+    assert set(frame["interface"]) == {"python-alloc", "python-out", "python-batch"}
+    assert frame["status"].eq("ok").all()
+    ours = frame[frame["library"].eq("autotune")]
+    assert (ours["ratio"] > 0).all() and len(ours) == 2 * (2 * 2 + 1)
+    batch = frame[frame["interface"].eq("python-batch")]
+    assert set(batch["shape"]) == {"16x(8x8x8)"} and (batch["flops"] == 2 * 8 ** 3 * 16).all()
+
+
+def test_tiny_run_end_to_end(built: rt_library.LibraryBuild, tmp_path: Path) -> None:
+    options = benchmarks.Options(home=tmp_path, library=built.library, dtypes=("f32",), threads=(1,),
+                                 shapes=(Shape(8, 8, 8), Shape(3, 5, 7), Shape(4, 4, 4, 5)),
+                                 min_time=1e-4, repeats=1, cold=1, python_level=False, show=False,
+                                 out_dir=tmp_path / "out")
+    results = benchmarks.run(options)
+    frame = results.frame
+    # Every peer has a row per shape and configuration, found or not.
+    per_peer = frame.groupby(["library", "interface"]).size()
+    assert set(per_peer.index) == {(p.library, p.interface) for p in results.peers}
+    assert (per_peer == 3 * 2).all()  # 3 shapes x (align 64, align 16)
+    assert not frame["status"].eq("wrong").any()
+    assert frame[frame["library"].eq("autotune")]["status"].eq("ok").all()
+    saved = pd.read_csv(tmp_path / "out" / "latest.csv")
+    assert list(saved.columns) == list(frame.columns) and len(saved) == len(frame)
+    doc = json.loads((tmp_path / "out" / "latest.json").read_text())
+    assert {"meta", "targets", "regime_means", "results", "peers", "report"} <= set(doc)
+    report = report_data.benchmark_frame(pd.read_csv(tmp_path / "out" / "report.csv"))
+    assert report is not None and {"autotune"} <= set(report["library"])
+    assert report["shape"].str.startswith("f32 ").all()
+
+
+def test_profile_categories() -> None:
+    from benchmarks.profile import categorize, parse_report
+
+    assert categorize("at_sgemm_avx512_nn_8x16_u4") == "kernels"
+    assert categorize("run_steps_f32") == "edge code + executor"
+    assert categorize("pack_b_f64") == "packing"
+    assert categorize("at__plan_acquire") == "entry + plan cache"
+    assert categorize("cblas_sgemm") == "entry + plan cache"
+    text = ("    52.45%  [.] at_sgemm_avx512_nn_4x4_u8   -  -\n"
+            "             --51.62%--run_steps_f32\n"
+            "    41.26%  [.] run_steps_f32   -  -\n"
+            "     1.86%  [.] at__plan_acquire   -  -\n"
+            "     0.10%  [k] _raw_spin_lock   -  -\n")
+    prof = parse_report(text)
+    assert prof.shares["kernels"] == pytest.approx(0.5245)
+    assert prof.shares["edge code + executor"] == pytest.approx(0.4126)
+    assert prof.shares["other"] == pytest.approx(0.001)
+    assert prof.top[0] == ("at_sgemm_avx512_nn_4x4_u8", pytest.approx(0.5245))

@@ -1,0 +1,327 @@
+"""Tuning: the analytic models, the parameter override of the runtime and the search.
+
+The search machinery (keep-or-improve, resume, a corrupted study file, seeds,
+pruning, Ctrl-C) runs against a deterministic fake runner whose suite time is a
+smooth function of the parameters with its optimum away from the default, so
+every assertion is exact.  The runtime override and one short real search use
+the session's untuned library (the one tests/test_runtime.py builds).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from rich.console import Console
+
+from autotune import models, tune as tn
+from autotune.host import CacheLevel, HostInfo
+from autotune.runtime import library, loader
+from autotune.runtime.untuned import build_untuned, small_selection
+from autotune.table import TunedTable
+
+HOST = HostInfo(
+    arch="x86_64", os="linux", cpu="test", features=("avx2", "avx512f", "fma"),
+    caches=(CacheLevel(1, "data", 48 << 10, 64, 12, 64), CacheLevel(2, "unified", 1 << 20, 64, 16, 1024),
+            CacheLevel(3, "unified", 32 << 20, 64, 16, 32768, 2)),
+    cores=2,
+)
+MAIN = {"f32": (32, 6), "f64": (16, 6)}
+
+
+def make_table(params: dict | None = None) -> TunedTable:
+    return TunedTable(target="host", host=HOST, provenance="measured",
+                      peak_gflops={"f32": 285.0, "f64": 142.0}, kernels=(),
+                      params=params if params is not None else library.default_params(HOST, MAIN))
+
+
+# -- the analytic models --------------------------------------------------------------
+
+def test_blocking_satisfies_kirbymm_constraints():
+    geo = models.geometry(HOST)
+    for dtype, (mr, nr) in MAIN.items():
+        bpe = models.BPE[dtype]
+        b = models.solve_blocking(geo, dtype, mr, nr, peak_gflops=285.0)
+        assert models.l1_fits(geo, bpe, mr, nr, b.blk_k)
+        # The deepest such blk_k: 8 more no longer fits L1.
+        assert b.blk_k == 1024 or not models.l1_fits(geo, bpe, mr, nr, b.blk_k + 8)
+        assert models.l2_fits(geo, bpe, mr, b.blk_k, b.blk_n)
+        assert b.blk_m % mr == 0 and b.blk_n % nr == 0
+        assert b.intensity >= b.intensity_needed
+        assert b.blk_m <= models.BLOCK_CAP_M and b.blk_n <= models.BLOCK_CAP_N
+
+
+def test_intensity_bound_raises_blocks_when_bandwidth_is_scarce():
+    geo = models.geometry(HOST)
+    b = models.solve_blocking(geo, "f32", 32, 6, peak_gflops=285.0, bandwidth=5e9)
+    assert b.feasible and b.intensity_needed > models.intensity(models.BLOCK_CAP_M, 252)
+    assert b.blk_m > models.BLOCK_CAP_M and b.blk_m % 32 == 0
+    # 1 GB/s for 285 GFLOPS: nothing L2 allows hides the traffic; blocks are as big as allowed.
+    starved = models.solve_blocking(geo, "f32", 32, 6, peak_gflops=285.0, bandwidth=1e9)
+    assert not starved.feasible and starved.blk_n > b.blk_n
+    assert models.l2_fits(geo, 4, 32, starved.blk_k, starved.blk_n)
+
+
+def test_smaller_caches_give_smaller_blocks_and_crossover():
+    small = dataclasses.replace(HOST, caches=(CacheLevel(1, "data", 32 << 10, 64, 8, 64),
+                                              CacheLevel(2, "unified", 256 << 10, 64, 8, 512)))
+    big, little = library.default_params(HOST, MAIN), library.default_params(small, MAIN)
+    for dt in ("f32", "f64"):
+        assert little["blk_k"][dt] < big["blk_k"][dt]
+        assert little["pack_flops"][dt] < big["pack_flops"][dt]
+    # f64 elements are twice as big: the IAAT crossover comes earlier.
+    assert big["pack_flops"]["f64"] < big["pack_flops"]["f32"]
+
+
+def test_default_params_is_pure_and_complete():
+    a, b = library.default_params(HOST, MAIN), library.default_params(HOST, MAIN)
+    assert a == b
+    p = tn.PlannerParams.from_mapping(a)
+    assert p.to_mapping(a) == a
+    assert library.default_params(None)["simd_bytes"] == 16
+
+
+# -- a deterministic fake runner ---------------------------------------------------------
+
+OPTIMUM = {"blk_m": 256, "blk_n": 512, "blk_k": 384, "call_seconds": 6e-9, "edge_frac": 0.1}
+
+
+class FakeRunner:
+    """Suite time = flops at 100 GFLOPS times a bowl around OPTIMUM (in log space).
+
+    grid 2 makes the first large shape 20x slower (a hopeless trial to prune).
+    ``interrupt_after`` raises KeyboardInterrupt once, at that time_shape call.
+    """
+
+    def __init__(self, interrupt_after: int | None = None, flat: bool = False) -> None:
+        self.params: tn.PlannerParams | None = None
+        self.calls = 0
+        self.interrupt_after = interrupt_after
+        self.flat = flat
+
+    def set_params(self, params: tn.PlannerParams) -> None:
+        self.params = params
+
+    def time_shape(self, shape: tn.SuiteShape) -> float:
+        self.calls += 1
+        if self.interrupt_after is not None and self.calls == self.interrupt_after:
+            raise KeyboardInterrupt
+        base = shape.flops / 100e9
+        if self.flat:
+            return base
+        p, dt = self.params, shape.dtype
+        assert p is not None
+        keys = ("blk_m", "blk_n", "blk_k") if shape.regime == "large" else ("call_seconds", "edge_frac")
+        bowl = sum(math.log(p.get(dt, k) / OPTIMUM[k]) ** 2 for k in keys)
+        slow = 20.0 if shape.regime == "large" and p.get(dt, "grid") == 2 and shape.m == 160 else 1.0
+        return base * (1.0 + 0.2 * bowl) * slow
+
+    def close(self) -> None:
+        pass
+
+
+SUITE = tuple(s for s in tn.default_suite() if (s.m, s.n, s.k) in
+              {(8, 8, 8), (37, 5, 61), (2000, 8, 64), (160, 160, 160), (512, 512, 256)})
+
+
+def run(home: Path, runner=None, **kw) -> tn.TuningResult:
+    kw.setdefault("budget_s", 30.0)
+    kw.setdefault("n_trials", 12)
+    return tn.tune(make_table(), None, home=home, runner=runner or FakeRunner(), suite=SUITE, **kw)
+
+
+def test_tiny_budget_keeps_or_improves(tmp_path):
+    res = run(tmp_path, budget_s=2.0, n_trials=None)
+    assert res.objective_tuned_s <= res.objective_default_s
+    rec = res.record
+    for key in ("trials", "objective_default_s", "objective_tuned_s", "budget_s"):
+        assert key in rec
+    assert rec["budget_s"] == 2.0 and len(rec["trials"]) == res.trials > 0
+    for t in rec["trials"]:
+        assert set(t) >= {"number", "value", "params"}
+    assert [t["number"] for t in rec["trials"]] == list(range(len(rec["trials"])))
+
+
+def test_search_improves_on_a_default_away_from_the_optimum(tmp_path):
+    res = run(tmp_path, n_trials=25)
+    assert res.kept and res.objective_tuned_s < res.objective_default_s
+    assert res.record["source"] == "tuned" and res.record["tuned_params"]
+    assert tn.PlannerParams.from_mapping(res.params) != tn.PlannerParams.from_mapping(make_table().params)
+    # Provenance and SIMD width are carried over from the table, not tuned.
+    assert res.params["provenance"] == "measured" and res.params["simd_bytes"] == 64
+
+
+def test_nothing_better_keeps_the_default(tmp_path):
+    res = run(tmp_path, runner=FakeRunner(flat=True), n_trials=6)
+    assert not res.kept and res.objective_tuned_s == res.objective_default_s
+    assert res.params == make_table().params
+    assert res.record["source"] == "analytic" and res.record["tuned_params"] is None
+    assert not any(s["kept"] for s in res.record["studies"])
+
+
+def test_zero_budget_is_the_analytic_default_without_measuring(tmp_path):
+    res = tn.tune(make_table(), None, budget_s=0, home=tmp_path)
+    assert res.params == make_table().params and res.trials == 0 and not res.kept
+    assert res.record["source"] == "analytic" and res.record["objective_default_s"] is None
+    assert not (tmp_path / "tuning").exists()
+
+
+def test_resume_continues_the_study(tmp_path):
+    first = run(tmp_path, n_trials=5)
+    second = run(tmp_path, n_trials=5)
+    for a, b in zip(first.record["studies"], second.record["studies"]):
+        assert a["name"] == b["name"]
+        assert b["trials"] == a["trials"] + b["this_run"] and b["this_run"] == 5
+    assert len(second.record["trials"]) == len(first.record["trials"]) + 5 * len(first.record["studies"])
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tn.storage_path('host', tmp_path)}")
+    assert len(storage.get_all_studies()) == len(first.record["studies"])
+
+
+def test_corrupted_study_file_gives_a_message_and_a_fresh_study(tmp_path):
+    db = tn.storage_path("host", tmp_path)
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"this is not an sqlite database\x00" * 64)
+    out = io.StringIO()
+    res = run(tmp_path, n_trials=3, console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert "unreadable" in text and "fresh study" in text
+    aside = Path(res.record["storage_reset"])
+    assert aside.exists() and aside.read_bytes().startswith(b"this is not")
+    assert all(s["trials"] == s["this_run"] == 3 for s in res.record["studies"])
+
+
+def test_same_seed_same_choices(tmp_path):
+    a = run(tmp_path / "a", seed=7, n_trials=14)
+    b = run(tmp_path / "b", seed=7, n_trials=14)
+    c = run(tmp_path / "c", seed=8, n_trials=14)
+
+    def choices(r):
+        return [(t["study"], t["params"], t["state"]) for t in r.record["trials"]]
+
+    assert choices(a) == choices(b)
+    assert a.params == b.params
+    assert choices(a) != choices(c)
+
+
+def test_hopeless_trials_are_pruned(tmp_path):
+    res = run(tmp_path, n_trials=30)
+    grid2 = [t for t in res.record["trials"] if t["params"].get("f32.grid") == 2
+             or t["params"].get("f64.grid") == 2]
+    assert grid2, "the seeded search never tried grid 2"
+    assert all(t["state"] == "PRUNED" and t["value"] is None for t in grid2)
+
+
+def test_ctrl_c_keeps_the_best_found(tmp_path):
+    # Past the default's measurement and well into the search, before its end.
+    runner = FakeRunner(interrupt_after=len(SUITE) + 100)
+    res = run(tmp_path, runner=runner, n_trials=20)
+    assert res.interrupted and res.record["interrupted"]
+    assert res.objective_tuned_s <= res.objective_default_s
+    assert len(res.record["studies"]) < 4
+
+
+def test_params_roundtrip_and_with_values():
+    p = tn.PlannerParams.from_mapping(make_table().params)
+    q = p.with_values("f64", {"blk_m": 64, "grid": 2, "thread_flops": 1e6})
+    assert q.blk_m == (p.blk_m[0], 64) and q.grid == (p.grid[0], 2) and q.thread_flops == 1e6
+    assert tn.PlannerParams.from_mapping(q.to_mapping()) == q
+    legacy = tn.PlannerParams.from_mapping({"blk_m": 96, "blk_n": 256, "blk_k": 128})
+    assert legacy.call_seconds == (models.CALL_SECONDS,) * 2 and legacy.grid == (0, 0)
+
+
+# -- the runtime override ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runtime(tmp_path_factory):
+    # The very library tests/test_runtime.py builds: one process loads one library.
+    built = build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+    rt = loader.load(built.library)
+    yield rt
+    rt.lib.at_params_set(None)
+
+
+def plan_info(lib, m, n, k, dtype=0) -> loader.at_plan_info:
+    plan = lib.at_plan_create(dtype, 0, 0, 0, m, n, k, m, k, m)
+    assert plan
+    info = loader.at_plan_info()
+    assert lib.at_plan_get_info(plan, ctypes.byref(info)) == 0
+    lib.at_plan_destroy(plan)
+    return info
+
+
+def test_params_get_set_replace_and_restore(runtime):
+    lib = runtime.lib
+    baked = loader.at_tune_params()
+    assert lib.at_params_get(ctypes.byref(baked)) == 0
+    assert baked.call_seconds[0] == models.CALL_SECONDS and baked.edge_frac[1] == models.EDGE_FRAC
+    new = loader.at_tune_params.from_buffer_copy(baked)
+    new.pack_flops[0] = 1e15  # never pack
+    assert lib.at_params_set(ctypes.byref(new)) == 0
+    assert plan_info(lib, 300, 300, 300).path == 0
+    new.pack_flops[0] = 0.0  # always pack, with small blocks
+    new.blk_m[0], new.blk_n[0], new.blk_k[0] = 48, 64, 40
+    assert lib.at_params_set(ctypes.byref(new)) == 0
+    info = plan_info(lib, 300, 300, 300)
+    assert info.path == 1 and info.blk_m <= 48 and info.blk_n <= 64 and info.blk_k == 40
+    got = loader.at_tune_params()
+    lib.at_params_get(ctypes.byref(got))
+    assert bytes(got) == bytes(new)
+    bad = loader.at_tune_params.from_buffer_copy(new)
+    bad.grid[1] = 3
+    assert lib.at_params_set(ctypes.byref(bad)) == -1 and b"grid" in lib.at_last_error()
+    bad.grid[1], bad.blk_k[0] = 0, -1
+    assert lib.at_params_set(ctypes.byref(bad)) == -1
+    lib.at_params_get(ctypes.byref(got))
+    assert bytes(got) == bytes(new)  # a rejected setting changes nothing
+    assert lib.at_params_set(None) == 0
+    lib.at_params_get(ctypes.byref(got))
+    assert bytes(got) == bytes(baked)
+
+
+def test_cached_plans_follow_the_override(runtime):
+    """at_gemm goes through the plan cache: a new setting must not find old plans."""
+    lib = runtime.lib
+    rng = np.random.default_rng(3)
+    A = np.asfortranarray(rng.standard_normal((200, 150)).astype(np.float32))
+    B = np.asfortranarray(rng.standard_normal((150, 170)).astype(np.float32))
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    base = loader.at_tune_params()
+    lib.at_params_get(ctypes.byref(base))
+    created = []
+    for pack, grid, bk in ((1e15, 0, 0), (0.0, 1, 24), (0.0, 2, 136)):
+        p = loader.at_tune_params.from_buffer_copy(base)
+        p.pack_flops[0], p.grid[0], p.blk_k[0], p.thread_flops = pack, grid, bk, 0.0
+        p.call_seconds[0], p.edge_frac[0] = 8e-9, 0.2
+        assert lib.at_params_set(ctypes.byref(p)) == 0
+        before, hits = ctypes.c_int64(), ctypes.c_int64()
+        lib.at_plan_cache_stats(ctypes.byref(before), ctypes.byref(hits))
+        C = np.zeros((200, 170), dtype=np.float32, order="F")
+        rc = lib.at_gemm(0, 0, 0, 0, 200, 170, 150, 1.0, A.ctypes.data, 200, B.ctypes.data, 150,
+                         0.0, C.ctypes.data, 200)
+        assert rc == 0
+        after = ctypes.c_int64()
+        lib.at_plan_cache_stats(ctypes.byref(after), ctypes.byref(hits))
+        created.append(after.value - before.value)
+        np.testing.assert_allclose(C, want, rtol=1e-4, atol=1e-3)
+    assert created == [1, 1, 1]
+    lib.at_params_set(None)
+
+
+def test_real_search_on_the_library_keeps_or_improves(runtime, tmp_path):
+    suite = tuple(s for s in tn.default_suite() if (s.m, s.n, s.k) in {(24, 24, 24), (256, 256, 256)})
+    table = make_table(library.default_params(HOST, MAIN, provenance="model"))
+    baked = loader.at_tune_params()
+    runtime.lib.at_params_get(ctypes.byref(baked))
+    res = tn.tune(table, runtime.path, budget_s=4.0, seed=1, home=tmp_path, suite=suite, n_trials=4)
+    assert res.objective_default_s > 0 and res.objective_tuned_s <= res.objective_default_s
+    assert res.trials >= 4
+    # The search leaves the library with its baked parameters.
+    now = loader.at_tune_params()
+    runtime.lib.at_params_get(ctypes.byref(now))
+    assert bytes(now) == bytes(baked)
