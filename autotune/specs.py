@@ -365,7 +365,7 @@ def default_family(
 
     ``quick`` keeps roughly a tenth to a fifth of them: the largest blocks and
     the small tails a tiler needs (sides 1..4 and whole vectors).  ISAs without
-    a family here (an Arm target before its section exists) contribute nothing.
+    a family contribute nothing.
     """
     out: list[KernelSpec] = []
     for isa in isas:

@@ -26,7 +26,9 @@ import hashlib
 import json
 import logging
 import math
+import signal
 import sqlite3
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
@@ -260,28 +262,31 @@ def _space_values(params: PlannerParams, spec: StudySpec, tunes_threads: bool) -
 
 
 class HopelessPruner(optuna.pruners.BasePruner):
-    """Stop a trial whose partial suite time is already ``factor`` x the best's at that step.
+    """Stop a trial whose partial suite time is already ``factor`` x a good trial's.
 
     The suite is timed shape by shape and reported cumulatively, so a setting
     that makes one of the first shapes much slower is dropped before the rest is
-    measured.  The factor is generous because a partial sum is noisy and a
-    setting that loses early may still win on the larger shapes.
+    measured.  The reference is the ``rank``-th best complete trial at that
+    step, not the best: on a shared machine one lucky measurement would
+    otherwise prune nearly everything after it.  The factor is generous because
+    a partial sum is noisy and a setting that loses early may still win later.
     """
 
-    def __init__(self, factor: float = 1.3) -> None:
+    def __init__(self, factor: float = 1.3, rank: int = 3) -> None:
         self.factor = factor
+        self.rank = rank
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
         step = trial.last_step
         if step is None:
             return False
         value = trial.intermediate_values[step]
-        best = math.inf
-        for done in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            seen = done.intermediate_values.get(step)
-            if seen is not None and seen < best:
-                best = seen
-        return math.isfinite(best) and value > self.factor * best
+        seen = sorted(v for done in study.get_trials(deepcopy=False,
+                                                     states=(optuna.trial.TrialState.COMPLETE,))
+                      if (v := done.intermediate_values.get(step)) is not None)
+        if not seen:
+            return False
+        return value > self.factor * seen[min(self.rank, len(seen)) - 1]
 
 
 # -- measuring ----------------------------------------------------------------------
@@ -374,12 +379,16 @@ class LibraryRunner:
                 sa, sb, sc = buf.strides
                 batch = shape.batch
 
-                def run() -> None:
-                    lib.at_plan_execute_batch(plan, batch, 1.0, pa, sa, pb, sb, 0.0, pc, sc)
+                def run() -> int:
+                    return lib.at_plan_execute_batch(plan, batch, 1.0, pa, sa, pb, sb, 0.0, pc, sc)
             else:
-                def run() -> None:
-                    lib.at_plan_execute(plan, 1.0, pa, pb, 0.0, pc)
-            run()  # warm-up: first touch, caches, the pool's threads
+                def run() -> int:
+                    return lib.at_plan_execute(plan, 1.0, pa, pb, 0.0, pc)
+            # Warm-up (first touch, caches, the pool's threads), and the one status
+            # check: a failing call returns early and would look like a fast plan.
+            rc = run()
+            if rc != 0:
+                raise TuningError(f"executing {shape.label} failed with status {rc}")
             reps = self._reps.get(shape)
             if reps is None:
                 t0 = time.perf_counter()
@@ -413,14 +422,19 @@ def suite_time(runner: SuiteRunner, params: PlannerParams, shapes: Sequence[Suit
     return total
 
 
-def _compare(runner: SuiteRunner, a: PlannerParams, b: PlannerParams,
-             shapes: Sequence[SuiteShape], rounds: int) -> tuple[float, float]:
-    """Best of interleaved rounds for both settings: drift on a shared machine hits both."""
-    best_a = best_b = math.inf
+def _race(runner: SuiteRunner, settings: Sequence[PlannerParams], shapes: Sequence[SuiteShape],
+          rounds: int) -> list[float]:
+    """Best of interleaved rounds for each setting: drift on a shared machine hits all alike."""
+    best = [math.inf] * len(settings)
     for _ in range(max(1, rounds)):
-        best_a = min(best_a, suite_time(runner, a, shapes))
-        best_b = min(best_b, suite_time(runner, b, shapes))
-    return best_a, best_b
+        for i, params in enumerate(settings):
+            best[i] = min(best[i], suite_time(runner, params, shapes))
+    return best
+
+
+#: A study's best few are re-measured, not only its best: the minimum of many
+#: noisy measurements is biased low (the winner's curse).
+CONFIRM_CANDIDATES = 3
 
 
 # -- storage ------------------------------------------------------------------------
@@ -460,6 +474,39 @@ def _open_storage(path: Path, say: Callable[[str], None]) -> tuple[optuna.storag
         for side in ("-wal", "-shm"):
             path.with_name(path.name + side).unlink(missing_ok=True)
         return _rdb(path), str(aside)
+
+
+class _Interrupt:
+    """Ctrl-C during the search, taken when it is safe.
+
+    A KeyboardInterrupt raised at an arbitrary point can land inside optuna's
+    storage write and leave the study half updated (optuna 5 then fails with an
+    UnboundLocalError of its own).  So the first Ctrl-C only sets ``hit``; the
+    search checks it between shapes and stops cleanly.  A second one raises at
+    once, as usual.
+    """
+
+    def __init__(self) -> None:
+        self.hit = False
+
+    def handler(self, signum: int, frame: Any) -> None:
+        if self.hit:
+            raise KeyboardInterrupt
+        self.hit = True
+
+
+@contextmanager
+def _deferred_interrupt() -> Iterator[_Interrupt]:
+    state = _Interrupt()
+    if threading.current_thread() is not threading.main_thread():
+        # Only the main thread may install handlers; elsewhere Ctrl-C is not ours.
+        yield state
+        return
+    previous = signal.signal(signal.SIGINT, state.handler)
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager
@@ -552,7 +599,8 @@ def tune(
     record: dict[str, Any] = {
         "trials": [], "objective_default_s": None, "objective_tuned_s": None,
         "budget_s": float(budget_s), "seed": seed, "source": "analytic",
-        "default_params": default.to_mapping(), "studies": [],
+        "default_params": default.to_mapping(), "tuned_params": None, "studies": [],
+        "kept": False, "interrupted": False,
     }
     say = console.print if console is not None else (lambda text: None)
     if budget_s <= 0:
@@ -567,9 +615,10 @@ def tune(
     if progress is None and console is not None:
         bar = _make_progress(console)
     try:
-        with _quiet_optuna(), (bar if bar is not None else nullcontext()):
+        with _quiet_optuna(), _deferred_interrupt() as stop, \
+                (bar if bar is not None else nullcontext()):
             return _search(table, runner, default, base_params, shapes, record, budget_s, seed,
-                           home, progress, bar, say, started, n_trials)
+                           home, progress, bar, say, started, n_trials, stop)
     finally:
         if own_runner:
             runner.close()
@@ -579,7 +628,8 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
             base_params: Mapping[str, Any], shapes: Sequence[SuiteShape], record: dict[str, Any],
             budget_s: float, seed: int, home: Path | None,
             progress: Callable[[TuneProgress], None] | None, bar: Progress | None,
-            say: Callable[[str], None], started: float, n_trials: int | None) -> TuningResult:
+            say: Callable[[str], None], started: float, n_trials: int | None,
+            stop: _Interrupt) -> TuningResult:
     specs = [s for s in study_specs(DTYPES)
              if any(x.dtype == s.dtype and x.regime == s.regime for x in shapes)]
     by_study = {s.key: [x for x in shapes if x.dtype == s.dtype and x.regime == s.regime]
@@ -597,6 +647,8 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
             t0 = time.perf_counter()
             study_default[s.key] = suite_time(runner, default, by_study[s.key])
             wall[s.key] = max(time.perf_counter() - t0, 1e-6)
+            if stop.hit:
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         say("[yellow]interrupted before the search began: the analytic default stays[/yellow]")
         record.update(interrupted=True)
@@ -605,8 +657,10 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
     default_total = sum(study_default.values())
     # The final comparison takes 2 passes per round; keep it within a quarter of the budget.
     final_rounds = int(max(1, min(CONFIRM_ROUNDS, (0.25 * budget_s) // (2 * one_pass))))
-    search_s = max(0.0, deadline - time.perf_counter() - 2 * final_rounds * one_pass)
-    # A study's confirmation costs 2 * CONFIRM_ROUNDS passes of its own shapes.
+    # 1.25: a pass late in the search can be slower than the first (a busier machine).
+    search_s = max(0.0, deadline - time.perf_counter() - 1.25 * 2 * final_rounds * one_pass)
+    search_end = time.perf_counter() + search_s
+    # A study's confirmation costs (1 + CONFIRM_CANDIDATES) * CONFIRM_ROUNDS passes of its shapes.
     share_weight = dict(wall)
     total_weight = sum(share_weight.values())
 
@@ -637,7 +691,10 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
         # thread_flops is one number for both dtypes: the first small study owns it.
         tunes_threads = spec.regime == "small" and spec.dtype == specs[0].dtype
         share = search_s * share_weight[key] / total_weight
-        end = min(deadline, time.perf_counter() + max(0.0, share - 2 * CONFIRM_ROUNDS * wall[key]))
+        confirm_s = (1 + CONFIRM_CANDIDATES) * CONFIRM_ROUNDS * wall[key]
+        # A study that overran (a slow last trial) eats into the next ones, never
+        # into the final comparison.
+        end = min(search_end - confirm_s, time.perf_counter() + max(0.0, share - confirm_s))
         sampler = optuna.samplers.TPESampler(seed=seed * 1009 + index, n_startup_trials=8)
         study = optuna.create_study(study_name=f"{key}:{fingerprint}", storage=storage,
                                     sampler=sampler, pruner=HopelessPruner(),
@@ -652,6 +709,9 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
             candidate = incumbent.with_values(spec.dtype, values)
 
             def report(step: int, partial: float) -> None:
+                if stop.hit:
+                    # Ends the trial through optuna's own path, storage intact.
+                    raise optuna.TrialPruned("interrupted")
                 trial.report(partial, step)
                 if trial.should_prune():
                     raise optuna.TrialPruned()
@@ -663,7 +723,7 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
             if trial.value is not None:
                 best_estimate = min(best_estimate, trial.value + offset)
             tell(key, trial.number)
-            if time.perf_counter() >= end:
+            if time.perf_counter() >= end or stop.hit:
                 study.stop()
 
         try:
@@ -671,6 +731,8 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
                 study.optimize(objective, n_trials=n_trials, timeout=max(0.0, end - time.perf_counter()),
                                callbacks=[after])
         except KeyboardInterrupt:
+            interrupted = True
+        if stop.hit or interrupted:
             interrupted = True
             say("[yellow]interrupted: keeping the best result found so far[/yellow]")
 
@@ -689,23 +751,31 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
             })
             number += 1
         if complete:
-            best = min(complete, key=lambda t: t.value)
-            candidate = incumbent.with_values(spec.dtype, best.params)
-            summary["best_s"] = _round(best.value)
-            if candidate != incumbent:
+            summary["best_s"] = _round(min(t.value for t in complete))
+            candidates: list[tuple[PlannerParams, dict[str, Any]]] = []
+            for t in sorted(complete, key=lambda t: t.value):
+                cand = incumbent.with_values(spec.dtype, t.params)
+                if cand != incumbent and all(cand != c for c, _ in candidates):
+                    candidates.append((cand, t.params))
+                if len(candidates) == CONFIRM_CANDIDATES:
+                    break
+            if candidates:
                 rounds = 1 if interrupted else CONFIRM_ROUNDS
                 try:
-                    old, new = _compare(runner, incumbent, candidate, study_shapes, rounds)
+                    times = _race(runner, [incumbent] + [c for c, _ in candidates], study_shapes, rounds)
                 except KeyboardInterrupt:
                     # Unconfirmed, so not kept: only measured wins replace the default.
                     interrupted = True
-                    old = new = math.inf
+                    times = [math.inf] * (len(candidates) + 1)
+                old = times[0]
+                pick = min(range(len(candidates)), key=lambda i: times[i + 1])
+                new = times[pick + 1]
                 summary.update(confirm_default_s=_round(old), confirm_best_s=_round(new))
                 if new < old * (1 - KEEP_MARGIN):
-                    incumbent = candidate
+                    incumbent = candidates[pick][0]
                     incumbent_obj[key] = new
                     summary["kept"] = True
-                    summary["best_params"] = {p: _round(v) for p, v in best.params.items()}
+                    summary["best_params"] = {p: _round(v) for p, v in candidates[pick][1].items()}
         record["studies"].append(summary)
         if interrupted:
             break
@@ -715,7 +785,7 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
     obj_default = obj_tuned = default_total
     if incumbent != default:
         try:
-            obj_default, obj_tuned = _compare(runner, default, incumbent, shapes, rounds)
+            obj_default, obj_tuned = _race(runner, [default, incumbent], shapes, rounds)
         except KeyboardInterrupt:
             # Every kept study was confirmed against its incumbent: their sum stands.
             interrupted = True

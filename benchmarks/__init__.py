@@ -41,7 +41,7 @@ BATCH = Shape(8, 8, 8, 10000)
 QUICK_SQUARE = (4, 8, 16, 32, 64, 128, 512)
 QUICK_IRREGULAR = (Shape(13, 33, 23), Shape(87, 93, 56), Shape(1, 256, 256))
 
-__all__ = ["Options", "Results", "add_arguments", "options_from_args", "run", "main", "report_frame",
+__all__ = ["Options", "Results", "add_arguments", "options_from_args", "run", "main", "report_frame", "merge_passes",
            "load_latest", "SQUARE", "IRREGULAR", "BATCH"]
 
 
@@ -57,6 +57,7 @@ class Options:
     min_time: float | None = None       # seconds per repeat (None: 2 ms, quick 1 ms)
     repeats: int | None = None          # repeats per point (None: 7, quick 5)
     cold: int | None = None             # cold-cache samples per point (None: 9, quick 5; 0 = off)
+    passes: int | None = None           # times the whole peer sweep is repeated (None: 2, quick 1)
     c_level: bool = True
     python_level: bool = True
     libraries: tuple[str, ...] = ()     # only these libraries (autotune is always kept)
@@ -107,7 +108,7 @@ def _load() -> str:
 
 def _shapes(options: Options) -> tuple[list[Shape], tuple[Shape, ...]]:
     if options.shapes:
-        irregular = tuple(s for s in options.shapes if not s.square and s.batch == 1)
+        irregular = tuple(s for s in options.shapes if s in IRREGULAR or (not s.square and s.batch == 1))
         return list(options.shapes), irregular
     square = QUICK_SQUARE if options.quick else SQUARE
     irregular = QUICK_IRREGULAR if options.quick else IRREGULAR
@@ -141,6 +142,25 @@ def run_python_level(home: Path, sizes: tuple[int, ...], batch: int, min_time: f
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def merge_passes(sweeps: list[list[Point]]) -> list[Point]:
+    """One point per (peer, config, shape): the pass with the best time.
+
+    The peers run one after another, so a burst of load on a shared machine hits
+    whichever library is running; sweeping them all again and keeping each one's
+    best pass gives every library the same chance of a quiet moment.
+    """
+    if len(sweeps) == 1:
+        return sweeps[0]
+    best: dict[tuple, Point] = {}
+    for sweep in sweeps:
+        for point in sweep:
+            key = (point.peer, point.config, point.shape)
+            kept = best.get(key)
+            if kept is None or (point.status == "ok" and (kept.status != "ok" or point.best_s < kept.best_s)):
+                best[key] = point
+    return list(best.values())
+
+
 def run(options: Options) -> Results:
     """Measure everything ``options`` asks for, side by side, and (by default) save and print it."""
     from . import display
@@ -159,23 +179,29 @@ def run(options: Options) -> Results:
     shapes, irregular = _shapes(options)
     console = display.console() if options.show else None
 
+    passes = options.passes or (1 if options.quick else 2)
     points: list[Point] = []
     if options.c_level:
         exe = build_harness(build_dir)
-        for config in _configs(options):
-            for peer in peers:
-                # LIBXSMM's kernels and MKL's JIT kernels are single-threaded by design.
-                if config.threads > 1 and peer.interface == "plan" and peer.library != "autotune":
-                    continue
-                if console:
-                    console.log(f"{config.dtype} {config.threads}T align {config.align}: "
-                                f"{peer.library} {peer.interface}")
-                points.extend(run_peer(exe, peer, config, shapes, min_time=min_time, repeats=repeats))
+        sweeps: list[list[Point]] = []
+        for sweep in range(passes):
+            found: list[Point] = []
+            for config in _configs(options):
+                for peer in peers:
+                    # LIBXSMM's kernels and MKL's JIT kernels are single-threaded by design.
+                    if config.threads > 1 and peer.interface == "plan" and peer.library != "autotune":
+                        continue
+                    if console:
+                        console.log(f"pass {sweep + 1}/{passes} {config.dtype} {config.threads}T align "
+                                    f"{config.align}: {peer.library} {peer.interface}")
+                    found.extend(run_peer(exe, peer, config, shapes, min_time=min_time, repeats=repeats))
+            sweeps.append(found)
+        points = merge_passes(sweeps)
     frames = [points_frame(points, irregular)] if points else []
 
     pydoc: dict = {}
     if options.python_level and "numpy" in (options.libraries or ("numpy",)):
-        sizes = tuple(s.M for s in shapes if s.square)
+        sizes = tuple(s.M for s in shapes if s.square and s not in irregular)
         batch = next((s.batch for s in shapes if s.batch > 1), BATCH.batch)
         if console:
             console.log("python level: autotune.gemm / gemm_batch against numpy")
@@ -190,7 +216,7 @@ def run(options: Options) -> Results:
     meta = {
         "command": " ".join(shlex.quote(a) for a in sys.argv) if sys.argv else "benchmarks.run",
         "home": str(home), "library": str(library), "quick": options.quick, "min_time_s": min_time,
-        "repeats": repeats, "load_before": load_before, "load_after": _load(),
+        "repeats": repeats, "passes": passes, "load_before": load_before, "load_after": _load(),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1), "python_fast_path": pydoc.get("fast"),
         "python_error": pydoc.get("error", ""), "numpy": pydoc.get("numpy", ""),
@@ -224,6 +250,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=None, help="repeats per point (default 7)")
     parser.add_argument("--cold", type=int, default=None,
                         help="cold-cache samples per point, 0 to skip (default 9)")
+    parser.add_argument("--passes", type=int, default=None,
+                        help="sweep all peers this many times, keep each one's best (default 2, quick 1)")
     parser.add_argument("--only", action="append", default=None, metavar="LIBRARY",
                         help="only this peer (openblas, blis, mkl, libxsmm, numpy; repeatable)")
     parser.add_argument("--no-c", action="store_true", help="skip the C level")
@@ -239,7 +267,7 @@ def options_from_args(args: argparse.Namespace) -> Options:
     shapes = tuple(Shape(*(int(v) for v in s.split(","))) for s in (args.shape or ()))
     return Options(home=args.home, library=args.library, quick=args.quick, dtypes=tuple(args.dtypes or ("f32", "f64")),
                    threads=tuple(args.threads or ()), min_time=args.min_time, repeats=args.repeats,
-                   cold=args.cold, c_level=not args.no_c, python_level=not args.no_python,
+                   cold=args.cold, passes=args.passes, c_level=not args.no_c, python_level=not args.no_python,
                    libraries=tuple(args.only or ()), shapes=shapes, out_dir=args.out, save=not args.no_save)
 
 

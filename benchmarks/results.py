@@ -33,9 +33,11 @@ def regime(shape: Shape, irregular: Iterable[Shape]) -> str:
     """small: square <= 128; large: square 256..1024; batch; irregular: the listed others."""
     if shape.batch > 1:
         return "batch"
+    if shape in set(irregular):  # listed first: (15, 15, 15) is square but listed as irregular
+        return "irregular"
     if shape.square:
         return "small" if shape.M <= 128 else "large"
-    return "irregular" if shape in set(irregular) else "other"
+    return "other"
 
 
 def points_frame(points: list[Point], irregular: Iterable[Shape]) -> pd.DataFrame:

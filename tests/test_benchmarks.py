@@ -212,3 +212,12 @@ def test_profile_categories() -> None:
     assert prof.shares["edge code + executor"] == pytest.approx(0.4126)
     assert prof.shares["other"] == pytest.approx(0.001)
     assert prof.top[0] == ("at_sgemm_avx512_nn_4x4_u8", pytest.approx(0.5245))
+
+
+def test_passes_keep_each_points_best_and_listed_squares_stay_irregular() -> None:
+    s = Shape(8, 8, 8)
+    slow, fast = _point("openblas", "cblas", s, 2e-6), _point("openblas", "cblas", s, 1e-6)
+    failed = _point("openblas", "cblas", s, 1e-9, status="failed")
+    assert benchmarks.merge_passes([[slow], [fast]]) == [fast]
+    assert benchmarks.merge_passes([[slow], [failed]]) == [slow]
+    assert regime(Shape(15, 15, 15), benchmarks.IRREGULAR) == "irregular"

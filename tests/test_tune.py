@@ -13,6 +13,8 @@ import ctypes
 import dataclasses
 import io
 import math
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -99,10 +101,12 @@ class FakeRunner:
     ``interrupt_after`` raises KeyboardInterrupt once, at that time_shape call.
     """
 
-    def __init__(self, interrupt_after: int | None = None, flat: bool = False) -> None:
+    def __init__(self, interrupt_after: int | None = None, flat: bool = False,
+                 sigint_after: int | None = None) -> None:
         self.params: tn.PlannerParams | None = None
         self.calls = 0
         self.interrupt_after = interrupt_after
+        self.sigint_after = sigint_after
         self.flat = flat
 
     def set_params(self, params: tn.PlannerParams) -> None:
@@ -112,6 +116,8 @@ class FakeRunner:
         self.calls += 1
         if self.interrupt_after is not None and self.calls == self.interrupt_after:
             raise KeyboardInterrupt
+        if self.sigint_after is not None and self.calls == self.sigint_after:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, wherever it lands
         base = shape.flops / 100e9
         if self.flat:
             return base
@@ -224,6 +230,17 @@ def test_ctrl_c_keeps_the_best_found(tmp_path):
     assert res.interrupted and res.record["interrupted"]
     assert res.objective_tuned_s <= res.objective_default_s
     assert len(res.record["studies"]) < 4
+
+
+def test_a_real_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path):
+    before = signal.getsignal(signal.SIGINT)
+    res = run(tmp_path, runner=FakeRunner(sigint_after=len(SUITE) + 100), n_trials=20)
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
+    assert res.interrupted and len(res.record["studies"]) < 4
+    assert res.objective_tuned_s <= res.objective_default_s
+    assert not any(t["state"] == "FAIL" for t in res.record["trials"])
+    again = run(tmp_path, n_trials=2)  # the storage was left consistent
+    assert again.record["studies"][0]["trials"] == res.record["studies"][0]["trials"] + 2
 
 
 def test_params_roundtrip_and_with_values():

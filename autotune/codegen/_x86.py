@@ -116,7 +116,10 @@ def _hsum_helper(voc: Vocabulary, ctype: str) -> list[str]:
             "    x = _mm_add_sd(x, _mm_unpackhi_pd(x, x));",
             "    return _mm_cvtsd_f64(x);",
         ]
-    return [f"static inline {ctype} at_hsum({voc.vtype} v)", "{", *body, "}", ""]
+    # Guarded: the build compiles several kernels as one translation unit.
+    guard = f"AT_HSUM_{voc.suffix.upper()}_DEFINED"
+    return [f"#ifndef {guard}", f"#define {guard}", f"static inline {ctype} at_hsum({voc.vtype} v)", "{",
+            *body, "}", "#endif", ""]
 
 
 _STRATEGY_NOTES = {
@@ -294,7 +297,10 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
     if along_m:
         _store_columns(out, spec, voc, nv, masked, lambda x, v: acc(0, x, v))
     else:
-        _store_rows_via_tile(out, spec, voc, nv, lambda x, v: acc(0, x, v))
+        if voc.masked == "k":
+            _store_rows_transposed(out, spec, voc, nv, lambda x, v: acc(0, x, v))
+        else:
+            _store_rows_via_tile(out, spec, voc, nv, lambda x, v: acc(0, x, v))
 
 
 def _merge_sets(out: _Writer, voc: Vocabulary, sets: int, acc, nb: int, nv: int) -> None:
@@ -330,10 +336,16 @@ def _store_columns(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, mas
     out.close(" else {")
     out.depth += 1
     out(f"const {voc.vtype} vb = {voc.set1('beta')};")
+    # Every load of C before any store: with a tight ldc the next column's
+    # (masked) load overlaps the line a masked store just wrote, and masked
+    # stores do not forward, so interleaving them stalls each column.
     for j in range(spec.nr):
         for v in range(nv):
             old = voc.load(addr(j, v), mask(v))
-            out(voc.store(addr(j, v), voc.fma("vb", old, voc.mul("va", acc(j, v))), mask(v)))
+            out(f"{acc(j, v)} = {voc.fma('vb', old, voc.mul('va', acc(j, v)))};")
+    for j in range(spec.nr):
+        for v in range(nv):
+            out(voc.store(addr(j, v), acc(j, v), mask(v)))
     out.close()
 
 
@@ -360,6 +372,110 @@ def _store_rows_via_tile(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: in
     out.open(f"for (int j = 0; j < {spec.nr}; ++j)")
     out(f"for (int i = 0; i < {spec.mr}; ++i) C[i + j * ldc] = tile[i][j] + beta * C[i + j * ldc];")
     out.close()
+    out.close()
+
+
+def _shuffle_indices(w: int) -> tuple[list[int], list[int]]:
+    """Two-source permutes interleaving the low (high) halves of x and y lane by lane."""
+    lo = [r // 2 + (w if r % 2 else 0) for r in range(w)]
+    hi = [w // 2 + r // 2 + (w if r % 2 else 0) for r in range(w)]
+    return lo, hi
+
+
+def _store_rows_transposed(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, acc) -> None:
+    """AVX-512: transpose the row vectors in registers, then store C column by column.
+
+    Rows come in groups of at most W, padded with zero vectors to P, a power of
+    two.  log2(P) perfect-shuffle stages (pair row k with row k + P/2, interleave
+    their low halves into slot 2k and their high halves into slot 2k + 1) leave
+    the P x W block in column-major order across the P vectors: column j is P
+    consecutive lanes, rotated to lane 0 by one valign and stored masked, where
+    the plain tile copy (the AVX2 path) moves mr scalars through the stack.
+    """
+    w = voc.lanes
+    itype = "epi32" if voc.suffix == "ps" else "epi64"
+    perm = voc.op("permutex2var")
+    groups = [(g, min(w, spec.mr - g * w)) for g in range(-(-spec.mr // w))]
+    # Build the shuffle network as named expressions first, then emit only
+    # those the stored columns reach: padding rows and the columns beyond nr
+    # would otherwise leave permutes (and unused-variable warnings) behind.
+    pads = {}
+    exprs: list[tuple[str, str, tuple[str, ...]]] = []
+    final: dict[tuple[int, int, int], str] = {}
+    for g, rows in groups:
+        p2 = 1 << (rows - 1).bit_length()
+        pads[g] = p2
+        for v in range(nv):
+            if v * w >= spec.nr:
+                continue
+            level = [acc(g * w + i, v) for i in range(rows)] + [voc.zero()] * (p2 - rows)
+            half = p2 // 2
+            for _ in range(p2.bit_length() - 1):
+                nxt = [""] * p2
+                for k in range(half):
+                    x, y = level[k], level[k + half]
+                    for slot, idx in ((2 * k, "lo"), (2 * k + 1, "hi")):
+                        name = f"t{len(exprs)}"
+                        exprs.append((name, f"{perm}({x}, {idx}, {y})", (x, y)))
+                        nxt[slot] = name
+                level = nxt
+            for k in range(p2):
+                final[(g, v, k)] = level[k]
+
+    def column(j: int, g: int) -> tuple[str, int]:
+        v, jj = divmod(j, w)
+        k, lane = divmod(jj * pads[g], w)
+        return final[(g, v, k)], lane
+
+    needed = {column(j, g)[0] for j in range(spec.nr) for g, _ in groups}
+    for name, _, deps in reversed(exprs):
+        if name in needed:
+            needed.update(deps)
+    used = {idx for name, expr, _ in exprs if name in needed for idx in ("lo", "hi") if f", {idx}, " in expr}
+    for idx, lanes in zip(("lo", "hi"), _shuffle_indices(w)):
+        if idx in used:
+            # _mm512_set_* lists lanes from the highest down.
+            out(f"const __m512i {idx} = _mm512_set_{itype}({', '.join(map(str, reversed(lanes)))});")
+    for name, expr, _ in exprs:
+        if name in needed:
+            out(f"const {voc.vtype} {name} = {expr};")
+    for g, rows in groups:
+        if rows < w:
+            out(f"const {voc.mask_type} rows{g} = {voc.const_mask(rows)};")
+
+    def src(j: int, g: int) -> str:
+        # Column j of row group g: lanes (jj * P) % W .. of vector jj * P // W,
+        # rotated down to lane 0 (valign) when it does not start there.
+        vec, lane = column(j, g)
+        if lane == 0:
+            return vec
+        bits = "epi32" if voc.suffix == "ps" else "epi64"
+        cast_in = "_mm512_castps_si512" if voc.suffix == "ps" else "_mm512_castpd_si512"
+        cast_out = "_mm512_castsi512_ps" if voc.suffix == "ps" else "_mm512_castsi512_pd"
+        return f"{cast_out}(_mm512_alignr_{bits}({cast_in}({vec}), {cast_in}({vec}), {lane}))"
+
+    def dst(j: int, g: int) -> str:
+        col = f"C + {j} * ldc" if j else "C"
+        return f"{col} + {g * w}" if g else col
+
+    def mask(g: int, rows: int) -> str | None:
+        return f"rows{g}" if rows < w else None
+
+    out.open("if (beta == 0)")
+    for j in range(spec.nr):
+        for g, rows in groups:
+            out(voc.store(dst(j, g), voc.mul("va", src(j, g)), mask(g, rows)))
+    out.close(" else {")
+    out.depth += 1
+    out(f"const {voc.vtype} vb = {voc.set1('beta')};")
+    # All loads of C first, as in _store_columns: masked stores do not forward.
+    for j in range(spec.nr):
+        for g, rows in groups:
+            old = voc.load(dst(j, g), mask(g, rows))
+            out(f"const {voc.vtype} u{j}_{g} = {voc.fma('vb', old, voc.mul('va', src(j, g)))};")
+    for j in range(spec.nr):
+        for g, rows in groups:
+            out(voc.store(dst(j, g), f"u{j}_{g}", mask(g, rows)))
     out.close()
 
 

@@ -33,8 +33,8 @@ with SVE ``fmla``, sharing the op(B) vectors the outer products load.
 Why assembly and not ACLE intrinsics: ``__arm_new("za")`` makes clang call
 ``__arm_tpidr2_save``, which Debian 12's aarch64 runtime lacks; a kernel written
 with explicit ``smstart``/``smstop`` commits a caller's lazy ZA save itself (a
-few instructions, below) and links anywhere.  Streaming mode is entered once
-per call.  Kernels are specialised to one streaming vector length (SVL, 512
+few instructions, below) and links anywhere.  ``<name>`` enters streaming mode
+once per call; ``<name>_s`` runs inside a caller's streaming region (ZA on).  Kernels are specialised to one streaming vector length (SVL, 512
 bits by default): VL, tile counts and predicates are constants.
 """
 
@@ -55,6 +55,10 @@ _ELEM = {"f32": ("s", "w", 2), "f64": ("d", "d", 3)}  # suffix, ld1/st1 letter, 
 #: Two stages in the K loop (operands of step p+1 load while step p multiplies).
 UNROLL = 2
 VARIANT_OF_TRANS = {"nt": "", "nn": "pb", "tt": "pa", "tn": "papb"}
+#: Every kernel has a second entry point, ``<name>_s``, for callers that already
+#: run in streaming mode with ZA enabled (a plan's streaming region): it neither
+#: commits a lazy ZA save nor switches modes, so one region serves many calls.
+STREAMING_SUFFIX = "_s"
 
 
 def lanes(dtype: str, svl_bits: int = DEFAULT_SVL) -> int:
@@ -358,21 +362,34 @@ def _emit(spec: KernelSpec, svl_bits: int) -> str:
         "    .text",
         f"    .globl {name}",
         f"    .type {name}, %function",
+        f"    .globl {name}{STREAMING_SUFFIX}",
+        f"    .type {name}{STREAMING_SUFFIX}, %function",
         "    .p2align 4",
-        f"{name}:",
     ]
-    asm("stp x29, x30, [sp, #-80]!")
-    asm("mov x29, sp")
-    asm("stp d8, d9, [sp, #16]", "smstart zeroes z8-z15: save their callee-saved low halves")
-    asm("stp d10, d11, [sp, #32]")
-    asm("stp d12, d13, [sp, #48]")
-    asm("stp d14, d15, [sp, #64]")
     reg = "w" if spec.dtype == "f32" else "x"
     fr = "s" if spec.dtype == "f32" else "d"
-    asm(f"fmov {reg}9, {fr}0", "alpha: FP registers do not survive smstart")
-    asm(f"fmov {reg}10, {fr}1", "beta")
-    asm(f"fcmp {fr}1, #0.0")
-    asm("cset x11, eq", "x11 = (beta == 0): then C is never read")
+
+    def prologue() -> None:
+        asm("stp x29, x30, [sp, #-80]!")
+        asm("mov x29, sp")
+        asm("stp d8, d9, [sp, #16]", "z8-z15 are clobbered: save their callee-saved low halves")
+        asm("stp d10, d11, [sp, #32]")
+        asm("stp d12, d13, [sp, #48]")
+        asm("stp d14, d15, [sp, #64]")
+        asm(f"fmov {reg}9, {fr}0", "alpha: FP registers do not survive smstart")
+        asm(f"fmov {reg}10, {fr}1", "beta")
+        asm(f"fcmp {fr}1, #0.0")
+        asm("cset x11, eq", "x11 = (beta == 0): then C is never read")
+
+    # The streaming entry: the caller (a plan's streaming region) is already in
+    # streaming mode with ZA enabled and keeps both; x8 = 0 says "do not smstop".
+    asm.lines.append(f"{name}{STREAMING_SUFFIX}:")
+    prologue()
+    asm("mov x8, #0", "entered streaming with ZA on: leave both on")
+    asm(f"b {L}body")
+    asm.lines.append(f"{name}:")
+    prologue()
+    asm("mov x8, #1", "this call owns streaming mode and ZA")
     asm.note("Commit a caller's lazy ZA save (AAPCS64 TPIDR2 block) before using ZA.")
     asm("mrs x16, tpidr2_el0")
     asm(f"cbz x16, {L}za_free")
@@ -394,6 +411,7 @@ def _emit(spec: KernelSpec, svl_bits: int) -> str:
     asm("msr tpidr2_el0, xzr")
     asm.label(f"{L}za_free")
     asm("smstart", "streaming mode and ZA, once per call")
+    asm.label(f"{L}body")
     asm("zero {za}")
     asm(f"lsl x2, x2, #{shift}", "leading dimensions in bytes")
     asm(f"lsl x4, x4, #{shift}")
@@ -503,7 +521,9 @@ def _emit(spec: KernelSpec, svl_bits: int) -> str:
                 if not beta_zero:
                     asm(f"b {L}s{j}_done")
             asm.label(f"{L}s{j}_done")
+    asm(f"cbz x8, {L}stay", "the streaming entry leaves the mode to its caller")
     asm("smstop")
+    asm.label(f"{L}stay")
     asm("ldp d8, d9, [sp, #16]")
     asm("ldp d10, d11, [sp, #32]")
     asm("ldp d12, d13, [sp, #48]")
@@ -512,7 +532,7 @@ def _emit(spec: KernelSpec, svl_bits: int) -> str:
     asm("ret")
     asm.label(f"{L}bad_tpidr2")
     asm("brk #0x5a", "malformed TPIDR2 block: the caller broke the SME ABI")
-    tail = [f"    .size {name}, .-{name}", '    .section .note.GNU-stack,"",%progbits', ""]
+    tail = [f"    .size {name}, .-{name}", f"    .size {name}{STREAMING_SUFFIX}, .-{name}{STREAMING_SUFFIX}", '    .section .note.GNU-stack,"",%progbits', ""]
     return "\n".join(lines_head + asm.lines + tail)
 
 

@@ -521,26 +521,37 @@ static size_t max_operand_bytes(const at_registry_entry *e)
 /* Every call's result feeds this, so no compiler may drop a timed call. */
 static volatile double at_sink;
 
+/* Calls rotate over this many copies of C. Timing one C over and over lets each
+ * call's stores feed the next call's loads of C, and masked stores cannot be
+ * forwarded: masked kernels would look far slower than in a plan, which never
+ * calls the same kernel on the same block back to back. */
+#define AT_BENCH_C_COPIES 4
+
 static double time_calls(const at_registry_entry *e, long long iters, int64_t K, const void *A,
-                         int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc)
+                         int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc,
+                         size_t c_stride)
 {
     /* alpha = beta = 1: the accumulate form a plan uses for every K block
      * after the first; one loop per dtype keeps the dispatch out of the timing. */
     double t0, t1;
     if (e->dtype == AT_F64) {
         at_dgemm_fn fn = (at_dgemm_fn)e->fn;
+        double *c = (double *)C;
         t0 = at_now_ns();
         for (long long it = 0; it < iters; ++it)
-            fn(K, (const double *)A, lda, (const double *)B, ldb, (double *)C, ldc, 1.0, 1.0);
+            fn(K, (const double *)A, lda, (const double *)B, ldb,
+               c + (size_t)(it % AT_BENCH_C_COPIES) * c_stride, ldc, 1.0, 1.0);
         t1 = at_now_ns();
-        at_sink = at_sink + ((double *)C)[0];
+        at_sink = at_sink + c[0];
     } else {
         at_sgemm_fn fn = (at_sgemm_fn)e->fn;
+        float *c = (float *)C;
         t0 = at_now_ns();
         for (long long it = 0; it < iters; ++it)
-            fn(K, (const float *)A, lda, (const float *)B, ldb, (float *)C, ldc, 1.0f, 1.0f);
+            fn(K, (const float *)A, lda, (const float *)B, ldb,
+               c + (size_t)(it % AT_BENCH_C_COPIES) * c_stride, ldc, 1.0f, 1.0f);
         t1 = at_now_ns();
-        at_sink = at_sink + ((float *)C)[0];
+        at_sink = at_sink + c[0];
     }
     return t1 - t0;
 }
@@ -572,7 +583,9 @@ static int bench_point(const at_registry_entry *e, const at_bench_opts *o, int64
     at_shape sa = shape_a(e, K, pad), sb = shape_b(e, K, pad), sc = shape_c(e, pad);
     void *A = alloc_operand(footprint(sa), dt);
     void *B = alloc_operand(footprint(sb), dt);
-    void *C = alloc_operand(footprint(sc), dt);
+    /* Whole cache lines apart, so the copies never share a line. */
+    const size_t c_stride = (footprint(sc) * elem_size(dt) + 63) / 64 * 64 / elem_size(dt);
+    void *C = alloc_operand(c_stride * AT_BENCH_C_COPIES, dt);
     if (!A || !B || !C) {
         free(A);
         free(B);
@@ -582,7 +595,8 @@ static int bench_point(const at_registry_entry *e, const at_bench_opts *o, int64
     }
     fill(A, dt, sa, rng, 0.0);
     fill(B, dt, sb, rng, 0.0);
-    fill(C, dt, sc, rng, 0.0);
+    for (int copy = 0; copy < AT_BENCH_C_COPIES; ++copy)
+        fill((char *)C + (size_t)copy * c_stride * elem_size(dt), dt, sc, rng, 0.0);
     /* Packed kernels are timed on their panels: packing is the plan's cost, not the kernel's. */
     void *PA = e->pack_a_ld ? alloc_operand(footprint(shape_panel(e->pack_a_ld, K)), dt) : NULL;
     void *PB = e->pack_b_ld ? alloc_operand(footprint(shape_panel(e->pack_b_ld, K)), dt) : NULL;
@@ -599,11 +613,11 @@ static int bench_point(const at_registry_entry *e, const at_bench_opts *o, int64
      * the branch predictors and the clock up before any sample is kept. */
     const double min_ns = o->min_time_ms * 1e6;
     long long iters = 1;
-    time_calls(e, 1, K, kA, klda, kB, kldb, C, sc.ld);
-    while (time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld) < min_ns && iters < (1LL << 40))
+    time_calls(e, 1, K, kA, klda, kB, kldb, C, sc.ld, c_stride);
+    while (time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld, c_stride) < min_ns && iters < (1LL << 40))
         iters *= 2;
     for (int r = 0; r < o->repeats; ++r)
-        samples[r] = time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld) / (double)iters;
+        samples[r] = time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld, c_stride) / (double)iters;
     qsort(samples, (size_t)o->repeats, sizeof(double), cmp_double);
     double best = samples[0];
     double median = o->repeats % 2 ? samples[o->repeats / 2]

@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "at_internal.h"
+#ifdef AT_SME2_EXEC
+#include "at_sme2.h" /* Arm sme2 libraries only: the streaming executor */
+#endif
 
 #define AT_T float
 #define AT_KFN at_skernel

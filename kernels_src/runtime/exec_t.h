@@ -102,6 +102,10 @@ static void AT_FN(pack_b)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_
 static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
                            AT_T alpha, AT_T beta)
 {
+#ifdef AT_SME2_EXEC
+    /* An SME2 library runs each share in one streaming region (sme2_exec.c). */
+    return AT_FN(at__sme2_part)(p, t, A, B, C, alpha, beta);
+#endif
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
     if (p->info.path == 0) {
         AT_FN(run_steps)(p->steps, first, last, p->K, A, p->lda, p->ta, B, p->ldb, p->tb, C,

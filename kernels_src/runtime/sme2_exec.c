@@ -1,0 +1,93 @@
+/* sme2_exec.c: the executor of an SME2 library, one streaming region per share.
+ *
+ * exec_t.h's run_part hands thread t's share of a plan here.  Everything that
+ * allocates runs first, in normal mode; then at__sme2_region (sme2_region.S)
+ * enters streaming mode with ZA on, once, and calls the share's body, which
+ * is compiled as __arm_streaming: the Goto packs, the per-kernel panel packs
+ * (the transposing pack through a ZA tile), the kernels' `<name>_s` entry
+ * points and the portable edge code all run inside that one region.  On return
+ * PSTATE.SM and PSTATE.ZA are off again.
+ *
+ * Packed-format kernels (variants pa, pb, papb and their hybrids) read their
+ * operand from a panel: op(A)[i, p] at i + p*pa_ld, op(B)[p, j] at j + p*pb_ld,
+ * zero beyond the block, with the leading dims baked into at_arm_table.c.  The
+ * executor packs a step's panel just before the call and reuses it while the
+ * next step reads the same rows (or columns) of the same operand.
+ *
+ * A kernel without a streaming entry (a NEON kernel in a mixed table) is called
+ * through an ordinary function pointer: the compiler leaves streaming mode
+ * around that call, ZA stays on and untouched.  The arithmetic is the plan's,
+ * so results stay bitwise identical for any thread count. */
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "at_sme2.h"
+
+#if !defined(__ARM_FEATURE_SME)
+#error "sme2_exec.c runs in streaming mode: compile it with the sme2 target's flags"
+#endif
+
+typedef void (*at_region_fn)(void *ctx) __arm_streaming;
+void at__sme2_region(at_region_fn fn, void *ctx);
+void at__sme2_pack_t_f32_s(int64_t K, int64_t n, const float *src, int64_t ld, float *dst,
+                           int64_t ldd) __arm_streaming;
+void at__sme2_pack_t_f64_s(int64_t K, int64_t n, const double *src, int64_t ld, double *dst,
+                           int64_t ldd) __arm_streaming;
+
+static int64_t round_up(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
+
+/* The kernels are specialised to the SVL of at_sme2_svl_bytes; on a CPU with
+ * another one they would read and write the wrong extents, so a share refuses
+ * to run (RDSVL is legal outside streaming mode).  Checked once per process. */
+static _Atomic uint64_t svl_seen; /* 0 unknown, else RDSVL's bytes */
+
+static int svl_matches(void)
+{
+    uint64_t bytes = atomic_load_explicit(&svl_seen, memory_order_relaxed);
+    if (!bytes) {
+        __asm__ volatile("rdsvl %0, #1" : "=r"(bytes));
+        atomic_store_explicit(&svl_seen, bytes, memory_order_relaxed);
+    }
+    if (bytes == (uint64_t)at_sme2_svl_bytes) return 1;
+    at__set_error("this CPU's streaming vector length is %llu bits, the library's SME2 kernels "
+                  "were built for %d: run `autotune install` on this machine",
+                  (unsigned long long)bytes * 8, (int)at_sme2_svl_bytes * 8);
+    return 0;
+}
+
+/* 64-byte aligned, whole cache lines; NULL for zero elements is fine. */
+static void *panel_alloc(int64_t elems, size_t es)
+{
+    if (elems <= 0) return NULL;
+    size_t bytes = (size_t)elems * es;
+    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+
+#define AT_T float
+#define AT_KFN at_skernel
+#define AT_KFN_S at_skernel_s
+#define AT_PACK_T_S at__sme2_pack_t_f32_s
+#define AT_FN(name) name##_f32
+typedef void (*at_skernel_s)(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                             float *C, int64_t ldc, float alpha, float beta) __arm_streaming;
+#include "sme2_exec_t.h"
+#undef AT_T
+#undef AT_KFN
+#undef AT_KFN_S
+#undef AT_PACK_T_S
+#undef AT_FN
+
+#define AT_T double
+#define AT_KFN at_dkernel
+#define AT_KFN_S at_dkernel_s
+#define AT_PACK_T_S at__sme2_pack_t_f64_s
+#define AT_FN(name) name##_f64
+typedef void (*at_dkernel_s)(int64_t K, const double *A, int64_t lda, const double *B,
+                             int64_t ldb, double *C, int64_t ldc, double alpha,
+                             double beta) __arm_streaming;
+#include "sme2_exec_t.h"
+#undef AT_T
+#undef AT_KFN
+#undef AT_KFN_S
+#undef AT_PACK_T_S
+#undef AT_FN

@@ -1,0 +1,188 @@
+/* sme2_exec_t.h: the SME2 executor's body for one element type, included by
+ * sme2_exec.c with AT_T, AT_KFN (normal kernel pointer), AT_KFN_S (streaming
+ * kernel pointer), AT_PACK_T_S (streaming transposing pack) and AT_FN(name). */
+
+typedef struct {
+    const at_plan *p;
+    int t;
+    const AT_T *A, *B;
+    AT_T *C;
+    AT_T alpha, beta;
+    AT_T *ga, *gb;       /* the packed path's block panels */
+    int64_t gald, gbld;  /* their leading dims (multiples of VL) */
+    AT_T *ka, *kb;       /* one kernel's operand panels */
+} AT_FN(sme2_ctx);
+
+/* dst[x + q*ldd] for x < n, q < K from the operand element (x, q), which is at
+ * src[x + q*ld] when xc (x contiguous: a copy) and at src[q + x*ld] otherwise
+ * (the transposing pack through ZA); zero for n <= x < ldd.  ldd is a multiple
+ * of VL.  Plain loops: the compiler keeps them streaming-legal. */
+static void AT_FN(to_panel)(AT_T *dst, int64_t ldd, const AT_T *src, int64_t ld, int xc,
+                            int64_t n, int64_t K) __arm_streaming
+{
+    if (!xc) {
+        AT_PACK_T_S(K, n, src, ld, dst, ldd);
+        return;
+    }
+    for (int64_t q = 0; q < K; q++) {
+        const AT_T *s = src + q * ld;
+        AT_T *d = dst + q * ldd;
+        for (int64_t x = 0; x < n; x++) d[x] = s[x];
+        for (int64_t x = n; x < ldd; x++) d[x] = 0;
+    }
+}
+
+/* Portable code for blocks no kernel covers: exec_t.h's edge semantics
+ * (sequential sum over p; beta == 0 never reads C), streaming-legal. */
+static void AT_FN(edge_s)(int64_t K, const AT_T *A, int64_t lda, int ta, const AT_T *B,
+                          int64_t ldb, int tb, AT_T *C, int64_t ldc, int mb, int nb, AT_T alpha,
+                          AT_T beta) __arm_streaming
+{
+    for (int j = 0; j < nb; j++)
+        for (int i = 0; i < mb; i++) {
+            AT_T s = 0;
+            for (int64_t p = 0; p < K; p++) {
+                AT_T a = ta ? A[p + i * lda] : A[i + p * lda];
+                AT_T b = tb ? B[j + p * ldb] : B[p + j * ldb];
+                s += a * b;
+            }
+            AT_T *c = &C[i + j * ldc];
+            *c = beta == (AT_T)0 ? alpha * s : alpha * s + beta * *c;
+        }
+}
+
+/* Steps [s0, s1) on operands of formats ta / tb whose origin is the block's.
+ * A packed-format kernel gets its panel; a panel is packed again only when the
+ * step reads other rows (columns) than the previous step's. */
+static void AT_FN(steps_s)(AT_FN(sme2_ctx) *cx, const at_step *st, int64_t s0, int64_t s1,
+                           int64_t K, const AT_T *A, int64_t lda, int ta, const AT_T *B,
+                           int64_t ldb, int tb, AT_T *C, int64_t ldc, AT_T alpha,
+                           AT_T beta) __arm_streaming
+{
+    const AT_T *last_a = NULL, *last_b = NULL;
+    int64_t last_an = -1, last_bn = -1, last_ald = -1, last_bld = -1;
+    for (int64_t s = s0; s < s1; s++) {
+        const at_step *x = &st[s];
+        const AT_T *a = ta ? A + x->i0 * lda : A + x->i0;
+        const AT_T *b = tb ? B + x->j0 : B + x->j0 * ldb;
+        AT_T *c = C + x->i0 + x->j0 * ldc;
+        if (x->kernel < 0) {
+            AT_FN(edge_s)(K, a, lda, ta, b, ldb, tb, c, ldc, x->mb, x->nb, alpha, beta);
+            continue;
+        }
+        const at_kernel_arm *k = &at_kernel_arm_table[x->kernel];
+        const AT_T *ka = a, *kb = b;
+        int64_t klda = lda, kldb = ldb;
+        if (k->pa_ld > 0) {
+            if (a != last_a || x->mb != last_an || k->pa_ld != last_ald) {
+                AT_FN(to_panel)(cx->ka, k->pa_ld, a, lda, !ta, x->mb, K);
+                last_a = a;
+                last_an = x->mb;
+                last_ald = k->pa_ld;
+            }
+            ka = cx->ka;
+            klda = k->pa_ld;
+        }
+        if (k->pb_ld > 0) {
+            if (b != last_b || x->nb != last_bn || k->pb_ld != last_bld) {
+                AT_FN(to_panel)(cx->kb, k->pb_ld, b, ldb, tb, x->nb, K);
+                last_b = b;
+                last_bn = x->nb;
+                last_bld = k->pb_ld;
+            }
+            kb = cx->kb;
+            kldb = k->pb_ld;
+        }
+        if (k->fn_s)
+            ((AT_KFN_S)k->fn_s)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
+        else /* not a streaming kernel: the compiler leaves streaming mode around it */
+            ((AT_KFN)at_kernel_table[x->kernel].fn)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
+    }
+}
+
+/* The streaming region's body: thread t's share, as exec_t.h's run_part walks
+ * it (the same blocks, K slices and steps in the same order). */
+static void AT_FN(sme2_body)(void *ctx) __arm_streaming
+{
+    AT_FN(sme2_ctx) *cx = ctx;
+    const at_plan *p = cx->p;
+    int64_t first = p->thread_start[cx->t], last = p->thread_start[cx->t + 1];
+    if (p->info.path == 0) {
+        AT_FN(steps_s)(cx, p->steps, first, last, p->K, cx->A, p->lda, p->ta, cx->B, p->ldb,
+                       p->tb, cx->C, p->ldc, cx->alpha, cx->beta);
+        return;
+    }
+    int64_t bk = p->info.blk_k, lda = p->lda, ldb = p->ldb;
+    int fa = p->ktrans_a, fb = p->ktrans_b, ta = p->ta, tb = p->tb;
+    for (int64_t g0 = first; g0 < last;) {
+        int64_t g1 = g0 + 1;
+        while (g1 < last && p->blocks[g1].j0 == p->blocks[g0].j0) g1++;
+        for (int64_t p0 = 0; p0 < p->K; p0 += bk) {
+            int64_t kb = p->K - p0 < bk ? p->K - p0 : bk;
+            AT_T be = p0 == 0 ? cx->beta : (AT_T)1;
+            const at_block *b0 = &p->blocks[g0];
+            /* op(B)[p0.., j0..]: format fb = 1 keeps j contiguous, fb = 0 keeps p. */
+            const AT_T *bs = tb ? cx->B + b0->j0 + p0 * ldb : cx->B + p0 + b0->j0 * ldb;
+            if (fb)
+                AT_FN(to_panel)(cx->gb, cx->gbld, bs, ldb, tb, b0->nb, kb);
+            else
+                AT_FN(to_panel)(cx->gb, cx->gbld, bs, ldb, !tb, kb, b0->nb);
+            for (int64_t g = g0; g < g1; g++) {
+                const at_block *bl = &p->blocks[g];
+                const at_tiling *ti = &p->tilings[bl->tiling];
+                const AT_T *as = ta ? cx->A + p0 + bl->i0 * lda : cx->A + bl->i0 + p0 * lda;
+                if (fa)
+                    AT_FN(to_panel)(cx->ga, cx->gald, as, lda, ta, kb, bl->mb);
+                else
+                    AT_FN(to_panel)(cx->ga, cx->gald, as, lda, !ta, bl->mb, kb);
+                AT_FN(steps_s)(cx, p->steps, ti->first, ti->first + ti->count, kb, cx->ga,
+                               cx->gald, fa, cx->gb, cx->gbld, fb, cx->C + bl->i0 + bl->j0 * p->ldc,
+                               p->ldc, cx->alpha, be);
+            }
+        }
+        g0 = g1;
+    }
+}
+
+int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
+                         AT_T alpha, AT_T beta)
+{
+    int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
+    if (first == last) return AT_OK;
+    if (!svl_matches()) return AT_EINVAL;
+    int64_t vl = at_sme2_svl_bytes / (int64_t)sizeof(AT_T);
+    if (vl < 1) vl = 1;
+    AT_FN(sme2_ctx) cx = {p, t, A, B, C, alpha, beta, NULL, NULL, 0, 0, NULL, NULL};
+    /* Everything that allocates happens here, before the streaming region. */
+    int64_t s0 = first, s1 = last, kmax = p->K;
+    if (p->info.path != 0) {
+        s0 = 0;
+        s1 = p->nsteps;
+        kmax = p->info.blk_k;
+        int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
+        cx.gald = p->ktrans_a ? round_up(bk, vl) : round_up(bm, vl);
+        cx.gbld = p->ktrans_b ? round_up(bn, vl) : round_up(bk, vl);
+        cx.ga = panel_alloc(cx.gald * (p->ktrans_a ? bm : bk), sizeof(AT_T));
+        cx.gb = panel_alloc(cx.gbld * (p->ktrans_b ? bk : bn), sizeof(AT_T));
+    }
+    int64_t pa = 0, pb = 0;
+    for (int64_t s = s0; s < s1; s++) {
+        int k = p->steps[s].kernel;
+        if (k < 0) continue;
+        if (at_kernel_arm_table[k].pa_ld > pa) pa = at_kernel_arm_table[k].pa_ld;
+        if (at_kernel_arm_table[k].pb_ld > pb) pb = at_kernel_arm_table[k].pb_ld;
+    }
+    cx.ka = panel_alloc(pa * kmax, sizeof(AT_T));
+    cx.kb = panel_alloc(pb * kmax, sizeof(AT_T));
+    int rc = AT_OK;
+    if ((p->info.path != 0 && (!cx.ga || !cx.gb)) || (pa * kmax > 0 && !cx.ka) ||
+        (pb * kmax > 0 && !cx.kb))
+        rc = AT_ENOMEM;
+    else
+        at__sme2_region(AT_FN(sme2_body), &cx);
+    free(cx.ga);
+    free(cx.gb);
+    free(cx.ka);
+    free(cx.kb);
+    return rc;
+}

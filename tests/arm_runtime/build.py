@@ -1,0 +1,90 @@
+"""Build an aarch64 libautotune from generated kernels and link the test programs.
+
+Used by tests/test_arm_runtime.py.  The kernels go through the same path as an
+install (autotune.build, cached under the given home); the library through
+autotune.runtime.arm.build_arm_runtime; the driver (driver.c, rt_abi.S) and
+tests/c/blas_entry.c are cross-built and linked with the library in place of a
+BLAS: statically with libautotune.a, or dynamically with libautotune.so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from autotune import build, codegen, specs
+from autotune.home import kernels_src
+from autotune.runtime.arm import ArmLibraryBuild, build_arm_runtime
+from autotune.runtime.library import default_params
+from autotune.specs import KernelSpec
+from autotune.toolchain import Target
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+#: NEON heights and widths the test library keeps (the quick family has more):
+#: enough for every tail of the tiler's covers, few enough to compile fast.
+NEON_SIDES = {1, 2, 3, 4, 8}
+
+
+def test_kernels(target: Target) -> list[KernelSpec]:
+    """The kernels of a test library: SME2's quick family, a slice of NEON's."""
+    family = specs.default_family([target.isa], quick=True, svl_bits=target.svl_bits or 512)
+    if target.isa == "neon":
+        family = [s for s in family if s.mr in NEON_SIDES and s.nr in NEON_SIDES]
+    return family
+
+
+def build_library(target: Target, home: Path, kernels: Sequence[KernelSpec] | None = None) -> ArmLibraryBuild:
+    chosen = list(kernels if kernels is not None else test_kernels(target))
+    sources = [codegen.generate(s, svl_bits=target.svl_bits or 512) for s in chosen]
+    built = build.build_kernels(target, sources, home=home)
+    if built.failures:
+        raise RuntimeError("kernels failed to compile: " + ", ".join(sorted(built.failures)))
+    objects = [(s, built.objects[s.name].path) for s in chosen]
+    main = {}
+    for dtype in ("f32", "f64"):
+        nn = [s for s in chosen if s.dtype == dtype and s.trans == "nn"]
+        if nn:
+            best = max(nn, key=lambda s: (s.mr * s.nr, s.mr))
+            main[dtype] = (best.mr, best.nr)
+    params = default_params(None, main, provenance="emulated")
+    return build_arm_runtime(target, [(s, {}) for s in chosen], objects, params, {}, home / "lib" / target.isa)
+
+
+def _run(argv: list[str]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv)}\n{done.stdout}{done.stderr}")
+
+
+def _strict(target: Target) -> list[str]:
+    return ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *[f for f in target.base_cflags if f.startswith("-march")]]
+
+
+def build_driver(target: Target, lib: ArmLibraryBuild, workdir: Path) -> Path:
+    """driver.c + rt_abi.S linked statically with libautotune.a."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    sme = target.isa == "sme2"
+    arch = list(target.cflags if sme else target.base_cflags)
+    defines = ["-DRT_SME"] if sme else []
+    includes = [f"-I{lib.header.parent}", f"-I{kernels_src() / 'runtime'}"]
+    exe = workdir / f"driver-{target.isa}"
+    _run([*target.cc, *_strict(target), *[f for f in arch if f.startswith("-march")], *defines, *includes,
+          str(HERE / "driver.c"), str(HERE / "rt_abi.S"), str(lib.archive), *target.ldflags, "-pthread",
+          "-lm", "-o", str(exe)])
+    return exe
+
+
+def build_blas_program(target: Target, lib: ArmLibraryBuild, workdir: Path, static: bool,
+                       own_xerbla: bool = False) -> Path:
+    """tests/c/blas_entry.c, a program using libautotune as its BLAS."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    kind = "static" if static else "shared"
+    exe = workdir / f"blas_entry-{target.isa}-{kind}{'-own' if own_xerbla else ''}"
+    link = [str(lib.archive), *target.ldflags] if static else \
+        [f"-L{lib.library.parent}", "-l:libautotune.so", *[f for f in target.ldflags if f != "-static"]]
+    _run([*target.cc, *_strict(target), *(["-DOWN_XERBLA"] if own_xerbla else []), f"-I{lib.header.parent}",
+          str(ROOT / "tests" / "c" / "blas_entry.c"), *link, "-pthread", "-lm", "-o", str(exe)])
+    return exe

@@ -1,0 +1,253 @@
+"""libautotune on Arm: the aarch64 library, proven under QEMU.
+
+The pure-Python tests check the generated parts (the panel table, the kernels'
+streaming entry).  The ``arm`` tests build a NEON and an SME2 library from
+generated kernels (tests/arm_runtime/build.py), cross-build the C driver and a
+BLAS client program against them and run both under QEMU (SVL 512 for SME2):
+
+* the randomised semantics suite (fp32/fp64, NN..TT, both layouts, odd shapes,
+  leading dims, alpha/beta and the BLAS NaN rules; 1, 2 and 4 threads bitwise
+  identical), on the library's parameters and again forced onto the packed path;
+* for SME2 the same suite on a CPU without FEAT_SME_FA64, where any Advanced
+  SIMD instruction inside a streaming region traps: the region is clean;
+* the AAPCS64 canary check of the library's entry and of every `<name>_s`,
+  SVCR after each call, and a caller's pending lazy ZA save being committed;
+* tests/c/blas_entry.c linked with the library in place of a BLAS, statically
+  and dynamically.
+
+Nothing here times anything: under emulation timings mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autotune.codegen import sme2
+from autotune.host import HostInfo
+from autotune.runtime import arm
+from autotune.runtime.library import emit_kernel_table_c
+from autotune.specs import KernelSpec
+from autotune.toolchain import Target, ToolchainError, arm_target
+
+from .arm_runtime import build as rt
+
+X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
+ISAS = ("neon", "sme2")
+#: Random cases per phase (default parameters, forced packed path).
+CASES = 300
+
+
+# --------------------------------------------------------------------------- generated text
+
+
+def test_arm_table_follows_kernel_table_order():
+    specs = [KernelSpec("sme2", "f64", 20, 9, False, False, "pb", 2),
+             KernelSpec("sme2", "f32", 32, 32, False, True, "", 2),
+             KernelSpec("sme2", "f32", 19, 16, True, True, "pah", 2),
+             KernelSpec("sme2", "f32", 30, 17, True, False, "papb", 2)]
+    text = arm.emit_arm_table_c(specs, 512)
+    table = emit_kernel_table_c([(s, {}) for s in specs], {"provenance": "emulated"}, {})
+    order = re.findall(r'\{"(at_\w+)"', table)
+    entries = re.findall(r"\{(\d+), (\d+), \(at_kernel_fn\)(\w+)_s\}", text)
+    assert [name for _, _, name in entries] == order
+    panels = {name: (int(a), int(b)) for a, b, name in entries}
+    assert panels["at_sgemm_sme2_nt_32x32_u2"] == (0, 0)
+    assert panels["at_sgemm_sme2_tn_30x17_papb_u2"] == (32, 32)
+    assert panels["at_sgemm_sme2_tt_19x16_pah_u2"] == (32, 0)
+    assert panels["at_dgemm_sme2_nn_20x9_pb_u2"] == (0, 16)
+    assert "const int32_t at_sme2_svl_bytes = 64;" in text
+    assert "at_sme2_svl_bytes = 32;" in arm.emit_arm_table_c(specs[:1], 256)
+
+
+def test_arm_table_of_neon_kernels_has_no_streaming_entries():
+    text = arm.emit_arm_table_c([KernelSpec("neon", "f32", 8, 4, False, False, "", 2)], 512)
+    assert "{0, 0, 0}, /* at_sgemm_neon_nn_8x4_u2 */" in text and "_s(void)" not in text
+
+
+def test_sme2_kernels_have_a_streaming_entry():
+    spec = KernelSpec("sme2", "f32", 19, 64, False, True, "h", 2)
+    text = sme2.generate(spec).text
+    name = spec.name
+    assert re.search(rf"^\s+\.globl {name}_s$", text, re.M) and re.search(rf"^{name}_s:$", text, re.M)
+    # One smstart/smstop, both skipped by the streaming entry (x8 = 0).
+    assert len(re.findall(r"^\s+smstart\b", text, re.M)) == 1
+    assert len(re.findall(r"^\s+smstop\b", text, re.M)) == 1
+    streaming = text[text.index(f"{name}_s:"):text.index(f"{name}:")]
+    assert "mov x8, #0" in streaming and "tpidr2_el0" not in streaming
+    assert re.search(r"cbz x8, \S+stay\b[^\n]*\n\s+smstop", text)
+
+
+# --------------------------------------------------------------------------- under QEMU
+
+
+def _target(isa: str) -> Target:
+    try:
+        return arm_target(isa, X86, svl_bits=512)
+    except ToolchainError as exc:
+        pytest.skip(f"no Arm toolchain: {exc}")
+
+
+@pytest.fixture(scope="module", params=ISAS)
+def built(request, tmp_path_factory):
+    """(target, library, workdir) per Arm target, built once per module."""
+    target = _target(request.param)
+    home = tmp_path_factory.mktemp(f"home-{request.param}")
+    lib = rt.build_library(target, home)
+    return target, lib, home / "work"
+
+
+def _run(runner, exe: Path, *args: str, timeout: float = 900) -> tuple[int, list[dict], str]:
+    done = subprocess.run([*runner, str(exe), *args], capture_output=True, text=True, timeout=timeout)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done.returncode, events, done.stderr
+
+
+def _suite_ok(events: list[dict], rc: int, stderr: str) -> dict:
+    summary = [e for e in events if e["event"] == "suite"]
+    fails = [e for e in events if e["event"] == "fail"]
+    assert summary, f"driver died: rc={rc} {stderr[-800:]}"
+    assert not fails, fails[:5]
+    assert rc == 0 and summary[0]["failures"] == 0
+    return summary[0]
+
+
+@pytest.mark.arm
+def test_library_is_aarch64_and_cached(built):
+    target, lib, _ = built
+    for path in (lib.library, lib.archive):
+        assert path is not None and path.exists()
+    elf = lib.library.read_bytes()[:20]
+    assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64
+    assert lib.archive.read_bytes()[:8] == b"!<arch>\n"
+    again = rt.build_library(target, lib.library.parent.parent.parent)
+    assert again.cached and again.hash == lib.hash
+
+
+@pytest.mark.arm
+def test_semantics_suite(built):
+    target, lib, work = built
+    exe = rt.build_driver(target, lib, work)
+    rc, events, stderr = _run(target.runner, exe, "suite", "--seed", "11", "--cases", str(CASES))
+    summary = _suite_ok(events, rc, stderr)
+    assert summary["cases"] == 2 * CASES and summary["kernels"] > 0
+    assert summary["kernel_steps"] > 0  # the plans really ran the library's kernels
+    assert summary["packed_plans"] >= CASES // 2 and summary["split_plans"] >= CASES // 4
+    phases = {e["phase"]: e for e in events if e["event"] == "phase"}
+    assert phases["default"]["failures"] == 0 and phases["packed"]["failures"] == 0
+
+
+@pytest.mark.arm
+def test_streaming_region_has_no_neon(built):
+    """Without FEAT_SME_FA64, Advanced SIMD in streaming mode is illegal: a
+    region that ran any (compiled C, libc) would die of SIGILL here."""
+    target, lib, work = built
+    if target.isa != "sme2":
+        pytest.skip("SME2 only")
+    exe = rt.build_driver(target, lib, work)
+    runner = [*target.runner[:-1], target.runner[-1] + ",sme_fa64=off"]
+    rc, events, stderr = _run(runner, exe, "suite", "--seed", "5", "--cases", "60")
+    _suite_ok(events, rc, stderr)
+
+
+@pytest.mark.arm
+def test_callee_saved_registers_and_sme_state(built):
+    target, lib, work = built
+    exe = rt.build_driver(target, lib, work)
+    rc, events, stderr = _run(target.runner, exe, "abi")
+    done = [e for e in events if e["event"] == "abi_done"]
+    assert done, f"driver died: rc={rc} {stderr[-800:]}"
+    broken = [e for e in events if e["event"] == "abi" and not e["ok"]]
+    assert not broken, broken[:5]
+    calls = [e["call"] for e in events if e["event"] == "abi"]
+    assert sum(c.startswith("at_plan_execute/") for c in calls) == 4
+    if target.isa == "sme2":
+        # Every kernel's streaming entry, inside a streaming region.
+        assert sum(c.endswith("_s") for c in calls) == len(rt.test_kernels(target))
+        # A caller's dormant ZA: the save was committed, TPIDR2_EL0 and SVCR are 0.
+        assert "lazy_za_save/at_plan_execute" in calls
+    assert rc == 0
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("static", [True, False], ids=["static", "shared"])
+def test_blas_program_links_the_library_as_its_blas(built, static):
+    target, lib, work = built
+    exe = rt.build_blas_program(target, lib, work, static)
+    runner = list(target.runner)
+    if not static:
+        # A dynamically linked aarch64 program: QEMU needs the aarch64 loader and libc.
+        runner[1:1] = ["-L", "/usr/aarch64-linux-gnu", "-E", f"LD_LIBRARY_PATH={lib.library.parent}"]
+    done = subprocess.run([*runner, str(exe)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "done 0" in done.stdout, done.stdout + done.stderr
+    assert "ok cblas_sgemm_col_nt" in done.stdout and "ok sgemm_tn_beta0_nan_c" in done.stdout
+    assert " ** On entry to SGEMM parameter number  8 had an illegal value" in done.stderr
+    assert "Parameter 14 to routine cblas_sgemm was incorrect" in done.stderr
+    own = rt.build_blas_program(target, lib, work, static, own_xerbla=True)
+    done = subprocess.run([*runner, str(own)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "ok cblas_own_xerbla_param 14" in done.stdout, done.stdout
+
+
+@pytest.mark.arm
+@pytest.mark.slow
+def test_suite_notices_unfed_panels(tmp_path, monkeypatch):
+    """A library whose table says "in place" for packed-format kernels computes
+    wrong numbers, and the suite says so (the suite can fail)."""
+    target = _target("sme2")
+    monkeypatch.setattr(arm, "operand_panels", lambda spec, svl_bits=0: (0, 0))
+    lib = rt.build_library(target, tmp_path / "home")
+    exe = rt.build_driver(target, lib, tmp_path / "work")
+    rc, events, _ = _run(target.runner, exe, "suite", "--seed", "3", "--cases", "60")
+    assert rc != 0 and [e for e in events if e["event"] == "fail"]
+
+
+@pytest.mark.arm
+@pytest.mark.slow
+@pytest.mark.parametrize("isa", ISAS)
+def test_install_table_builds_a_working_library(isa, tmp_path):
+    """The install's path: `install --target <isa> --quick` stores the emulated
+    table, build_arm_library links it (what install calls once wired), and the
+    suite passes on that library."""
+    from autotune import build, codegen
+    from autotune.install import InstallOptions, install, resolve_targets
+
+    target = _target(isa)
+    home = tmp_path / "home"
+    result = install(InstallOptions(target=isa, quick=True, home=home), host=X86)
+    stored = result.table
+    _, targets = resolve_targets(isa, X86)
+    chosen = [r.spec for r in stored.selected()]
+    objects = build.build_kernels(target, [codegen.generate(s, svl_bits=target.svl_bits or 512) for s in chosen],
+                                  home=home).objects  # every one from the install's cache
+    lib = arm.build_arm_library(stored, targets, objects, home)
+    assert lib.library == home / "lib" / isa / "libautotune.so" and lib.archive == home / "lib" / isa / "libautotune.a"
+    exe = rt.build_driver(target, lib, tmp_path / "work")
+    rc, events, stderr = _run(target.runner, exe, "suite", "--seed", "23", "--cases", "100")
+    assert _suite_ok(events, rc, stderr)["kernels"] == len(chosen)
+
+
+@pytest.mark.arm
+def test_sme2_library_refuses_another_svl(built):
+    """Kernels are specialised to one SVL: on a CPU with another, plans fail
+    with a clear error instead of reading past their operands."""
+    target, lib, work = built
+    if target.isa != "sme2":
+        pytest.skip("SME2 only")
+    exe = rt.build_driver(target, lib, work)
+    rc, events, _ = _run(target.runner, exe, "one")
+    assert rc == 0 and events[0]["rc"] == 0
+    runner = [*target.runner[:-1], target.runner[-1].replace("sme512", "sme256")]
+    rc, events, _ = _run(runner, exe, "one")
+    assert rc == 0 and events[0]["rc"] != 0 and "built for 512" in events[0]["error"]
+
+
+def test_streaming_file_gets_a_compiler_that_knows_the_sme_attributes():
+    old_gcc = Target(isa="sme2", cc=("gcc",), cflags=())
+    assert arm.streaming_compiler(Target(isa="sme2", cc=("clang-19", "--target=aarch64-linux-gnu"),
+                                         cflags=())) == ("clang-19", "--target=aarch64-linux-gnu")
+    chosen = arm.streaming_compiler(old_gcc)
+    assert chosen == ("gcc",) or "clang" in chosen[0]
