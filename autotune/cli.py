@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--svl", type=int, choices=(128, 256, 512), default=None, metavar="BITS",
                          help="SME2 streaming vector length to specialise kernels to: 128, 256 or "
                               "512 (default: the CPU's; 512 when cross-building)")
+    install.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                         help="time for the optuna search of the planner's parameters (default 90; "
+                              "0 keeps the analytic default, as --quick does)")
+    install.add_argument("--seed", type=int, default=0, help="seed of the tuning search (default 0)")
     install.add_argument("--only", action="append", default=[], metavar="PATTERN",
                          help="tune only the kernels whose names match this shell pattern, "
                               "e.g. 'at_sgemm_avx512_nn_*' (repeatable)")
@@ -137,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def cmd_install(args: argparse.Namespace, err: Console) -> int:
     result = install(InstallOptions(target=args.target, quick=args.quick, force=args.force,
                                     jobs=args.jobs, only=tuple(args.only),
-                                    svl_bits=args.svl), console=err)
+                                    svl_bits=args.svl, budget_s=args.budget, seed=args.seed),
+                     console=err)
     table = result.table
     err.print(
         f"[green]stored[/] {result.path}: {len(table.validated)} kernels validated, "
@@ -145,6 +150,15 @@ def cmd_install(args: argparse.Namespace, err: Console) -> int:
         f"({result.compiled} compiled, {result.measured} measured in this run, "
         f"{result.seconds:.0f} s)"
     )
+    if table.tuning:
+        tuning = table.tuning
+        default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
+        if default_s and tuned_s:
+            err.print(f"tuning: suite {default_s * 1e3:.2f} ms with the analytic default, "
+                      f"{tuned_s * 1e3:.2f} ms tuned ({'kept' if tuning.get('kept') else 'default kept'}, "
+                      f"{len(tuning.get('trials', []))} trials)")
+    if result.library:
+        err.print(f"library: {result.library}", soft_wrap=True)
     for note in result.notes:
         err.print(f"[yellow]note:[/] {note}")
     return 0
@@ -160,11 +174,14 @@ def cmd_show(args: argparse.Namespace, out: Console) -> int:
             "library": library_dir(args.target, root) / "libautotune.so",
             "header": library_dir(args.target, root) / "autotune.h",
         }
+        archive = library_dir(args.target, root) / "libautotune.a"
+        if archive.exists():  # cross-built targets also ship a static library
+            rows["static library"] = archive
         if args.json:
             print(json.dumps({k: str(v) for k, v in rows.items()}, indent=1))
         else:
             for label, path in rows.items():
-                out.print(f"{label:<12} {path}", highlight=False, soft_wrap=True)
+                out.print(f"{label:<15} {path}", highlight=False, soft_wrap=True)
         return 0
     if args.host:
         host = detect()

@@ -15,7 +15,7 @@ import os
 import time
 from collections import defaultdict
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -29,13 +29,14 @@ from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import KernelSpec
 from .table import KernelRecord, TunedTable
+from .runtime.arm import ARM_ISAS, build_arm_library
 from .runtime.library import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
 from .toolchain import Target, native_isas, target_for
 
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
 MEASURE_SETTINGS: dict[str, dict[str, Any]] = {
-    "default": {"ks": [16, 64, 256], "pads": [0, 17], "min_time_ms": 2.0, "repeats": 5},
-    "quick": {"ks": [64, 256], "pads": [0], "min_time_ms": 1.0, "repeats": 3},
+    "default": {"ks": [16, 64, 256], "pads": [0, 17], "min_time_ms": 1.0, "repeats": 3},
+    "quick": {"ks": [64, 256], "pads": [0], "min_time_ms": 0.5, "repeats": 3},
 }
 #: Kernels per harness run: small enough that a crash or Ctrl-C loses little, large
 #: enough that process start-up stays negligible.
@@ -50,6 +51,8 @@ class InstallOptions:
     jobs: int | None = None
     home: Path | None = None
     svl_bits: int | None = None  # SME2 streaming vector length (default: the host's, else 512)
+    budget_s: float | None = None  # tuning time; None: tune.DEFAULT_BUDGET_S, or none with quick
+    seed: int = 0  # tuning seed
     only: tuple[str, ...] = ()  # shell patterns on kernel names; empty means the whole family
 
 
@@ -297,18 +300,46 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
         kernels=ordered,
         measurements=pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.MEASUREMENT_COLUMNS),
         selection=selection,
-        params=default_params(host, main_kernels(chosen), provenance=provenance),
+        # An emulated table's blocking comes from the model alone: this machine's
+        # caches say nothing about the Arm CPU it will run on.
+        params=default_params(host if provenance != "emulated" else None, main_kernels(chosen),
+                              provenance=provenance),
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
                   **({"svl_bits": svl_bits} if svl_bits else {})},
     )
     # The library first, the table last: a failed or interrupted link leaves the
     # previous library and table in place, and a stored table always has its library.
-    # An emulated target's library cannot run here; building it is the Arm runtime's part.
-    native = not any(t.emulated for t in targets.values())
-    library = build_library(stored, targets, all_objects, root) if chosen and native else None
+    library: LibraryBuild | None = None
+    if chosen and any(isa in ARM_ISAS for isa in targets):
+        library = build_arm_library(stored, targets, all_objects, root)
+    elif chosen:
+        library = build_library(stored, targets, all_objects, root)
+    native = library is not None and not any(t.emulated for t in targets.values())
+    if native:
+        stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console, show)
     path = table.save(stored, root)
     return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes),
                          library.library if library else None)
+
+
+def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping[str, Target],
+                     objects: Mapping[str, build.ObjectResult], root: Path, options: InstallOptions,
+                     console: Console, show: bool) -> tuple[TunedTable, LibraryBuild]:
+    """Tune the planner on the freshly built library; bake the result in if it won.
+
+    A budget of zero (the quick install) records the analytic default as such.
+    """
+    from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, tune
+
+    budget = options.budget_s
+    if budget is None:
+        budget = QUICK_BUDGET_S if options.quick else DEFAULT_BUDGET_S
+    result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,
+                  console=console if show else None)
+    stored = replace(stored, params=dict(result.params), tuning=dict(result.record))
+    if result.kept:
+        library = build_library(stored, targets, objects, root)
+    return stored, library
 
 
 def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:

@@ -43,6 +43,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import home as home_mod
 from .models import CALL_SECONDS, EDGE_FRAC, PACK_SECONDS, analytic_params
+from .runtime.loader import at_tune_params, load
 from .table import TunedTable
 
 DTYPES = ("f32", "f64")
@@ -65,6 +66,9 @@ MAX_CALLS = 1000
 KEEP_MARGIN = 0.01
 #: Interleaved rounds when comparing a study's best with the incumbent.
 CONFIRM_ROUNDS = 3
+#: A study's best few are re-measured, not only its best: the minimum of many
+#: noisy measurements is biased low (the winner's curse).
+CONFIRM_CANDIDATES = 3
 SUITE_VERSION = 1
 
 
@@ -299,9 +303,7 @@ class SuiteRunner(Protocol):
     def close(self) -> None: ...
 
 
-def _struct(params: PlannerParams) -> Any:
-    from .runtime.loader import at_tune_params
-
+def _struct(params: PlannerParams) -> at_tune_params:
     s = at_tune_params()
     for key in PlannerParams.PER_DTYPE:
         arr = getattr(s, key)
@@ -331,8 +333,6 @@ class LibraryRunner:
 
     def __init__(self, library: Path, repeats: int = 3, min_sample_s: float = 1e-4,
                  seed: int = 0) -> None:
-        from .runtime.loader import load
-
         runtime = load(library)
         if runtime is None:
             raise TuningError(f"no library at {library}")
@@ -431,10 +431,6 @@ def _race(runner: SuiteRunner, settings: Sequence[PlannerParams], shapes: Sequen
             best[i] = min(best[i], suite_time(runner, params, shapes))
     return best
 
-
-#: A study's best few are re-measured, not only its best: the minimum of many
-#: noisy measurements is biased low (the winner's curse).
-CONFIRM_CANDIDATES = 3
 
 
 # -- storage ------------------------------------------------------------------------

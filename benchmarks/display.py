@@ -192,6 +192,12 @@ def show(results: "Results", out: Console) -> None:
                   f"{results.meta.get('home')}); its ratios do not measure autotune[/]")
     if results.meta.get("python_error"):
         out.print(f"[red]python level failed[/]: {results.meta['python_error']}")
+    jit = frame[frame["library"].eq("mkl") & frame["interface"].eq("plan") & frame["status"].eq("ok")]
+    declined = int(jit["detail"].eq("no-jit").sum())
+    if declined:
+        # mkl_jit_create_?gemm returned MKL_NO_JIT: the kernel it hands back calls MKL's standard gemm.
+        out.print(f"MKL JIT declined {declined} of {len(jit)} points (MKL_NO_JIT on this CPU): "
+                  "its column is MKL's standard gemm behind the JIT interface")
     missing = [p for p in results.peers if not p.found]
     for p in missing:
         out.print(f"[red]missing peer[/] {p.library} ({p.interface}): {p.missing}")

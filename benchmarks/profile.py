@@ -86,7 +86,7 @@ def profile_shape(library: Path, shape: str, dtype: str, api: str, threads: int,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile")
-    parser.add_argument("shape", help="M,N,K")
+    parser.add_argument("shape", help="M,N,K or M,N,K,BATCH")
     parser.add_argument("--dtype", choices=("f32", "f64"), default="f32")
     parser.add_argument("--api", choices=("cblas", "plan"), default="cblas")
     parser.add_argument("--threads", type=int, default=1)
@@ -101,10 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     record = json.loads(line.splitlines()[-1])
-    M, N, K = (int(v) for v in args.shape.split(",")[:3])
+    dims = [int(v) for v in args.shape.split(",")]
+    M, N, K = dims[:3]
+    batch = dims[3] if len(dims) > 3 else 1
     measured = record["best_s"]
-    out.print(f"{args.dtype} {M}x{N}x{K} {args.api}, {args.threads} thread(s): {measured * 1e9:.0f} ns/call, "
-              f"{2 * M * N * K / measured * 1e-9:.1f} GFLOPS")
+    out.print(f"{args.dtype} {M}x{N}x{K} x{batch} {args.api}, {args.threads} thread(s): "
+              f"{measured * 1e9:.0f} ns/call, {2 * M * N * K * batch / measured * 1e-9:.1f} GFLOPS")
     table = Table(title="perf samples by category")
     table.add_column("category")
     table.add_column("share", justify="right")
@@ -118,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
 
     plan = plans.plan(M, N, K, dtype=args.dtype, threads=args.threads)
     kernels = Counter(s.kernel for s in plan.steps)
-    out.print(f"plan: path {plan.path}, {len(plan.steps)} steps, predicted {plan.predicted_seconds * 1e9:.0f} ns "
-              f"(measured / predicted = {measured / plan.predicted_seconds:.2f}); kernels: "
+    predicted = plan.predicted_seconds * batch
+    out.print(f"plan: path {plan.path}, {len(plan.steps)} steps, predicted {predicted * 1e9:.0f} ns "
+              f"(measured / predicted = {measured / predicted:.2f}); kernels: "
               + ", ".join(f"{k} x{n}" for k, n in kernels.most_common(6)))
     return 0
 

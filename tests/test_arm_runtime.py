@@ -137,6 +137,9 @@ def test_semantics_suite(built):
     assert summary["cases"] == 2 * CASES and summary["kernels"] > 0
     assert summary["kernel_steps"] > 0  # the plans really ran the library's kernels
     assert summary["packed_plans"] >= CASES // 2 and summary["split_plans"] >= CASES // 4
+    if target.isa == "sme2":
+        # Kernels reading an A panel, a B panel, and hybrids (padded A panels) all ran.
+        assert summary["pa_steps"] > 0 and summary["pb_steps"] > 0 and summary["hybrid_steps"] > 0
     phases = {e["phase"]: e for e in events if e["event"] == "phase"}
     assert phases["default"]["failures"] == 0 and phases["packed"]["failures"] == 0
 
@@ -167,7 +170,7 @@ def test_callee_saved_registers_and_sme_state(built):
     assert sum(c.startswith("at_plan_execute/") for c in calls) == 4
     if target.isa == "sme2":
         # Every kernel's streaming entry, inside a streaming region.
-        assert sum(c.endswith("_s") for c in calls) == len(rt.test_kernels(target))
+        assert sum(c.endswith("_s") for c in calls) == len(rt.library_kernels(target))
         # A caller's dormant ZA: the save was committed, TPIDR2_EL0 and SVCR are 0.
         assert "lazy_za_save/at_plan_execute" in calls
     assert rc == 0
@@ -251,3 +254,33 @@ def test_streaming_file_gets_a_compiler_that_knows_the_sme_attributes():
                                          cflags=())) == ("clang-19", "--target=aarch64-linux-gnu")
     chosen = arm.streaming_compiler(old_gcc)
     assert chosen == ("gcc",) or "clang" in chosen[0]
+
+
+@pytest.mark.arm
+@pytest.mark.slow
+def test_mixed_sme2_and_neon_table(tmp_path):
+    """A table with both families (what a native SME2 host's install selects):
+    NEON kernels called from inside a streaming region leave streaming mode
+    around the call, shares with no SME2 kernel skip the region; the suite,
+    the FA64-less CPU and the ABI checks still pass."""
+    from autotune import build, codegen
+    from autotune.runtime.library import default_params
+
+    sme, neon = _target("sme2"), _target("neon")
+    home = tmp_path / "home"
+    objects = []
+    for target in (sme, neon):
+        chosen = rt.library_kernels(target)
+        built = build.build_kernels(target, [codegen.generate(s, svl_bits=512) for s in chosen], home=home)
+        objects += [(s, built.objects[s.name].path) for s in chosen]
+    params = default_params(None, {"f32": (32, 32), "f64": (16, 32)}, provenance="emulated")
+    lib = arm.build_arm_runtime(sme, [(s, {}) for s, _ in objects], objects, params, {}, home / "lib" / "sme2")
+    exe = rt.build_driver(sme, lib, tmp_path / "work")
+    for runner in (sme.runner, [*sme.runner[:-1], sme.runner[-1] + ",sme_fa64=off"]):
+        rc, events, stderr = _run(runner, exe, "suite", "--seed", "31", "--cases", "150")
+        summary = _suite_ok(events, rc, stderr)
+        assert summary["kernels"] == len(objects)
+        # Both families ran: steps of SME2 kernels and of the others (NEON).
+        assert 0 < summary["sme2_steps"] < summary["kernel_steps"]
+    rc, events, stderr = _run(sme.runner, exe, "abi")
+    assert rc == 0 and not [e for e in events if e["event"] == "abi" and not e["ok"]], stderr[-500:]

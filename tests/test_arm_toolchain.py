@@ -131,8 +131,9 @@ def test_native_aarch64_targets():
 
 
 def test_target_for_routes_arm_isas(monkeypatch):
-    monkeypatch.setattr(toolchain, "arm_target", lambda isa, host: ("arm", isa))
-    assert toolchain.target_for("neon", X86) == ("arm", "neon")
+    monkeypatch.setattr(toolchain, "arm_target", lambda isa, host, svl_bits: ("arm", isa, svl_bits))
+    assert toolchain.target_for("neon", X86) == ("arm", "neon", 512)
+    assert toolchain.target_for("sme2", X86, svl_bits=256) == ("arm", "sme2", 256)
 
 
 def test_bad_requests():

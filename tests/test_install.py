@@ -76,8 +76,8 @@ def test_interrupted_install_keeps_the_previous_table_and_resumes(tmp_path, monk
 def test_wrong_and_uncompilable_kernels_are_rejected_and_the_rest_goes_on(tmp_path, monkeypatch):
     real_generate = codegen.generate
 
-    def sabotage(spec):
-        source = real_generate(spec)
+    def sabotage(spec, svl_bits=0):
+        source = real_generate(spec, svl_bits)
         if spec.name.startswith("at_dgemm_generic_tn_2x2"):
             # Correct signature, wrong arithmetic: validation must catch it.
             wrong = (f"#include <stdint.h>\nvoid {spec.name}(int64_t K, const double *A, int64_t lda, "
@@ -137,7 +137,10 @@ def test_arm_install_validates_under_emulation_and_stores_an_emulated_table(tmp_
     assert table.validated and not table.rejected, [k.reason for k in table.rejected]
     assert all(k.model_score > 0 and not k.gflops_by_k for k in table.kernels)  # ranked, never timed
     assert table.measurements.empty and not table.peak_gflops
-    assert result.library is None  # an emulated library is never built to run here
+    # The library is cross-built for the device: an aarch64 ELF (e_machine 183), never loaded here.
+    assert result.library is not None and result.library.read_bytes()[18:20] == (183).to_bytes(2, "little")
+    assert (result.library.parent / "libautotune.a").exists()
+    assert table.tuning is None  # no tuning from emulated timings
 
     monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
     assert main(["show", "--target", target, "--json"]) == 0

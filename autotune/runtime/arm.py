@@ -228,6 +228,11 @@ def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],
     chosen = stored.selected()
     runtime_target = targets.get("sme2") or next(iter(targets.values()))
     kernels = [(r.spec, dict(r.gflops_by_k)) for r in chosen]
-    kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
+    kernel_objects = []
+    for record in chosen:
+        path = objects[record.name].path if record.name in objects else None
+        if path is None:
+            raise LibraryError(f"{record.name} is selected but has no compiled object")
+        kernel_objects.append((record.spec, path))
     return build_arm_runtime(runtime_target, kernels, kernel_objects, stored.params, stored.peak_gflops,
                              root / "lib" / stored.target)

@@ -164,6 +164,11 @@ def emit_kernel_table_c(
         f"    .peak_gflops = {{{_c_double(peak_gflops.get('f32', 0.0))}, "
         f"{_c_double(peak_gflops.get('f64', 0.0))}}},",
         f"    .simd_bytes = {int(params.get('simd_bytes', 64))},",
+        # Zero keeps the runtime's built-in value (at_table.h); the tuner may set them.
+        f"    .call_seconds = {pair('call_seconds', 0.0, False)},",
+        f"    .edge_frac = {pair('edge_frac', 0.0, False)},",
+        f"    .pack_seconds = {pair('pack_seconds', 0.0, False)},",
+        f"    .grid = {pair('grid', 0, True)},",
         "};",
         "",
     ]

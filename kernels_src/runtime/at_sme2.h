@@ -21,6 +21,10 @@ typedef struct {
 extern const at_kernel_arm at_kernel_arm_table[]; /* parallel to at_kernel_table */
 extern const int32_t at_sme2_svl_bytes;           /* the SVL the kernels were built for */
 
+/* Thread t's share of a plan in one streaming region.  Returns a status code,
+ * or AT_SME2_DECLINED when the share calls no SME2 kernel (then the normal
+ * executor runs it: no mode switch for NEON-only or edge-only shares). */
+#define AT_SME2_DECLINED 1
 int at__sme2_part_f32(const at_plan *p, int t, const float *A, const float *B, float *C,
                       float alpha, float beta);
 int at__sme2_part_f64(const at_plan *p, int t, const double *A, const double *B, double *C,

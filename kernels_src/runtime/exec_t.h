@@ -103,8 +103,10 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
                            AT_T alpha, AT_T beta)
 {
 #ifdef AT_SME2_EXEC
-    /* An SME2 library runs each share in one streaming region (sme2_exec.c). */
-    return AT_FN(at__sme2_part)(p, t, A, B, C, alpha, beta);
+    /* An SME2 library runs each share that calls SME2 kernels in one streaming
+     * region (sme2_exec.c); a share without any stays in normal mode, here. */
+    int sme = AT_FN(at__sme2_part)(p, t, A, B, C, alpha, beta);
+    if (sme != AT_SME2_DECLINED) return sme;
 #endif
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
     if (p->info.path == 0) {

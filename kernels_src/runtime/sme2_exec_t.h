@@ -149,7 +149,6 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
 {
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
     if (first == last) return AT_OK;
-    if (!svl_matches()) return AT_EINVAL;
     int64_t vl = at_sme2_svl_bytes / (int64_t)sizeof(AT_T);
     if (vl < 1) vl = 1;
     AT_FN(sme2_ctx) cx = {p, t, A, B, C, alpha, beta, NULL, NULL, 0, 0, NULL, NULL};
@@ -159,18 +158,23 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
         s0 = 0;
         s1 = p->nsteps;
         kmax = p->info.blk_k;
-        int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
-        cx.gald = p->ktrans_a ? round_up(bk, vl) : round_up(bm, vl);
-        cx.gbld = p->ktrans_b ? round_up(bn, vl) : round_up(bk, vl);
-        cx.ga = panel_alloc(cx.gald * (p->ktrans_a ? bm : bk), sizeof(AT_T));
-        cx.gb = panel_alloc(cx.gbld * (p->ktrans_b ? bk : bn), sizeof(AT_T));
     }
-    int64_t pa = 0, pb = 0;
+    int64_t pa = 0, pb = 0, streaming = 0;
     for (int64_t s = s0; s < s1; s++) {
         int k = p->steps[s].kernel;
         if (k < 0) continue;
         if (at_kernel_arm_table[k].pa_ld > pa) pa = at_kernel_arm_table[k].pa_ld;
         if (at_kernel_arm_table[k].pb_ld > pb) pb = at_kernel_arm_table[k].pb_ld;
+        streaming += at_kernel_arm_table[k].fn_s != NULL;
+    }
+    if (!streaming) return AT_SME2_DECLINED;
+    if (!svl_matches()) return AT_EINVAL;
+    if (p->info.path != 0) {
+        int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
+        cx.gald = p->ktrans_a ? round_up(bk, vl) : round_up(bm, vl);
+        cx.gbld = p->ktrans_b ? round_up(bn, vl) : round_up(bk, vl);
+        cx.ga = panel_alloc(cx.gald * (p->ktrans_a ? bm : bk), sizeof(AT_T));
+        cx.gb = panel_alloc(cx.gbld * (p->ktrans_b ? bk : bn), sizeof(AT_T));
     }
     cx.ka = panel_alloc(pa * kmax, sizeof(AT_T));
     cx.kb = panel_alloc(pb * kmax, sizeof(AT_T));

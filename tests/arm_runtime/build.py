@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from autotune import build, codegen, specs
+from autotune.codegen import sme2
 from autotune.home import kernels_src
 from autotune.runtime.arm import ArmLibraryBuild, build_arm_runtime
 from autotune.runtime.library import default_params
@@ -28,16 +29,33 @@ ROOT = HERE.parent.parent
 NEON_SIDES = {1, 2, 3, 4, 8}
 
 
-def test_kernels(target: Target) -> list[KernelSpec]:
-    """The kernels of a test library: SME2's quick family, a slice of NEON's."""
-    family = specs.default_family([target.isa], quick=True, svl_bits=target.svl_bits or 512)
+#: SME2 blocks below whole tiles (predicated kernels) the test library adds to
+#: the quick family, which has none: they cover small tails and odd edges.
+SME2_PARTIAL = ((1, 1), (3, 5), (8, 8), (13, 40))
+#: Hybrid (SME + SVE rows) kernels per dtype and transposition: their packed A
+#: panels are padded to whole vectors, a format of its own.
+SME2_HYBRIDS = 2
+
+
+def library_kernels(target: Target) -> list[KernelSpec]:
+    """The kernels of a test library: SME2's quick family with partial and
+    hybrid blocks, or a slice of NEON's quick family."""
+    svl = target.svl_bits or 512
+    family = specs.default_family([target.isa], quick=True, svl_bits=svl)
     if target.isa == "neon":
-        family = [s for s in family if s.mr in NEON_SIDES and s.nr in NEON_SIDES]
-    return family
+        return [s for s in family if s.mr in NEON_SIDES and s.nr in NEON_SIDES]
+    extra = []
+    for dtype in ("f32", "f64"):
+        for trans in specs.TRANSPOSITIONS:
+            ta, tb = specs.parse_trans(trans)
+            variant = sme2.VARIANT_OF_TRANS[trans]
+            extra += [KernelSpec("sme2", dtype, m, n, ta, tb, variant, sme2.UNROLL) for m, n in SME2_PARTIAL]
+            extra += [s for s in sme2.family(dtype, trans, svl) if sme2.is_hybrid(s)][:SME2_HYBRIDS]
+    return sorted(set(family) | {s for s in extra if sme2.fits(s, svl)})
 
 
 def build_library(target: Target, home: Path, kernels: Sequence[KernelSpec] | None = None) -> ArmLibraryBuild:
-    chosen = list(kernels if kernels is not None else test_kernels(target))
+    chosen = list(kernels if kernels is not None else library_kernels(target))
     sources = [codegen.generate(s, svl_bits=target.svl_bits or 512) for s in chosen]
     built = build.build_kernels(target, sources, home=home)
     if built.failures:

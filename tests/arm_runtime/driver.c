@@ -86,6 +86,8 @@ static void set(void *p, int dt, int64_t i, double v)
 }
 
 static long checks, failures, kernel_steps, edge_steps, split_plans, packed_plans;
+/* Steps by SME2 operand format (from the kernel's name): A panel, B panel, hybrid. */
+static long pa_steps, pb_steps, hybrid_steps, sme2_steps;
 
 /* How much of the plan the kernels cover (the rest is portable edge code). */
 static void count_steps(const at_plan *plan)
@@ -96,10 +98,18 @@ static void count_steps(const at_plan *plan)
     if (!st) return;
     at_plan_steps(plan, st, n);
     for (int64_t i = 0; i < n; i++) {
-        if (st[i].kernel >= 0)
-            kernel_steps++;
-        else
+        if (st[i].kernel < 0) {
             edge_steps++;
+            continue;
+        }
+        kernel_steps++;
+        at_kernel_info k;
+        if (at_kernel_get(st[i].kernel, &k) != AT_OK || !strstr(k.name, "_sme2_")) continue;
+        sme2_steps++;
+        const char *variant = strrchr(k.name, 'x'); /* "..._<mr>x<nr>[_<variant>]_u2" */
+        if (variant && strstr(variant, "pa")) pa_steps++;
+        if (variant && strstr(variant, "pb")) pb_steps++;
+        if (variant && strstr(variant, "h_u")) hybrid_steps++;
     }
     free(st);
 }
@@ -251,8 +261,10 @@ static int suite(int cases)
     }
     at_params_set(NULL);
     printf("{\"event\":\"suite\",\"cases\":%ld,\"failures\":%ld,\"kernels\":%d,"
-           "\"kernel_steps\":%ld,\"edge_steps\":%ld,\"packed_plans\":%ld,\"split_plans\":%ld}\n",
-           checks, failures, at_kernel_count(), kernel_steps, edge_steps, packed_plans, split_plans);
+           "\"kernel_steps\":%ld,\"edge_steps\":%ld,\"packed_plans\":%ld,\"split_plans\":%ld,"
+           "\"sme2_steps\":%ld,\"pa_steps\":%ld,\"pb_steps\":%ld,\"hybrid_steps\":%ld}\n",
+           checks, failures, at_kernel_count(), kernel_steps, edge_steps, packed_plans, split_plans,
+           sme2_steps, pa_steps, pb_steps, hybrid_steps);
     return failures != 0;
 }
 
