@@ -145,12 +145,11 @@ def test_semantics_suite(built):
 
 
 @pytest.mark.arm
+@pytest.mark.parametrize("built", ["sme2"], indirect=True)
 def test_streaming_region_has_no_neon(built):
     """Without FEAT_SME_FA64, Advanced SIMD in streaming mode is illegal: a
     region that ran any (compiled C, libc) would die of SIGILL here."""
     target, lib, work = built
-    if target.isa != "sme2":
-        pytest.skip("SME2 only")
     exe = rt.build_driver(target, lib, work)
     runner = [*target.runner[:-1], target.runner[-1] + ",sme_fa64=off"]
     rc, events, stderr = _run(runner, exe, "suite", "--seed", "5", "--cases", "60")
@@ -234,12 +233,11 @@ def test_install_table_builds_a_working_library(isa, tmp_path):
 
 
 @pytest.mark.arm
+@pytest.mark.parametrize("built", ["sme2"], indirect=True)
 def test_sme2_library_refuses_another_svl(built):
     """Kernels are specialised to one SVL: on a CPU with another, plans fail
     with a clear error instead of reading past their operands."""
     target, lib, work = built
-    if target.isa != "sme2":
-        pytest.skip("SME2 only")
     exe = rt.build_driver(target, lib, work)
     rc, events, _ = _run(target.runner, exe, "one")
     assert rc == 0 and events[0]["rc"] == 0

@@ -327,8 +327,18 @@ def test_dispatch_is_by_isa_name():
 @pytest.mark.slow
 @pytest.mark.parametrize("isa", RUNNABLE)
 def test_whole_family(isa, tmp_path):
+    """Every kernel of the family through the install's own path: unit builds, then the
+    harness's validation (guard pages, NaN padding, nine depths, four alpha/beta pairs)."""
+    from autotune import build, measure
+    from autotune.host import detect
+    from autotune.toolchain import target_for
+
+    target = target_for(isa, detect())
     specs = [s for d in DTYPES for t in TRANSPOSITIONS for s in family(isa, d, t)]
-    built = build_library(specs, tmp_path)
-    failures = check_kernels(built.load(), specs, seed=11, ks=(0, 1, 17, 71))
+    built = build.build_kernels(target, [generate(s) for s in specs], home=tmp_path)
+    assert not built.failures, list(built.failures.items())[:3]
+    harness = build.build_harness(target, list(built.objects.values()), home=tmp_path)
+    results = measure.validate(harness, target, [s.name for s in specs])
+    failures = [f"{n}: {r.reason}" for n, r in results.items() if not r.ok]
     assert not failures, f"{len(failures)} failing kernels:\n" + "\n".join(failures[:20])
 

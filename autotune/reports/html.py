@@ -89,7 +89,10 @@ def report_command(target: str, output: Path | None, open_browser: bool, *,
     """
     from ..host import detect
 
+    from .extras import collect_extras
+
     table = load_table(target, root, host=detect())
+    extra = extra if extra is not None else collect_extras(target, root)
     path = write_report(table, output or default_report_path(target, root), extra=extra)
     if open_browser:
         # On a machine without a browser this returns False; the path is printed either way.

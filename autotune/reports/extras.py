@@ -1,0 +1,57 @@
+"""What the report draws beyond the table: plans of example shapes, peer benchmarks."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..home import home as default_home
+from .html import ReportExtras
+
+#: Shapes whose plans the report draws (M, N, K, dtype): IAAT's 15x15 figure, the
+#: irregular shapes of the benchmark suite, and a large one that takes the packed path.
+EXAMPLE_SHAPES = (
+    (15, 15, 64, "f32"),
+    (35, 32, 64, "f32"),
+    (13, 33, 23, "f32"),
+    (87, 93, 56, "f64"),
+    (100, 10, 1000, "f32"),
+    (512, 512, 512, "f32"),
+)
+
+
+def example_plans(target: str, root: Path) -> list[Any] | None:
+    """Plans the installed library makes for EXAMPLE_SHAPES; None when it cannot be loaded here
+    (no library yet, or one built for another machine, as an emulated target's is)."""
+    from .. import runtime
+    from ..plans import PlanError, plan
+
+    library = root / "lib" / target / "libautotune.so"
+    if not library.exists():
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if runtime.use_library(library) is None:
+                return None
+        return [plan(M, N, K, dtype) for M, N, K, dtype in EXAMPLE_SHAPES]
+    except (OSError, PlanError):
+        return None
+
+
+def latest_benchmarks(root: Path) -> pd.DataFrame | None:
+    """The last `autotune bench` results (benchmarks/latest.csv), if any were run."""
+    path = root / "benchmarks" / "latest.csv"
+    if not path.exists():
+        return None
+    frame = pd.read_csv(path)
+    needed = {"shape", "library", "gflops", "ratio"}
+    return frame if needed <= set(frame.columns) else None
+
+
+def collect_extras(target: str, root: Path | None = None) -> ReportExtras:
+    root = root or default_home()
+    return ReportExtras(plans=example_plans(target, root), benchmarks=latest_benchmarks(root))
