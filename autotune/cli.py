@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -94,6 +95,15 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--steps", type=int, default=40, metavar="N",
                       help="list at most N steps (default 40; the drawing shows them all)")
 
+    bench = commands.add_parser(
+        "bench", help="benchmark against OpenBLAS, BLIS, LIBXSMM, MKL and numpy in one run",
+        description="Run the side-by-side benchmarks of the source checkout's benchmarks/ "
+                    "(the same as `python -m benchmarks` there): our cblas and plan handles "
+                    "against the peers' on small, irregular and large shapes, one and all cores. "
+                    "Arguments after `bench` go to it; `autotune bench -- --help` lists them. "
+                    "`scripts/setup.sh --bench` installs the peers.", add_help=False)
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmarks")
+
     report = commands.add_parser(
         "report", help="write the HTML tuning report (one self-contained offline file)",
         description="Write one self-contained HTML page showing what was tuned: host and peak, "
@@ -119,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_install(args, err)
         if args.command == "show":
             return cmd_show(args, out)
+        if args.command == "bench":
+            return cmd_bench(args, err)
         if args.command == "plan":
             return cmd_plan(args, out)
         if args.command == "report":
@@ -274,6 +286,18 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     out.print(steps)
     out.print(draw(made), highlight=False)
     return 0
+
+
+def cmd_bench(args: argparse.Namespace, err: Console) -> int:
+    # The benchmarks live beside the package in the checkout, not inside it: the
+    # install adds one import name, and peers' glue has no place in a runtime.
+    checkout = Path(__file__).resolve().parent.parent
+    if not (checkout / "benchmarks" / "__main__.py").exists():
+        err.print("[bold red]error:[/] `autotune bench` runs the benchmarks/ of a source checkout; "
+                  "this autotune was installed without one (use `pip install -e` from a clone)")
+        return 2
+    passed = [a for a in args.args if a != "--"] if args.args[:1] == ["--"] else args.args
+    return subprocess.call([sys.executable, "-m", "benchmarks", *passed], cwd=checkout)
 
 
 def cmd_clean(args: argparse.Namespace, out: Console) -> int:

@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from .harness import Config, Point, Shape, build_harness, run_peer
-from .peers import Peer, discover, thread_env
+from .peers import PINNING_VARIABLES, Peer, discover, pinned_in_environment, thread_env
 from .results import (Target, add_ratios, evaluate_targets, points_frame, python_frame, regime_means,
                       report_frame)
 
@@ -130,7 +130,9 @@ def _configs(options: Options) -> list[Config]:
 def run_python_level(home: Path, sizes: tuple[int, ...], batch: int, min_time: float,
                      repeats: int, dtypes: tuple[str, ...] = ("f32", "f64")) -> dict:
     """The Python level in its own process (one thread, numpy's OpenBLAS included)."""
-    env = {**os.environ, **thread_env(1), "AUTOTUNE_HOME": str(home)}
+    # numpy's own OpenBLAS is a peer too: it runs without pinning variables, like the others.
+    env = {k: v for k, v in os.environ.items() if k not in PINNING_VARIABLES}
+    env.update({**thread_env(1), "AUTOTUNE_HOME": str(home)})
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
     cmd = [sys.executable, "-m", "benchmarks.pylevel", "--sizes", ",".join(map(str, sizes)),
@@ -140,6 +142,15 @@ def run_python_level(home: Path, sizes: tuple[int, ...], batch: int, min_time: f
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "rows": []}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _command_line() -> str:
+    argv = list(sys.argv)
+    if not argv:
+        return "benchmarks.run"
+    if argv[0].endswith("__main__.py"):  # `python -m benchmarks` reports the module's file
+        argv[0:1] = ["python", "-m", "benchmarks"]
+    return " ".join(shlex.quote(a) for a in argv)
 
 
 def merge_passes(sweeps: list[list[Point]]) -> list[Point]:
@@ -214,9 +225,10 @@ def run(options: Options) -> Results:
     means = regime_means(frame) if not frame.empty else pd.DataFrame()
     targets = tuple(evaluate_targets(frame)) if not frame.empty else ()
     meta = {
-        "command": " ".join(shlex.quote(a) for a in sys.argv) if sys.argv else "benchmarks.run",
+        "command": _command_line(),
         "home": str(home), "library": str(library), "quick": options.quick, "min_time_s": min_time,
-        "repeats": repeats, "passes": passes, "load_before": load_before, "load_after": _load(),
+        "repeats": repeats, "passes": passes,
+        "dropped_pinning_variables": pinned_in_environment(), "load_before": load_before, "load_after": _load(),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1), "python_fast_path": pydoc.get("fast"),
         "python_error": pydoc.get("error", ""), "numpy": pydoc.get("numpy", ""),

@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .peers import Peer, thread_env
+from .peers import Peer, peer_environment
 
 SOURCE = Path(__file__).with_name("bench_gemm.c")
 
@@ -99,7 +99,7 @@ def run_peer(exe: Path, peer: Peer, config: Config, shapes: list[Shape], *, min_
     if not peer.found:
         return [Point(peer, config, s, "missing", peer.missing, float("nan"), False, *(float("nan"),) * 4)
                 for s in shapes]
-    env = {**os.environ, **thread_env(config.threads), **dict(peer.env)}
+    env = peer_environment(peer, config.threads)
     cmd = [str(exe), "--lib", str(peer.path), "--api", peer.api, "--dtype", config.dtype,
            "--threads", str(config.threads), "--align", str(config.align), "--min-time", f"{min_time:g}",
            "--repeats", str(repeats), "--cold", str(config.cold), *(s.arg for s in shapes)]

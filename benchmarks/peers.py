@@ -138,12 +138,36 @@ def discover(autotune_library: Path, build_dir: Path) -> list[Peer]:
     return [
         Peer("autotune", "cblas", "cblas", ours, ours_missing),
         Peer("openblas", "cblas", "cblas", openblas, openblas_why),
-        Peer("blis", "cblas", "cblas", blis, blis_why),
+        Peer("blis", "cblas", "cblas", blis, blis_why, BLIS_ENV),
         Peer("mkl", "cblas", "cblas", mkl, mkl_why, mkl_env),
         Peer("autotune", "plan", "plan", ours, ours_missing),
         Peer("libxsmm", "plan", "xsmm", xsmm, xsmm_why),
         Peer("mkl", "plan", "mkljit", mkl, mkl_why, mkl_env),
     ]
+
+
+# Variables that pin a peer to a code path chosen for another CPU.  A shell may carry
+# them (this machine's sets OPENBLAS_CORETYPE=Haswell, which halves OpenBLAS's speed on
+# an AVX-512 core); every peer runs without them so each picks its own best path.
+PINNING_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "BLIS_ARCH_TYPE", "MKL_ENABLE_INSTRUCTIONS",
+                     "MKL_CBWR")
+
+# BLIS 0.9 does not know Zen 5 and falls back to its portable 'generic' sub-configuration
+# (about 35 GFLOPS fp32 at 512^3); 'skx' is the AVX-512 one the CPU can run.
+BLIS_ENV = (("BLIS_ARCH_TYPE", "skx"),)
+
+
+def peer_environment(peer: Peer, threads: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a peer runs in: the caller's minus pinning variables, plus thread counts."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in PINNING_VARIABLES}
+    env.update(thread_env(threads))
+    env.update(dict(peer.env))
+    return env
+
+
+def pinned_in_environment() -> dict[str, str]:
+    """The pinning variables the caller's environment sets (reported, then dropped)."""
+    return {k: os.environ[k] for k in PINNING_VARIABLES if k in os.environ}
 
 
 def thread_env(threads: int) -> dict[str, str]:

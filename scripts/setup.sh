@@ -5,17 +5,20 @@
 #   scripts/setup.sh --test    also what the test suite needs (pytest, hypothesis, and the
 #                              aarch64 cross toolchain + QEMU the Arm tests run under)
 #   scripts/setup.sh --arm     the aarch64 cross toolchain + QEMU only (for --target neon|sme2)
+#   scripts/setup.sh --bench   the peers `autotune bench` compares against (OpenBLAS, BLIS,
+#                              LIBXSMM, MKL); --test installs them too, for their tests
 #
 # Idempotent: a second run installs nothing new and takes a few seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-want_test=0 want_arm=0
+want_test=0 want_arm=0 want_bench=0
 for arg in "$@"; do
   case "$arg" in
-    --test) want_test=1; want_arm=1 ;;
+    --test) want_test=1; want_arm=1; want_bench=1 ;;
     --arm) want_arm=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --bench) want_bench=1 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +47,10 @@ fi
 
 if [ "$want_arm" = 1 ] && [ -f scripts/setup_arm.sh ]; then
   bash scripts/setup_arm.sh
+fi
+
+if [ "$want_bench" = 1 ] && [ -f scripts/setup_bench.sh ]; then
+  bash scripts/setup_bench.sh
 fi
 
 extras=""

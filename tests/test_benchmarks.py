@@ -221,3 +221,14 @@ def test_passes_keep_each_points_best_and_listed_squares_stay_irregular() -> Non
     assert benchmarks.merge_passes([[slow], [fast]]) == [fast]
     assert benchmarks.merge_passes([[slow], [failed]]) == [slow]
     assert regime(Shape(15, 15, 15), benchmarks.IRREGULAR) == "irregular"
+
+
+def test_peers_run_without_pinning_variables() -> None:
+    from benchmarks.peers import BLIS_ENV, peer_environment
+
+    base = {"PATH": "/bin", "OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512", "BLIS_ARCH_TYPE": "generic"}
+    env = peer_environment(Peer("openblas", "cblas", "cblas", Path("/x")), 2, base)
+    assert "OPENBLAS_CORETYPE" not in env and "OPENBLAS_L2_SIZE" not in env and "BLIS_ARCH_TYPE" not in env
+    assert env["PATH"] == "/bin" and env["OPENBLAS_NUM_THREADS"] == "2" and env["AUTOTUNE_NUM_THREADS"] == "2"
+    blis = peer_environment(Peer("blis", "cblas", "cblas", Path("/x"), "", BLIS_ENV), 1, base)
+    assert blis["BLIS_ARCH_TYPE"] == "skx"

@@ -43,8 +43,8 @@ def example_plans(target: str, root: Path) -> list[Any] | None:
 
 
 def latest_benchmarks(root: Path) -> pd.DataFrame | None:
-    """The last `autotune bench` results (benchmarks/latest.csv), if any were run."""
-    path = root / "benchmarks" / "latest.csv"
+    """The last `autotune bench` results in the report's form (benchmarks/report.csv), if any."""
+    path = root / "benchmarks" / "report.csv"
     if not path.exists():
         return None
     frame = pd.read_csv(path)
