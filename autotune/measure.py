@@ -13,6 +13,7 @@ a harness that cannot run at all raises :class:`MeasureError`.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import queue
@@ -184,17 +185,19 @@ def _harness_argv(harness: Path, target: Target, *args: str) -> list[str]:
     return [*target.runner, str(harness), *args]
 
 
-class _KernelHandler:
+class _KernelHandler(abc.ABC):
     """What a command does with its events; :func:`_drive` does the rest."""
 
+    @abc.abstractmethod
     def event(self, kernel: str, event: dict) -> None:
-        raise NotImplementedError
+        """One JSON event the harness printed about ``kernel``."""
 
     def finished(self, kernel: str) -> None:
         """The kernel ended normally (its next ``start`` or ``done`` arrived)."""
 
+    @abc.abstractmethod
     def failed(self, kernel: str, reason: str) -> None:
-        raise NotImplementedError
+        """The kernel crashed or hung; ``reason`` says how."""
 
 
 def _drive(

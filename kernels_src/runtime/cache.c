@@ -1,11 +1,18 @@
 /* cache.c: the bounded, thread-safe plan cache behind every convenience entry.
  *
- * 4-way set-associative with least-recently-used replacement inside a set: the
- * bound is fixed (AT_CACHE_SETS * 4 plans) and a lookup touches one set.  The
- * key is everything that changes a plan: dtype, layout, transpositions, the
- * three dimensions, the three leading dimensions and the thread count.  Each
- * plan is reference counted, so evicting a plan another thread is executing
- * only drops the cache's reference.
+ * Two levels.  In front, each thread keeps its last AT_TLS_WAYS plans in a
+ * private most-recently-used list: a hit there takes no lock and touches no
+ * shared cache line (no atomic reference count either: the entry owns one
+ * reference, and only its thread drops it), which is what a 2x2x2 call can
+ * afford.  Behind it, the shared cache: 4-way set-associative with
+ * least-recently-used replacement inside a set, so the bound is fixed
+ * (AT_CACHE_SETS * 4 plans) and a lookup touches one set.
+ *
+ * The key is everything that changes a plan: dtype, layout, transpositions, the
+ * three dimensions, the three leading dimensions, the thread count and the
+ * parameter generation, packed into 64-bit words compared with xor/or (no
+ * memcmp call).  Plans are reference counted, so evicting a plan another
+ * thread is executing only drops the cache's reference.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -15,9 +22,11 @@
 
 #define AT_CACHE_SETS 128
 #define AT_CACHE_WAYS 4
+#define AT_TLS_WAYS 4
+#define AT_KEY_WORDS 8
 
 typedef struct {
-    int64_t v[10];
+    uint64_t w[AT_KEY_WORDS];
 } at_key;
 
 typedef struct {
@@ -31,28 +40,71 @@ static uint64_t cache_tick;
 static int64_t cache_created, cache_hits;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* One thread's front cache.  It lives on the heap and is registered (under
+ * cache_lock) so that at_plan_cache_stats can add up every thread's hits; the
+ * owner alone writes its entries and counter. */
+typedef struct at_tcache {
+    at_key key[AT_TLS_WAYS];
+    at_plan *plan[AT_TLS_WAYS]; /* most recently used first; each owns one reference */
+    uint64_t params_gen, epoch; /* what the entries are valid for */
+    _Atomic int64_t hits;       /* written by the owner only, read by the stats */
+    struct at_tcache *prev, *next;
+} at_tcache;
+
+static _Thread_local at_tcache *tcache;
+static at_tcache *tcache_list;  /* every live thread's front cache, under cache_lock */
+static int64_t retired_hits;    /* hits of front caches whose thread has exited */
+/* Bumped by at_plan_cache_clear: a front cache stamped with an older epoch is
+ * emptied on its next use, since its owner is the only thread allowed to. */
+static _Atomic uint64_t clear_epoch;
+static pthread_key_t tcache_key;
+static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
+static int tcache_key_ok;
+
+static inline void key_make(at_key *k, int dtype, int layout, int trans_a, int trans_b,
+                            int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                            int64_t ldc, int threads, uint64_t gen)
+{
+    /* The checked arguments fit: flags are 0/1, threads <= AT_MAX_THREADS. */
+    k->w[0] = (uint64_t)dtype | (uint64_t)layout << 8 | (uint64_t)trans_a << 16 |
+              (uint64_t)trans_b << 24 | (uint64_t)threads << 32;
+    k->w[1] = (uint64_t)M;
+    k->w[2] = (uint64_t)N;
+    k->w[3] = (uint64_t)K;
+    k->w[4] = (uint64_t)lda;
+    k->w[5] = (uint64_t)ldb;
+    k->w[6] = (uint64_t)ldc;
+    k->w[7] = gen;
+}
+
+static inline int key_eq(const at_key *a, const at_key *b)
+{
+    uint64_t d = 0;
+    for (int i = 0; i < AT_KEY_WORDS; i++) d |= a->w[i] ^ b->w[i];
+    return d == 0;
+}
+
 static uint64_t key_hash(const at_key *k)
 {
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 10; i++) {
-        h ^= (uint64_t)k->v[i];
+    for (int i = 0; i < AT_KEY_WORDS; i++) {
+        h ^= k->w[i];
         h *= 1099511628211ull;
         h ^= h >> 29;
     }
     return h;
 }
 
-at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
-                          int64_t K, int64_t lda, int64_t ldb, int64_t ldc)
+/* The shared cache's lookup-or-build for key k: returns the plan with one
+ * reference for the caller, or NULL when planning runs out of memory. */
+static at_plan *shared_acquire(const at_key *k, int dtype, int layout, int trans_a, int trans_b,
+                               int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                               int64_t ldc, int threads)
 {
-    int threads = at__num_threads();
-    at_key k = {{(int64_t)dtype | (int64_t)layout << 8 | (int64_t)trans_a << 16 |
-                     (int64_t)trans_b << 24,
-                 M, N, K, lda, ldb, ldc, threads, (int64_t)at__params_generation(), 0}};
-    at_slot *set = cache[key_hash(&k) % AT_CACHE_SETS];
+    at_slot *set = cache[key_hash(k) % AT_CACHE_SETS];
     pthread_mutex_lock(&cache_lock);
     for (int w = 0; w < AT_CACHE_WAYS; w++)
-        if (set[w].plan && memcmp(&set[w].key, &k, sizeof k) == 0) {
+        if (set[w].plan && key_eq(&set[w].key, k)) {
             at_plan *p = set[w].plan;
             atomic_fetch_add(&p->refs, 1);
             set[w].used = ++cache_tick;
@@ -70,7 +122,7 @@ at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64
     cache_created++;
     int victim = 0;
     for (int w = 0; w < AT_CACHE_WAYS; w++) {
-        if (set[w].plan && memcmp(&set[w].key, &k, sizeof k) == 0) {
+        if (set[w].plan && key_eq(&set[w].key, k)) {
             /* Another thread planned the same shape meanwhile: keep one. */
             at_plan *q = set[w].plan;
             atomic_fetch_add(&q->refs, 1);
@@ -83,7 +135,7 @@ at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64
         if (!set[victim].plan) break;
     }
     at_plan *old = set[victim].plan;
-    set[victim].key = k;
+    set[victim].key = *k;
     set[victim].plan = p;
     set[victim].used = ++cache_tick;
     atomic_fetch_add(&p->refs, 1); /* the caller's reference besides the cache's */
@@ -92,15 +144,138 @@ at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64
     return p;
 }
 
+at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                          int64_t K, int64_t lda, int64_t ldb, int64_t ldc)
+{
+    int threads = at__num_threads();
+    at_key k;
+    key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads,
+             at__params_generation());
+    return shared_acquire(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads);
+}
+
 void at__plan_release(at_plan *plan)
 {
     if (plan && atomic_fetch_sub(&plan->refs, 1) == 1) at__plan_free(plan);
+}
+
+static void tcache_flush(at_tcache *tc)
+{
+    for (int w = 0; w < AT_TLS_WAYS; w++) {
+        at__plan_release(tc->plan[w]);
+        tc->plan[w] = NULL;
+    }
+}
+
+/* Thread exit: drop the entries' references and fold the hits into the total. */
+static void tcache_destroy(void *arg)
+{
+    at_tcache *tc = arg;
+    tcache_flush(tc);
+    pthread_mutex_lock(&cache_lock);
+    retired_hits += atomic_load_explicit(&tc->hits, memory_order_relaxed);
+    if (tc->prev)
+        tc->prev->next = tc->next;
+    else
+        tcache_list = tc->next;
+    if (tc->next) tc->next->prev = tc->prev;
+    pthread_mutex_unlock(&cache_lock);
+    /* A later call from another destructor of this thread starts a new one. */
+    tcache = NULL;
+    free(tc);
+}
+
+static void tcache_key_init(void) { tcache_key_ok = pthread_key_create(&tcache_key, tcache_destroy) == 0; }
+
+/* This thread's front cache, made on first use; NULL if it cannot be had (no
+ * memory, no key for the exit hook), and then the caller uses the shared cache. */
+static at_tcache *tcache_get(void)
+{
+    at_tcache *tc = tcache;
+    if (tc) return tc;
+    pthread_once(&tcache_once, tcache_key_init);
+    if (!tcache_key_ok) return NULL;
+    tc = calloc(1, sizeof *tc);
+    if (!tc) return NULL;
+    if (pthread_setspecific(tcache_key, tc) != 0) {
+        free(tc);
+        return NULL;
+    }
+    pthread_mutex_lock(&cache_lock);
+    tc->next = tcache_list;
+    if (tcache_list) tcache_list->prev = tc;
+    tcache_list = tc;
+    pthread_mutex_unlock(&cache_lock);
+    tcache = tc;
+    return tc;
+}
+
+at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int *owned)
+{
+    int threads = at__num_threads();
+    uint64_t gen = at__params_generation();
+    at_key k;
+    key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads, gen);
+    at_tcache *tc = tcache;
+    if (tc) {
+        uint64_t epoch = atomic_load_explicit(&clear_epoch, memory_order_relaxed);
+        if (tc->params_gen != gen || tc->epoch != epoch) {
+            /* Parameters changed or the cache was cleared: nothing here is current. */
+            tcache_flush(tc);
+            tc->params_gen = gen;
+            tc->epoch = epoch;
+        }
+        for (int w = 0; w < AT_TLS_WAYS; w++) {
+            at_plan *p = tc->plan[w];
+            if (p && key_eq(&tc->key[w], &k)) {
+                if (w > 0) {
+                    /* Move to the front so the hottest shape is compared first. */
+                    at_key kw = tc->key[w];
+                    memmove(&tc->key[1], &tc->key[0], sizeof tc->key[0] * (size_t)w);
+                    memmove(&tc->plan[1], &tc->plan[0], sizeof tc->plan[0] * (size_t)w);
+                    tc->key[0] = kw;
+                    tc->plan[0] = p;
+                }
+                atomic_store_explicit(
+                    &tc->hits, atomic_load_explicit(&tc->hits, memory_order_relaxed) + 1,
+                    memory_order_relaxed);
+                *owned = 0;
+                return p;
+            }
+        }
+    } else {
+        tc = tcache_get();
+        if (tc) {
+            tc->params_gen = gen;
+            tc->epoch = atomic_load_explicit(&clear_epoch, memory_order_relaxed);
+        }
+    }
+    at_plan *p = shared_acquire(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc,
+                                threads);
+    if (!p || !tc) {
+        *owned = p != NULL;
+        return p;
+    }
+    /* The caller's reference becomes the front entry's; the least recent goes. */
+    at_plan *old = tc->plan[AT_TLS_WAYS - 1];
+    memmove(&tc->key[1], &tc->key[0], sizeof tc->key[0] * (AT_TLS_WAYS - 1));
+    memmove(&tc->plan[1], &tc->plan[0], sizeof tc->plan[0] * (AT_TLS_WAYS - 1));
+    tc->key[0] = k;
+    tc->plan[0] = p;
+    at__plan_release(old);
+    *owned = 0;
+    return p;
 }
 
 void at_plan_cache_clear(void)
 {
     at_plan *drop[AT_CACHE_SETS * AT_CACHE_WAYS];
     int n = 0;
+    atomic_fetch_add(&clear_epoch, 1);
+    /* The calling thread's own entries go now; other threads drop theirs on
+     * their next lookup (only the owner may touch a front cache). */
+    if (tcache) tcache_flush(tcache);
     pthread_mutex_lock(&cache_lock);
     for (int s = 0; s < AT_CACHE_SETS; s++)
         for (int w = 0; w < AT_CACHE_WAYS; w++)
@@ -115,7 +290,10 @@ void at_plan_cache_clear(void)
 void at_plan_cache_stats(int64_t *created, int64_t *hits)
 {
     pthread_mutex_lock(&cache_lock);
+    int64_t h = cache_hits + retired_hits;
+    for (const at_tcache *tc = tcache_list; tc; tc = tc->next)
+        h += atomic_load_explicit(&tc->hits, memory_order_relaxed);
     if (created) *created = cache_created;
-    if (hits) *hits = cache_hits;
+    if (hits) *hits = h;
     pthread_mutex_unlock(&cache_lock);
 }
