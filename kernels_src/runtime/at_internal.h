@@ -64,6 +64,13 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
 at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64_t M,
                           int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc);
 void at__plan_release(at_plan *plan);
+/* The hot-path lookup: the plan from this thread's front cache.  With *owned == 0
+ * the pointer is borrowed (the front cache holds its reference, and only this
+ * thread's next lookup can drop it); with *owned == 1 the caller must release
+ * it (the front cache could not be had). */
+at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b, int64_t M,
+                         int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                         int *owned);
 
 /* pool.c: runs fn(ctx, t) for t in [0, n) on n threads (the caller is thread 0). */
 typedef void (*at_task_fn)(void *ctx, int t);

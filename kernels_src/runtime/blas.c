@@ -1,7 +1,8 @@
 /* blas.c: convenience, CBLAS and Fortran BLAS entry points.
  *
  * Every entry checks its arguments as the reference library does, looks its
- * plan up in the cache and executes it.  xerbla_ and cblas_xerbla are weak, so
+ * plan up in the cache (this thread's front cache first: see cache.c) and
+ * executes it.  xerbla_ and cblas_xerbla are weak, so
  * a program that defines its own (as LAPACK test drivers do) gets it called.
  */
 #include <stdarg.h>
@@ -17,10 +18,11 @@ int at_gemm(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t 
     int rc = at__check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
     if (rc) return rc;
     if (M == 0 || N == 0) return AT_OK;
-    at_plan *p = at__plan_acquire(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    int owned;
+    at_plan *p = at__plan_lookup(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, &owned);
     if (!p) return AT_ENOMEM;
     rc = at__execute(p, 1, alpha, NULL, NULL, beta, NULL, A, 0, B, 0, C, 0);
-    at__plan_release(p);
+    if (owned) at__plan_release(p);
     return rc;
 }
 
@@ -50,11 +52,12 @@ int at_gemm_batch_strided(int dtype, int layout, int trans_a, int trans_b, int64
         return AT_EINVAL;
     }
     if (M == 0 || N == 0 || batch == 0) return AT_OK;
-    at_plan *p = at__plan_acquire(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    int owned;
+    at_plan *p = at__plan_lookup(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, &owned);
     if (!p) return AT_ENOMEM;
     rc = at__execute(p, batch, alpha, NULL, NULL, beta, NULL, A, stride_a, B, stride_b, C,
                      stride_c);
-    at__plan_release(p);
+    if (owned) at__plan_release(p);
     return rc;
 }
 

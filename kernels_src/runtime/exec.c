@@ -8,22 +8,6 @@
 #include "at_sme2.h" /* Arm sme2 libraries only: the streaming executor */
 #endif
 
-#define AT_T float
-#define AT_KFN at_skernel
-#define AT_FN(name) name##_f32
-#include "exec_t.h"
-#undef AT_T
-#undef AT_KFN
-#undef AT_FN
-
-#define AT_T double
-#define AT_KFN at_dkernel
-#define AT_FN(name) name##_f64
-#include "exec_t.h"
-#undef AT_T
-#undef AT_KFN
-#undef AT_FN
-
 typedef struct {
     const at_plan *p;
     int64_t batch;
@@ -50,6 +34,22 @@ static void item_ptrs(const at_job *j, int64_t i, const void **a, const void **b
         *c = j->C0 + i * j->sc;
     }
 }
+
+#define AT_T float
+#define AT_KFN at_skernel
+#define AT_FN(name) name##_f32
+#include "exec_t.h"
+#undef AT_T
+#undef AT_KFN
+#undef AT_FN
+
+#define AT_T double
+#define AT_KFN at_dkernel
+#define AT_FN(name) name##_f64
+#include "exec_t.h"
+#undef AT_T
+#undef AT_KFN
+#undef AT_FN
 
 static int run_item(const at_plan *p, int t0, int t1, const void *A, const void *B, void *C,
                     double alpha, double beta)
@@ -81,13 +81,8 @@ static void task_items(void *ctx, int t)
 {
     at_job *j = ctx;
     int64_t lo = j->batch * t / j->nworkers, hi = j->batch * (t + 1) / j->nworkers;
-    for (int64_t i = lo; i < hi; i++) {
-        const void *a, *b;
-        void *c;
-        item_ptrs(j, i, &a, &b, &c);
-        int rc = run_item(j->p, 0, j->p->info.threads, a, b, c, j->alpha, j->beta);
-        if (rc) atomic_store(&j->rc, rc);
-    }
+    int rc = j->p->info.dtype == AT_F32 ? run_items_f32(j, lo, hi) : run_items_f64(j, lo, hi);
+    if (rc) atomic_store(&j->rc, rc);
 }
 
 int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *const *A,
@@ -101,12 +96,9 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
                 sa * (int64_t)es, sb * (int64_t)es, sc * (int64_t)es, 0};
     int T = plan->info.threads;
     if (batch == 1) {
-        if (T <= 1) {
-            const void *a, *b;
-            void *c;
-            item_ptrs(&j, 0, &a, &b, &c);
-            return run_item(plan, 0, 1, a, b, c, alpha, beta);
-        }
+        if (T <= 1)
+            /* One share: straight to the steps, no pool and no job for workers. */
+            return plan->info.dtype == AT_F32 ? run_items_f32(&j, 0, 1) : run_items_f64(&j, 0, 1);
         at__parallel(T, task_parts, &j);
     } else {
         int n = at__num_threads();

@@ -172,3 +172,69 @@ static int AT_FN(run_item)(const at_plan *p, int t0, int t1, const void *A, cons
     }
     return rc;
 }
+
+/* Items [lo, hi) of job j, each with every share of the plan in turn: what
+ * run_item does per item, with the BLAS special cases, the row-major swap and
+ * the dtype decided once for the whole range.  A no-pack plan runs its steps
+ * straight from here, and a one-step plan (a small product one kernel covers)
+ * calls its kernel directly per item.  The kernel calls and their arguments
+ * are exactly run_item's, so the bits are too. */
+static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
+{
+    const at_plan *p = j->p;
+    AT_T a = (AT_T)j->alpha, b = (AT_T)j->beta;
+    /* The plan computes C^T = op(B)^T op(A)^T for row-major: operands trade places. */
+    int swap = p->info.layout == AT_ROW_MAJOR;
+    const void *const *Ap = swap ? j->B : j->A, *const *Bp = swap ? j->A : j->B;
+    const char *A0 = swap ? j->B0 : j->A0, *B0 = swap ? j->A0 : j->B0;
+    int64_t sa = swap ? j->sb : j->sa, sb = swap ? j->sa : j->sb, sc = j->sc;
+    if (p->K == 0 || a == (AT_T)0) {
+        /* alpha == 0 reads neither A nor B, as the reference BLAS. */
+        for (int64_t i = lo; i < hi; i++)
+            AT_FN(scale)(p->M, p->N, (AT_T *)(j->C ? j->C[i] : j->C0 + i * sc), p->ldc, b);
+        return AT_OK;
+    }
+#ifndef AT_SME2_EXEC
+    /* (An SME2 library keeps the generic walk below: its shares may run in a
+     * streaming region, which run_part decides.) */
+    if (p->info.path == 0) {
+        const at_step *st = p->steps;
+        int64_t s0 = p->thread_start[0], s1 = p->thread_start[p->info.threads];
+        int64_t K = p->K, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
+        int ta = p->ta, tb = p->tb;
+        if (s1 - s0 == 1 && st[s0].kernel >= 0) {
+            const at_step *x = &st[s0];
+            AT_KFN fn = (AT_KFN)at_kernel_table[x->kernel].fn;
+            int64_t oa = ta ? x->i0 * lda : x->i0, ob = tb ? x->j0 : x->j0 * ldb;
+            int64_t oc = x->i0 + x->j0 * ldc;
+            if (Ap)
+                for (int64_t i = lo; i < hi; i++)
+                    fn(K, (const AT_T *)Ap[i] + oa, lda, (const AT_T *)Bp[i] + ob, ldb,
+                       (AT_T *)j->C[i] + oc, ldc, a, b);
+            else
+                for (int64_t i = lo; i < hi; i++)
+                    fn(K, (const AT_T *)(A0 + i * sa) + oa, lda, (const AT_T *)(B0 + i * sb) + ob,
+                       ldb, (AT_T *)(j->C0 + i * sc) + oc, ldc, a, b);
+            return AT_OK;
+        }
+        for (int64_t i = lo; i < hi; i++) {
+            const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);
+            const AT_T *y = Bp ? (const AT_T *)Bp[i] : (const AT_T *)(B0 + i * sb);
+            AT_T *z = j->C ? (AT_T *)j->C[i] : (AT_T *)(j->C0 + i * sc);
+            AT_FN(run_steps)(st, s0, s1, K, x, lda, ta, y, ldb, tb, z, ldc, a, b);
+        }
+        return AT_OK;
+    }
+#endif
+    int rc = AT_OK;
+    for (int64_t i = lo; i < hi; i++) {
+        const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);
+        const AT_T *y = Bp ? (const AT_T *)Bp[i] : (const AT_T *)(B0 + i * sb);
+        AT_T *z = j->C ? (AT_T *)j->C[i] : (AT_T *)(j->C0 + i * sc);
+        for (int t = 0; t < p->info.threads; t++) {
+            int r = AT_FN(run_part)(p, t, x, y, z, a, b);
+            if (r) rc = r;
+        }
+    }
+    return rc;
+}

@@ -388,11 +388,26 @@ done:
     return rc;
 }
 
-/* ---- the thread split (KleidiAI/MLAS) ---------------------------------------
- * Start from one tile per block, ceil(M/m_step) x ceil(N/n_step); rescale the
- * two counts toward the thread count keeping C's aspect ratio; recompute the
- * steps and give each tile to a thread.  Of the candidate grids the one with the
- * smallest predicted load on the busiest thread wins. */
+/* ---- the thread split (KleidiAI/MLAS, then balanced by predicted work) -------
+ * The items (steps or blocks) are fixed before this point: only their owner is
+ * chosen here, so the tiling of C never depends on the thread count.
+ *
+ * Three kinds of assignment are scored by the predicted load of the busiest
+ * thread and the lightest wins (ties go to the earlier kind, which keeps more
+ * locality):
+ *  1. MLAS grids: start from one tile per item, ceil(M/m_step) x ceil(N/n_step);
+ *     rescale the two counts toward the thread count keeping C's aspect ratio
+ *     (a from 1 to min(tiles, T), b = ceil(T / a)); tiles go to threads
+ *     round-robin.  Contiguous regions of C, but when the items do not divide
+ *     evenly into a x b tiles one thread can get almost everything (fp64 256^3
+ *     with 120 x 252 blocks gave 61,440 of 65,536 elements to thread 0).
+ *  2. Contiguous runs of the item order (row bands, or blocks of one column
+ *     panel) cut where the running predicted time crosses t/T of the total: each
+ *     thread gets at most one item more than its share and keeps neighbours
+ *     together, so a packed B panel is shared by the blocks of one run.
+ *  3. Longest processing time first: items by decreasing predicted time, each to
+ *     the least loaded thread; the tightest bound (4/3 of optimal) when the items
+ *     are few and unequal. */
 
 typedef struct {
     int64_t i0, j0;
@@ -400,17 +415,40 @@ typedef struct {
     int32_t thread;
 } at_item;
 
+typedef struct {
+    double sec;
+    int64_t idx;
+} at_lpt;
+
+static int lpt_order(const void *x, const void *y)
+{
+    const at_lpt *a = x, *b = y;
+    if (a->sec != b->sec) return a->sec > b->sec ? -1 : 1;
+    return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static double max_load(const double *load, int T)
+{
+    double mx = 0;
+    for (int t = 0; t < T; t++)
+        if (load[t] > mx) mx = load[t];
+    return mx;
+}
+
+/* Returns the busiest thread's predicted seconds, or INFINITY without memory. */
 static double split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m_step,
                             int64_t n_step, int T, int mode)
 {
     int64_t tcm = (M + m_step - 1) / m_step, tcn = (N + n_step - 1) / n_step;
-    double best_load = INFINITY;
-    int64_t best_ms = M, best_ns = N;
     double *load = calloc((size_t)T, sizeof *load);
-    if (!load) return INFINITY;
+    int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1));
+    int32_t *best_own = malloc(sizeof *best_own * (size_t)(n ? n : 1));
+    at_lpt *ord = malloc(sizeof *ord * (size_t)(n ? n : 1));
+    double best = INFINITY;
+    if (!load || !own || !best_own || !ord) goto done;
+    /* 1. MLAS grids.  A fixed mode keeps only one: all threads along M or along N. */
     int64_t amax = tcm < T ? tcm : T;
     for (int64_t a = 1; a <= amax; a++) {
-        /* A fixed mode keeps only one candidate: all threads along M or along N. */
         if ((mode == 1 && a != amax) || (mode == 2 && a != 1)) continue;
         int64_t b = (T + a - 1) / a;
         if (b > tcn) b = tcn;
@@ -418,23 +456,64 @@ static double split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_
         int64_t rb = (N + ns - 1) / ns;
         memset(load, 0, sizeof *load * (size_t)T);
         for (int64_t k = 0; k < n; k++) {
-            int64_t tile = (it[k].i0 / ms) * rb + it[k].j0 / ns;
-            load[tile % T] += it[k].sec;
+            own[k] = (int32_t)(((it[k].i0 / ms) * rb + it[k].j0 / ns) % T);
+            load[own[k]] += it[k].sec;
         }
-        double mx = 0;
-        for (int t = 0; t < T; t++)
-            if (load[t] > mx) mx = load[t];
-        if (mx < best_load * (1 - 1e-9)) {
-            best_load = mx;
-            best_ms = ms;
-            best_ns = ns;
+        double mx = max_load(load, T);
+        if (mx < best * (1 - 1e-9)) {
+            best = mx;
+            memcpy(best_own, own, sizeof *own * (size_t)n);
         }
     }
-    int64_t rb = (N + best_ns - 1) / best_ns;
-    for (int64_t k = 0; k < n; k++)
-        it[k].thread = (int32_t)(((it[k].i0 / best_ms) * rb + it[k].j0 / best_ns) % T);
+    /* A fixed grid is the tuner's explicit choice: no rebalancing behind its back. */
+    if (mode != 0) goto done;
+    /* 2. Contiguous runs cut at the nearest item boundary to each t/T of the total. */
+    double total = 0;
+    for (int64_t k = 0; k < n; k++) total += it[k].sec;
+    memset(load, 0, sizeof *load * (size_t)T);
+    double run = 0;
+    int t = 0;
+    for (int64_t k = 0; k < n; k++) {
+        /* Move on when this item would take the run further past the cut than
+         * stopping short leaves it. */
+        double cut = total * (double)(t + 1) / T;
+        if (t + 1 < T && run + it[k].sec - cut > cut - run && load[t] > 0) t++;
+        own[k] = t;
+        load[t] += it[k].sec;
+        run += it[k].sec;
+    }
+    double mx = max_load(load, T);
+    if (mx < best * (1 - 1e-9)) {
+        best = mx;
+        memcpy(best_own, own, sizeof *own * (size_t)n);
+    }
+    /* 3. Longest processing time first; ties by item index, so the plan is reproducible. */
+    for (int64_t k = 0; k < n; k++) {
+        ord[k].sec = it[k].sec;
+        ord[k].idx = k;
+    }
+    qsort(ord, (size_t)n, sizeof *ord, lpt_order);
+    memset(load, 0, sizeof *load * (size_t)T);
+    for (int64_t k = 0; k < n; k++) {
+        int lt = 0;
+        for (int q = 1; q < T; q++)
+            if (load[q] < load[lt]) lt = q;
+        own[ord[k].idx] = lt;
+        load[lt] += ord[k].sec;
+    }
+    mx = max_load(load, T);
+    if (mx < best * (1 - 1e-9)) {
+        best = mx;
+        memcpy(best_own, own, sizeof *own * (size_t)n);
+    }
+done:
+    if (isfinite(best))
+        for (int64_t k = 0; k < n; k++) it[k].thread = best_own[k];
     free(load);
-    return best_load;
+    free(own);
+    free(best_own);
+    free(ord);
+    return best;
 }
 
 /* ---- plan construction ------------------------------------------------------ */
@@ -479,6 +558,18 @@ static int64_t round_down(int64_t v, int64_t q)
 {
     int64_t r = (v / q) * q;
     return r > 0 ? r : q;
+}
+
+/* The largest block of at most cap (a multiple of q) that cuts n into as few
+ * blocks as cap does, rounded up to a multiple of q so the kernel covering
+ * the block's interior stays the main one. */
+static int64_t even_blocks(int64_t n, int64_t cap, int64_t q)
+{
+    if (cap >= n) return n;
+    int64_t nb = (n + cap - 1) / cap;
+    int64_t even = (n + nb - 1) / nb;
+    even = (even + q - 1) / q * q;
+    return even < cap ? even : cap;
 }
 
 /* Sort items (and their steps or blocks) by thread, stably, and record offsets. */
@@ -543,6 +634,11 @@ static int build_nopack(at_plan *p, int T)
     if (T > 1)
         load = split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T,
                              tp.grid[p->info.dtype]);
+    if (!isfinite(load)) {
+        free(it);
+        rc = AT_ENOMEM;
+        goto done;
+    }
     for (int64_t k = 0; k < p->nsteps; k++) p->steps[k].thread = it[k].thread;
     rc = group_by_thread(p, it, p->nsteps, sizeof *p->steps, p->steps);
     free(it);
@@ -579,8 +675,12 @@ static int build_packed(at_plan *p, int T)
     int64_t bm = round_down(tp.blk_m[dt] > 0 ? tp.blk_m[dt] : 128, h);
     int64_t bn = round_down(tp.blk_n[dt] > 0 ? tp.blk_n[dt] : 256, w);
     int64_t bk = tp.blk_k[dt] > 0 ? tp.blk_k[dt] : 256;
-    if (bm > p->M) bm = p->M;
-    if (bn > p->N) bn = p->N;
+    /* The same number of blocks, as even as the kernel sizes allow: 256 rows in
+     * blocks of at most 120 become 96 + 96 + 64, not 120 + 120 + 16.  Blocks are
+     * the unit of the thread split, and a sliver block is a sliver of work that
+     * no assignment can balance; the caps stay caps (the caches' limits). */
+    bm = even_blocks(p->M, bm, h);
+    bn = even_blocks(p->N, bn, w);
     if (bk > p->K) bk = p->K;
     /* Cap: at_step stores block sizes in 32 bits. */
     if (bm > (1 << 30)) bm = 1 << 30;
@@ -644,6 +744,10 @@ static int build_packed(at_plan *p, int T)
     double load = 0;
     for (int64_t q = 0; q < p->nblocks; q++) load += it[q].sec;
     if (T > 1) load = split_threads(it, p->nblocks, p->M, p->N, bm, bn, T, tp.grid[dt]);
+    if (!isfinite(load)) {
+        rc = AT_ENOMEM;
+        goto done;
+    }
     for (int64_t q = 0; q < p->nblocks; q++) p->blocks[q].thread = it[q].thread;
     rc = group_by_thread(p, it, p->nblocks, sizeof *p->blocks, p->blocks);
     p->info.predicted_seconds = load;
@@ -655,6 +759,66 @@ done:
     free(st.v);
     grid_free(&g);
     return rc;
+}
+
+/* Predicted seconds of the no-pack tiling of an m x n C in family (ta, tb), or
+ * INFINITY when the family has no kernels. */
+static int nopack_seconds(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t K,
+                          double *seconds)
+{
+    *seconds = INFINITY;
+    if (!family_count(dtype, ta, tb)) return AT_OK;
+    at_grid g;
+    int rc = grid_build(&g, dtype, ta, tb, K);
+    if (rc) return rc;
+    at_steps st = {0};
+    rc = tile_block(&g, m, n, &st, seconds);
+    free(st.v);
+    grid_free(&g);
+    return rc;
+}
+
+/* A 1 x K op(A) is a vector: the no-transpose format reads op(A)[0,p] at A[p*lda],
+ * the transposed one at A[p].  The two agree when lda == 1 (NN with M == 1 in
+ * column-major, where lda >= M allows it) and a transposed vector can always be
+ * read as an untransposed one with lda = 1.  Likewise op(B) with N == 1.  Such a
+ * free flag picks the kernel family: for 1 x N with B's columns contiguous the
+ * TN kernels run dot products along K in the vector lanes, where the NN family
+ * (vectorised along M, of which there is one row) leaves a portable kernel.  Of
+ * the equivalent families the one the tiler predicts fastest is kept, so a table
+ * without the flipped family, or where it measures slower, plans as before. */
+static int choose_vector_flags(at_plan *p, int dtype)
+{
+    int free_a = p->M == 1 && (p->ta == 1 || p->lda == 1);
+    int free_b = p->N == 1 && (p->tb == 0 || p->ldb == 1);
+    if (!free_a && !free_b) return AT_OK;
+    int best_a = p->ta, best_b = p->tb;
+    double best = INFINITY;
+    for (int fa = 0; fa <= free_a; fa++)
+        for (int fb = 0; fb <= free_b; fb++) {
+            int ta = fa ? !p->ta : p->ta, tb = fb ? !p->tb : p->tb;
+            double s;
+            int rc = nopack_seconds(dtype, ta, tb, p->M, p->N, p->K, &s);
+            if (rc) return rc;
+            /* The caller's own flags win ties: they are tried first. */
+            if (s < best * (1 - 1e-9)) {
+                best = s;
+                best_a = ta;
+                best_b = tb;
+            }
+        }
+    if (best_a != p->ta) {
+        /* Untransposed: element p at A[p * 1]; transposed: at A[p + 0 * lda], and
+         * lda = K keeps the stored plan consistent with a K x 1 op(A)^T. */
+        p->lda = best_a ? (p->K > 0 ? p->K : 1) : 1;
+        p->ta = best_a;
+    }
+    if (best_b != p->tb) {
+        /* Transposed: element p at B[0 + p * 1]; untransposed: at B[p + 0 * ldb]. */
+        p->ldb = best_b ? 1 : (p->K > 0 ? p->K : 1);
+        p->tb = best_b;
+    }
+    return AT_OK;
 }
 
 at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
@@ -707,7 +871,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         in->threads = 1;
         p->thread_start = calloc(2, sizeof *p->thread_start);
         if (!p->thread_start) rc = AT_ENOMEM;
-    } else {
+    } else if (!(rc = choose_vector_flags(p, dtype))) {
         int have_exact = family_count(dtype, p->ta, p->tb) > 0;
         int have_any = have_exact || family_count(dtype, 0, 0) || family_count(dtype, 0, 1) ||
                        family_count(dtype, 1, 0) || family_count(dtype, 1, 1);
