@@ -43,7 +43,12 @@ def check_plan(p: plans.Plan) -> None:
             assert (mr, nr) == (s.mb, s.nb)
             if p.path == "small":
                 want = p.trans if p.layout == "col" else p.trans[::-1]
-                assert spec.trans == want
+                assert spec.trans == p.kernel_trans
+                # A vector operand's transposition is free (tiler.c, choose_vector_flags):
+                # only then may the kernels' flag differ from the caller's.
+                m, n = (p.N, p.M) if p.layout == "row" else (p.M, p.N)
+                assert spec.trans[0] == want[0] or m == 1
+                assert spec.trans[1] == want[1] or n == 1
             else:
                 assert spec.trans == p.kernel_trans and s.pack_a and s.pack_b
     if p.K == 0:
@@ -126,3 +131,81 @@ def test_invalid_arguments_raise():
         plans.plan(10, 10, 10, "f16")
     with pytest.raises(ValueError):
         plans.plan(10, 10, 10, trans="xx")
+
+
+def thread_loads(p: plans.Plan) -> tuple[list[float], int]:
+    """Predicted work per thread (flops: every step runs over the whole of K) and the
+    number of items the split assigns (blocks on the packed path, steps otherwise)."""
+    work = [0.0] * p.threads
+    items = set()
+    for s in p.steps:
+        work[s.thread] += 2.0 * s.mb * s.nb * p.K
+        if p.path == "packed":
+            items.add((s.i0 // p.blocks[0], s.j0 // p.blocks[1]))
+        else:
+            items.add((s.i0, s.j0))
+    return work, len(items)
+
+
+@pytest.mark.parametrize("shape,dtype", [((256, 256, 256), "f64"), ((256, 256, 256), "f32"),
+                                         ((512, 512, 512), "f64"), ((512, 512, 512), "f32"),
+                                         ((1024, 1024, 1024), "f64"), ((700, 650, 400), "f64"),
+                                         ((1000, 300, 64), "f32"), ((300, 1000, 64), "f64")])
+@pytest.mark.parametrize("threads", [2, 4])
+def test_threads_get_balanced_work(shape, dtype, threads):
+    """No thread's predicted work exceeds 1.25x the mean where the items allow it.
+
+    fp64 256^3 used to give thread 0 61,440 of C's 65,536 elements: blocks of
+    120 x 252 cut 256 into 120 + 120 + 16 and the grid split could only hand
+    out whole block rows or columns."""
+    p = plans.plan(*shape, dtype, threads=threads)
+    check_plan(p)
+    assert p.threads == threads
+    work, items = thread_loads(p)
+    mean = sum(work) / threads
+    biggest_item = max(s.mb * s.nb for s in p.steps) * 2.0 * p.K
+    if p.path == "packed":
+        biggest_item = 2.0 * p.blocks[0] * p.blocks[1] * p.K
+    # With at least two items per thread the split must be within 25 % of the
+    # mean; with fewer, within about one item of it (contiguous runs guarantee
+    # one item of predicted time; flops and predicted time differ by the kernels'
+    # speeds, hence the margin).
+    if items >= 2 * threads:
+        assert max(work) <= 1.25 * mean, (work, items)
+    else:
+        assert max(work) <= mean + 1.25 * biggest_item, (work, items)
+    assert all(w > 0 for w in work)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_even_blocks_keep_the_block_count(dtype):
+    """Blocks of one row or column are as even as the kernel sizes allow, never bigger
+    than the cap and never more of them than the cap gives."""
+    for n in (256, 257, 500, 1000):
+        p = plans.plan(n, n, 300, dtype, threads=1)
+        if p.path != "packed":
+            continue
+        bm, bn, _ = p.blocks
+        rows = sorted({s.i0 // bm for s in p.steps})
+        cols = sorted({s.j0 // bn for s in p.steps})
+        # The last block is the only short one, and not a sliver of the others.
+        last_m = n - rows[-1] * bm
+        last_n = n - cols[-1] * bn
+        assert 0 < last_m <= bm and 0 < last_n <= bn
+        # No sliver: before, fp64 256 rows became 120 + 120 + 16.
+        assert len(rows) == 1 or 4 * last_m >= bm, (n, bm, last_m)
+        assert len(cols) == 1 or 4 * last_n >= bn, (n, bn, last_n)
+
+
+@pytest.mark.parametrize("layout", ["col", "row"])
+@pytest.mark.parametrize("trans", ["nn", "nt", "tn", "tt"])
+def test_vector_operands_may_change_kernel_family(layout, trans):
+    """1 x N and M x 1 plans stay valid whatever family the free flag picks, and
+    the flag is only taken where the operand's stride allows it."""
+    for M, N, K in ((1, 256, 256), (256, 1, 256), (1, 1, 300), (1, 37, 5), (33, 1, 70)):
+        p = plans.plan(M, N, K, "f32", trans, layout=layout)
+        check_plan(p)
+        # A padded vector (leading dimension > its length) has a strided flag only.
+        lda = (M if trans[0] == "n" else K) if layout == "col" else (K if trans[0] == "n" else M)
+        q = plans.plan(M, N, K, "f32", trans, layout=layout, lda=lda + 3)
+        check_plan(q)

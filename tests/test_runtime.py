@@ -399,3 +399,175 @@ def test_threads_survive_fork(built):
     out = subprocess.run([sys.executable, "-c", code, str(built.library)], capture_output=True,
                          text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "child 0 True", out.stderr
+
+
+def stored(rng, rows, cols, ld, layout, dtype):
+    """A rows x cols matrix in a flat buffer with leading dimension ld: (buffer, view)."""
+    outer, inner = (cols, rows) if layout == 0 else (rows, cols)
+    buf = rng.standard_normal(ld * max(outer, 1)).astype(dtype)
+    view = buf.reshape(max(outer, 1), ld)[:outer, :inner]
+    return buf, (view.T if layout == 0 else view)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_vector_operands_through_the_free_flag(lib, dtype, layout):
+    """M == 1 and N == 1 in every transposition, with tight and padded leading
+    dimensions: the tiler may read a vector operand in the other format (tiler.c,
+    choose_vector_flags), which must agree with the caller's strides."""
+    rng = np.random.default_rng(7)
+    code = 0 if dtype == np.float32 else 1
+    for M, N, K in ((1, 256, 256), (256, 1, 256), (1, 1, 300), (1, 37, 5), (33, 1, 70),
+                    (1, 700, 650)):
+        for ta in (0, 1):
+            for tb in (0, 1):
+                for pad in (0, 3):
+                    ra, ca = (K, M) if ta else (M, K)
+                    rb, cb = (N, K) if tb else (K, N)
+                    lda = (ra if layout == 0 else ca) + pad
+                    ldb = (rb if layout == 0 else cb) + pad
+                    ldc = (M if layout == 0 else N) + pad
+                    abuf, A = stored(rng, ra, ca, lda, layout, dtype)
+                    bbuf, B = stored(rng, rb, cb, ldb, layout, dtype)
+                    cbuf, C = stored(rng, M, N, ldc, layout, dtype)
+                    C0 = C.copy()
+                    rc = lib.lib.at_gemm(code, layout, ta, tb, M, N, K, 0.75, abuf.ctypes.data,
+                                         lda, bbuf.ctypes.data, ldb, -0.5, cbuf.ctypes.data, ldc)
+                    assert rc == 0
+                    assert_close(C, A, B, C0, 0.75, -0.5, bool(ta), bool(tb))
+
+
+# ---- the per-call fast paths (cache.c front cache, exec_t.h run_one / run_items) ----
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_batch_fast_path_matches_single_calls_bitwise(lib, dtype):
+    """gemm_batch runs items through run_items (kernels resolved once per batch),
+    single gemm calls through run_one: the same kernel calls, so the same bits.
+    Shapes cover one-step plans, several steps, edge steps and more steps than
+    the direct table holds; alpha = 0 must not read A (NaN there) and beta = 0
+    must not read C (NaN there)."""
+    rng = np.random.default_rng(11)
+    for M, N, K in ((2, 2, 2), (8, 8, 8), (15, 15, 15), (3, 5, 1), (17, 17, 17), (131, 67, 9),
+                    (1, 9, 4)):
+        for ta, tb in TRANS:
+            for order in ("C", "F"):
+                for alpha, beta in ((1.0, 0.0), (0.5, -1.5), (0.0, 2.0), (0.0, 0.0)):
+                    batch = 5
+                    A = rng.standard_normal((batch,) + ((K, M) if ta else (M, K))).astype(dtype)
+                    B = rng.standard_normal((batch,) + ((N, K) if tb else (K, N))).astype(dtype)
+                    if alpha == 0.0:
+                        A[:] = np.nan
+                    C0 = rng.standard_normal((batch, M, N)).astype(dtype)
+                    if beta == 0.0:
+                        C0[:] = np.nan
+                    if order == "F":
+                        # Each item column-major: the batch view is (batch, M, N) of F items.
+                        C0 = np.ascontiguousarray(C0.transpose(0, 2, 1)).transpose(0, 2, 1)
+                    C = C0.copy(order="K")
+                    rt.gemm_batch(A, B, C, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+                    for i in range(batch):
+                        # A one-item stack: the same flags and leading dimensions
+                        # as the batch (a single gemm may orient a vector-shaped
+                        # operand the other way), executed by run_one.
+                        want = C0[i:i + 1].copy(order="K")
+                        rt.gemm_batch(A[i:i + 1], B[i:i + 1], want, alpha=alpha, beta=beta,
+                                      trans_a=ta, trans_b=tb)
+                        assert C[i].tobytes() == want[0].tobytes(), (M, N, K, ta, tb, order,
+                                                                    alpha, beta, i)
+                        if alpha == 0.0 and beta == 0.0:
+                            assert not np.any(C[i])
+                        elif alpha == 0.0:
+                            np.testing.assert_array_equal(C[i], C0[i] * dtype(beta))
+                        else:
+                            assert_close(C[i], A[i], B[i], None if beta == 0.0 else C0[i],
+                                         alpha, beta, ta, tb)
+
+
+def test_plan_execute_batch_and_ptrs_match_execute(lib):
+    """at_plan_execute_batch / _ptrs (run_items) against at_plan_execute (run_one),
+    bitwise, for a row-major plan (the operands trade places in both)."""
+    rng = np.random.default_rng(12)
+    for dtype, code in ((np.float32, 0), (np.float64, 1)):
+        for M, N, K in ((8, 8, 8), (13, 7, 5), (40, 36, 3)):
+            batch = 4
+            A = rng.standard_normal((batch, M, K)).astype(dtype)
+            B = rng.standard_normal((batch, K, N)).astype(dtype)
+            plan = lib.lib.at_plan_create(code, 1, 0, 0, M, N, K, K, N, N)
+            assert plan
+            try:
+                C1 = np.full((batch, M, N), np.nan, dtype=dtype)
+                rc = lib.lib.at_plan_execute_batch(plan, batch, 1.25, A.ctypes.data, M * K,
+                                                   B.ctypes.data, K * N, 0.0, C1.ctypes.data,
+                                                   M * N)
+                assert rc == 0
+                C2 = np.full((batch, M, N), np.nan, dtype=dtype)
+                P = ctypes.c_void_p * batch
+                pa = P(*[A[i].ctypes.data for i in range(batch)])
+                pb = P(*[B[i].ctypes.data for i in range(batch)])
+                pc = P(*[C2[i].ctypes.data for i in range(batch)])
+                fn = lib.lib.at_plan_execute_ptrs
+                fn.restype = ctypes.c_int
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double, P, P,
+                               ctypes.c_double, P]
+                assert fn(plan, batch, 1.25, pa, pb, 0.0, pc) == 0
+                for i in range(batch):
+                    C3 = np.full((M, N), np.nan, dtype=dtype)
+                    assert lib.lib.at_plan_execute(plan, 1.25, A[i].ctypes.data, B[i].ctypes.data,
+                                                   0.0, C3.ctypes.data) == 0
+                    assert C1[i].tobytes() == C3.tobytes() == C2[i].tobytes()
+                    assert_close(C3, A[i], B[i], None, 1.25, 0.0, False, False)
+            finally:
+                lib.lib.at_plan_destroy(plan)
+
+
+def test_front_cache_is_invalidated_by_clear(lib):
+    """A thread's front cache answers repeated calls without the shared cache, but
+    at_plan_cache_clear empties it: the next call plans again."""
+    A, B = np.ones((21, 6), np.float64), np.ones((6, 19), np.float64)
+    rt.gemm(A, B)
+    created0, hits0 = rt.cache_stats()
+    for _ in range(3):
+        rt.gemm(A, B)
+    created1, hits1 = rt.cache_stats()
+    assert created1 == created0 and hits1 - hits0 == 3
+    lib.lib.at_plan_cache_clear()
+    np.testing.assert_array_equal(rt.gemm(A, B), np.full((21, 19), 6.0))
+    created2, _ = rt.cache_stats()
+    assert created2 == created1 + 1
+
+
+def test_front_caches_of_many_threads(lib):
+    """Threads share the plans (one created per shape) and each keeps its own
+    front cache; hits of threads that have exited still count."""
+    import threading
+
+    lib.lib.at_plan_cache_clear()
+    shapes = [(9, 10, 11), (12, 5, 3), (7, 7, 7), (30, 2, 9), (4, 40, 6), (11, 11, 1)]
+    rng = np.random.default_rng(13)
+    ops = [(rng.standard_normal((m, k)), rng.standard_normal((k, n))) for m, n, k in shapes]
+    created0, hits0 = rt.cache_stats()
+    errors = []
+    calls = 40
+
+    def work(t):
+        try:
+            for r in range(calls):
+                # More shapes than front-cache entries, visited in a thread's own
+                # order: entries are evicted and refetched from the shared cache.
+                A, B = ops[(r * (t + 1) + t) % len(ops)]
+                C = rt.gemm(A, B)
+                np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+    created, hits = rt.cache_stats()
+    # Each call either hits (front or shared) or creates the plan; two threads
+    # may plan one shape at once, and the cache keeps one of the two.
+    assert len(shapes) <= created - created0 <= 4 * len(shapes)
+    assert (created - created0) + (hits - hits0) == 4 * calls

@@ -11,6 +11,10 @@
 
 #define AT_MAX_THREADS 256
 
+/* Everything below is the library's own: hidden, so calls between its units
+ * are direct instead of through the PLT (a few ns each on a 2x2x2 call). */
+#pragma GCC visibility push(hidden)
+
 /* A macro block of the packed path: one thread computes it over all of K. */
 typedef struct {
     int64_t i0, j0;
@@ -59,22 +63,116 @@ int at__check_args(int dtype, int layout, int ta, int tb, int64_t M, int64_t N, 
 int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *const *A,
                 const void *const *B, double beta, void *const *C, const void *A0,
                 int64_t sa, const void *B0, int64_t sb, void *C0, int64_t sc);
+/* at__execute for one problem (at_plan_execute, at_gemm): fewer arguments to
+ * pass on the path where a 2x2x2 call is mostly call overhead. */
+int at__execute_one(const at_plan *plan, double alpha, const void *A, const void *B, double beta,
+                    void *C);
+
+/* pool.c: runs fn(ctx, t) for t in [0, n) on n threads (the caller is thread 0). */
+typedef void (*at_task_fn)(void *ctx, int t);
+void at__parallel(int n, at_task_fn fn, void *ctx);
+/* The thread count: AUTOTUNE_NUM_THREADS or at_set_num_threads; 0 until first
+ * read, which at__num_threads_init does. */
+extern _Atomic int at__nthreads;
+int at__num_threads_init(void);
+static inline int at__num_threads(void)
+{
+    int n = atomic_load_explicit(&at__nthreads, memory_order_relaxed);
+    return n > 0 ? n : at__num_threads_init();
+}
 
 /* cache.c */
 at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64_t M,
                           int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc);
 void at__plan_release(at_plan *plan);
+
+/* The plan key: flags and thread count, the six sizes, the parameter generation,
+ * as 64-bit words so equality is a few xor/or (no memcmp). */
+#define AT_KEY_WORDS 8
+typedef struct {
+    uint64_t w[AT_KEY_WORDS];
+} at_key;
+
+static inline void at__key_make(at_key *k, int dtype, int layout, int trans_a, int trans_b,
+                                int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                                int64_t ldc, int threads, uint64_t gen)
+{
+    /* The checked arguments fit: flags are 0/1, threads <= AT_MAX_THREADS. */
+    k->w[0] = (uint64_t)dtype | (uint64_t)layout << 8 | (uint64_t)trans_a << 16 |
+              (uint64_t)trans_b << 24 | (uint64_t)threads << 32;
+    k->w[1] = (uint64_t)M;
+    k->w[2] = (uint64_t)N;
+    k->w[3] = (uint64_t)K;
+    k->w[4] = (uint64_t)lda;
+    k->w[5] = (uint64_t)ldb;
+    k->w[6] = (uint64_t)ldc;
+    k->w[7] = gen;
+}
+
+static inline int at__key_eq(const at_key *a, const at_key *b)
+{
+    uint64_t d = 0;
+    for (int i = 0; i < AT_KEY_WORDS; i++) d |= a->w[i] ^ b->w[i];
+    return d == 0;
+}
+
+/* One thread's front cache of its last plans (cache.c).  It lives on the heap and
+ * is registered so at_plan_cache_stats can add up every thread's hits; the owner
+ * alone writes its entries and counter. */
+#define AT_TLS_WAYS 4
+typedef struct at_tcache {
+    at_key key[AT_TLS_WAYS];
+    at_plan *plan[AT_TLS_WAYS]; /* most recently used first; each owns one reference */
+    uint64_t params_gen, epoch; /* what the entries are valid for */
+    _Atomic int64_t hits;       /* written by the owner only, read by the stats */
+    struct at_tcache *prev, *next;
+} at_tcache;
+
+extern _Thread_local at_tcache *at__tcache;
+/* Bumped by at_plan_cache_clear: a front cache stamped with an older epoch is
+ * emptied on its next use, since its owner is the only thread allowed to. */
+extern _Atomic uint64_t at__clear_epoch;
+
+/* Everything but the hit on the most recent entry: the rest of the front cache,
+ * then the shared cache (k carries every argument). */
+at_plan *at__plan_lookup_slow(const at_key *k, int *owned);
+
 /* The hot-path lookup: the plan from this thread's front cache.  With *owned == 0
  * the pointer is borrowed (the front cache holds its reference, and only this
  * thread's next lookup can drop it); with *owned == 1 the caller must release
- * it (the front cache could not be had). */
-at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b, int64_t M,
-                         int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                         int *owned);
+ * it (the front cache could not be had).  The common case, the same shape as the
+ * thread's previous call, is tested here, inlined into the entries. */
+static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b,
+                                       int64_t M, int64_t N, int64_t K, int64_t lda,
+                                       int64_t ldb, int64_t ldc, int *owned)
+{
+    uint64_t gen = at__params_generation();
+    int threads = at__num_threads();
+    at_tcache *tc = at__tcache;
+    if (tc && tc->plan[0] && tc->params_gen == gen &&
+        tc->epoch == atomic_load_explicit(&at__clear_epoch, memory_order_relaxed)) {
+        /* Compared against the arguments in registers, not a key just stored to
+         * the stack: reading that back as wider loads fails store forwarding,
+         * which cost more than the rest of the lookup. */
+        const uint64_t *e = tc->key[0].w;
+        uint64_t w0 = (uint64_t)dtype | (uint64_t)layout << 8 | (uint64_t)trans_a << 16 |
+                      (uint64_t)trans_b << 24 | (uint64_t)threads << 32;
+        uint64_t d = (e[0] ^ w0) | (e[1] ^ (uint64_t)M) | (e[2] ^ (uint64_t)N) |
+                     (e[3] ^ (uint64_t)K) | (e[4] ^ (uint64_t)lda) | (e[5] ^ (uint64_t)ldb) |
+                     (e[6] ^ (uint64_t)ldc) | (e[7] ^ gen);
+        if (d == 0) {
+            atomic_store_explicit(&tc->hits,
+                                  atomic_load_explicit(&tc->hits, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+            *owned = 0;
+            return tc->plan[0];
+        }
+    }
+    at_key k;
+    at__key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads, gen);
+    return at__plan_lookup_slow(&k, owned);
+}
 
-/* pool.c: runs fn(ctx, t) for t in [0, n) on n threads (the caller is thread 0). */
-typedef void (*at_task_fn)(void *ctx, int t);
-void at__parallel(int n, at_task_fn fn, void *ctx);
-int at__num_threads(void);
+#pragma GCC visibility pop
 
 #endif

@@ -11,33 +11,56 @@
 
 #include "at_internal.h"
 
-int at_gemm(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
-            double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
-            void *C, int64_t ldc)
+/* The body of every single-product entry, on arguments already checked: the
+ * CBLAS and Fortran entries check them by the reference's rules, which accept
+ * exactly what at__check_args accepts, so they come here without checking twice. */
+static inline int gemm_checked(int dtype, int layout, int trans_a, int trans_b, int64_t M,
+                               int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
+                               const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
 {
-    int rc = at__check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
-    if (rc) return rc;
     if (M == 0 || N == 0) return AT_OK;
     int owned;
     at_plan *p = at__plan_lookup(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, &owned);
     if (!p) return AT_ENOMEM;
-    rc = at__execute(p, 1, alpha, NULL, NULL, beta, NULL, A, 0, B, 0, C, 0);
+    int rc = at__execute_one(p, alpha, A, B, beta, C);
     if (owned) at__plan_release(p);
     return rc;
+}
+
+/* at_gemm's body, which at_sgemm and at_dgemm share without a call through the
+ * PLT to the exported symbol. */
+static inline int gemm_entry(int dtype, int layout, int trans_a, int trans_b, int64_t M,
+                             int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
+                             const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+{
+    int rc = at__check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (rc) return rc;
+    return gemm_checked(dtype, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                        ldc);
+}
+
+int at_gemm(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
+            double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
+            void *C, int64_t ldc)
+{
+    return gemm_entry(dtype, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                      ldc);
 }
 
 int at_sgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
              int64_t ldc)
 {
-    return at_gemm(AT_F32, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_entry(AT_F32, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                      ldc);
 }
 
 int at_dgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, double alpha,
              const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
              int64_t ldc)
 {
-    return at_gemm(AT_F64, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return gemm_entry(AT_F64, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
+                      ldc);
 }
 
 int at_gemm_batch_strided(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
@@ -132,8 +155,8 @@ void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRA
                  float beta, float *C, int ldc)
 {
     if (cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_sgemm")) return;
-    at_gemm(AT_F32, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha,
-            A, lda, B, ldb, beta, C, ldc);
+    gemm_checked(AT_F32, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K,
+                 alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M,
@@ -141,8 +164,8 @@ void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRA
                  double beta, double *C, int ldc)
 {
     if (cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_dgemm")) return;
-    at_gemm(AT_F64, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha,
-            A, lda, B, ldb, beta, C, ldc);
+    gemm_checked(AT_F64, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K,
+                 alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- Fortran BLAS ------------------------------------------------------------- */
@@ -180,8 +203,8 @@ void sgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
         xerbla_("SGEMM ", &info, 6);
         return;
     }
-    at_gemm(AT_F32, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B,
-            *ldb, *beta, C, *ldc);
+    gemm_checked(AT_F32, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
+                 *lda, B, *ldb, *beta, C, *ldc);
 }
 
 void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
@@ -193,6 +216,6 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
         xerbla_("DGEMM ", &info, 6);
         return;
     }
-    at_gemm(AT_F64, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B,
-            *ldb, *beta, C, *ldc);
+    gemm_checked(AT_F64, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
+                 *lda, B, *ldb, *beta, C, *ldc);
 }

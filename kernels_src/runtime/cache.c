@@ -22,12 +22,6 @@
 
 #define AT_CACHE_SETS 128
 #define AT_CACHE_WAYS 4
-#define AT_TLS_WAYS 4
-#define AT_KEY_WORDS 8
-
-typedef struct {
-    uint64_t w[AT_KEY_WORDS];
-} at_key;
 
 typedef struct {
     at_key key;
@@ -40,49 +34,13 @@ static uint64_t cache_tick;
 static int64_t cache_created, cache_hits;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* One thread's front cache.  It lives on the heap and is registered (under
- * cache_lock) so that at_plan_cache_stats can add up every thread's hits; the
- * owner alone writes its entries and counter. */
-typedef struct at_tcache {
-    at_key key[AT_TLS_WAYS];
-    at_plan *plan[AT_TLS_WAYS]; /* most recently used first; each owns one reference */
-    uint64_t params_gen, epoch; /* what the entries are valid for */
-    _Atomic int64_t hits;       /* written by the owner only, read by the stats */
-    struct at_tcache *prev, *next;
-} at_tcache;
-
-static _Thread_local at_tcache *tcache;
+_Thread_local at_tcache *at__tcache;
+_Atomic uint64_t at__clear_epoch;
 static at_tcache *tcache_list;  /* every live thread's front cache, under cache_lock */
 static int64_t retired_hits;    /* hits of front caches whose thread has exited */
-/* Bumped by at_plan_cache_clear: a front cache stamped with an older epoch is
- * emptied on its next use, since its owner is the only thread allowed to. */
-static _Atomic uint64_t clear_epoch;
 static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 static int tcache_key_ok;
-
-static inline void key_make(at_key *k, int dtype, int layout, int trans_a, int trans_b,
-                            int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                            int64_t ldc, int threads, uint64_t gen)
-{
-    /* The checked arguments fit: flags are 0/1, threads <= AT_MAX_THREADS. */
-    k->w[0] = (uint64_t)dtype | (uint64_t)layout << 8 | (uint64_t)trans_a << 16 |
-              (uint64_t)trans_b << 24 | (uint64_t)threads << 32;
-    k->w[1] = (uint64_t)M;
-    k->w[2] = (uint64_t)N;
-    k->w[3] = (uint64_t)K;
-    k->w[4] = (uint64_t)lda;
-    k->w[5] = (uint64_t)ldb;
-    k->w[6] = (uint64_t)ldc;
-    k->w[7] = gen;
-}
-
-static inline int key_eq(const at_key *a, const at_key *b)
-{
-    uint64_t d = 0;
-    for (int i = 0; i < AT_KEY_WORDS; i++) d |= a->w[i] ^ b->w[i];
-    return d == 0;
-}
 
 static uint64_t key_hash(const at_key *k)
 {
@@ -104,7 +62,7 @@ static at_plan *shared_acquire(const at_key *k, int dtype, int layout, int trans
     at_slot *set = cache[key_hash(k) % AT_CACHE_SETS];
     pthread_mutex_lock(&cache_lock);
     for (int w = 0; w < AT_CACHE_WAYS; w++)
-        if (set[w].plan && key_eq(&set[w].key, k)) {
+        if (set[w].plan && at__key_eq(&set[w].key, k)) {
             at_plan *p = set[w].plan;
             atomic_fetch_add(&p->refs, 1);
             set[w].used = ++cache_tick;
@@ -122,7 +80,7 @@ static at_plan *shared_acquire(const at_key *k, int dtype, int layout, int trans
     cache_created++;
     int victim = 0;
     for (int w = 0; w < AT_CACHE_WAYS; w++) {
-        if (set[w].plan && key_eq(&set[w].key, k)) {
+        if (set[w].plan && at__key_eq(&set[w].key, k)) {
             /* Another thread planned the same shape meanwhile: keep one. */
             at_plan *q = set[w].plan;
             atomic_fetch_add(&q->refs, 1);
@@ -149,8 +107,8 @@ at_plan *at__plan_acquire(int dtype, int layout, int trans_a, int trans_b, int64
 {
     int threads = at__num_threads();
     at_key k;
-    key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads,
-             at__params_generation());
+    at__key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads,
+                 at__params_generation());
     return shared_acquire(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads);
 }
 
@@ -181,7 +139,7 @@ static void tcache_destroy(void *arg)
     if (tc->next) tc->next->prev = tc->prev;
     pthread_mutex_unlock(&cache_lock);
     /* A later call from another destructor of this thread starts a new one. */
-    tcache = NULL;
+    at__tcache = NULL;
     free(tc);
 }
 
@@ -191,7 +149,7 @@ static void tcache_key_init(void) { tcache_key_ok = pthread_key_create(&tcache_k
  * memory, no key for the exit hook), and then the caller uses the shared cache. */
 static at_tcache *tcache_get(void)
 {
-    at_tcache *tc = tcache;
+    at_tcache *tc = at__tcache;
     if (tc) return tc;
     pthread_once(&tcache_once, tcache_key_init);
     if (!tcache_key_ok) return NULL;
@@ -206,20 +164,22 @@ static at_tcache *tcache_get(void)
     if (tcache_list) tcache_list->prev = tc;
     tcache_list = tc;
     pthread_mutex_unlock(&cache_lock);
-    tcache = tc;
+    at__tcache = tc;
     return tc;
 }
 
-at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
-                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int *owned)
+at_plan *at__plan_lookup_slow(const at_key *key, int *owned)
 {
-    int threads = at__num_threads();
-    uint64_t gen = at__params_generation();
-    at_key k;
-    key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads, gen);
-    at_tcache *tc = tcache;
+    at_key k = *key;
+    uint64_t gen = k.w[7];
+    int dtype = (int)(k.w[0] & 0xff), layout = (int)(k.w[0] >> 8 & 0xff);
+    int trans_a = (int)(k.w[0] >> 16 & 0xff), trans_b = (int)(k.w[0] >> 24 & 0xff);
+    int threads = (int)(k.w[0] >> 32);
+    int64_t M = (int64_t)k.w[1], N = (int64_t)k.w[2], K = (int64_t)k.w[3];
+    int64_t lda = (int64_t)k.w[4], ldb = (int64_t)k.w[5], ldc = (int64_t)k.w[6];
+    at_tcache *tc = at__tcache;
     if (tc) {
-        uint64_t epoch = atomic_load_explicit(&clear_epoch, memory_order_relaxed);
+        uint64_t epoch = atomic_load_explicit(&at__clear_epoch, memory_order_relaxed);
         if (tc->params_gen != gen || tc->epoch != epoch) {
             /* Parameters changed or the cache was cleared: nothing here is current. */
             tcache_flush(tc);
@@ -228,7 +188,7 @@ at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b, int64_
         }
         for (int w = 0; w < AT_TLS_WAYS; w++) {
             at_plan *p = tc->plan[w];
-            if (p && key_eq(&tc->key[w], &k)) {
+            if (p && at__key_eq(&tc->key[w], &k)) {
                 if (w > 0) {
                     /* Move to the front so the hottest shape is compared first. */
                     at_key kw = tc->key[w];
@@ -248,7 +208,7 @@ at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b, int64_
         tc = tcache_get();
         if (tc) {
             tc->params_gen = gen;
-            tc->epoch = atomic_load_explicit(&clear_epoch, memory_order_relaxed);
+            tc->epoch = atomic_load_explicit(&at__clear_epoch, memory_order_relaxed);
         }
     }
     at_plan *p = shared_acquire(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc,
@@ -272,10 +232,10 @@ void at_plan_cache_clear(void)
 {
     at_plan *drop[AT_CACHE_SETS * AT_CACHE_WAYS];
     int n = 0;
-    atomic_fetch_add(&clear_epoch, 1);
+    atomic_fetch_add(&at__clear_epoch, 1);
     /* The calling thread's own entries go now; other threads drop theirs on
      * their next lookup (only the owner may touch a front cache). */
-    if (tcache) tcache_flush(tcache);
+    if (at__tcache) tcache_flush(at__tcache);
     pthread_mutex_lock(&cache_lock);
     for (int s = 0; s < AT_CACHE_SETS; s++)
         for (int w = 0; w < AT_CACHE_WAYS; w++)

@@ -91,14 +91,18 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
 {
     if (!plan || batch < 0) return AT_EINVAL;
     if (batch == 0 || plan->M == 0 || plan->N == 0) return AT_OK;
+    int T = plan->info.threads;
+    if (batch == 1 && T <= 1) {
+        /* One problem, one share: straight to the steps, no job and no pool. */
+        const void *a = A ? A[0] : A0, *b = B ? B[0] : B0;
+        void *c = C ? C[0] : C0;
+        return plan->info.dtype == AT_F32 ? run_one_f32(plan, a, b, c, alpha, beta)
+                                          : run_one_f64(plan, a, b, c, alpha, beta);
+    }
     size_t es = plan->info.dtype == AT_F32 ? sizeof(float) : sizeof(double);
     at_job j = {plan, batch, 1, alpha, beta, A, B, C, A0, B0, C0,
                 sa * (int64_t)es, sb * (int64_t)es, sc * (int64_t)es, 0};
-    int T = plan->info.threads;
     if (batch == 1) {
-        if (T <= 1)
-            /* One share: straight to the steps, no pool and no job for workers. */
-            return plan->info.dtype == AT_F32 ? run_items_f32(&j, 0, 1) : run_items_f64(&j, 0, 1);
         at__parallel(T, task_parts, &j);
     } else {
         int n = at__num_threads();
@@ -116,10 +120,21 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
     return atomic_load(&j.rc);
 }
 
+int at__execute_one(const at_plan *plan, double alpha, const void *A, const void *B, double beta,
+                    void *C)
+{
+    if (!plan) return AT_EINVAL;
+    if (plan->M == 0 || plan->N == 0) return AT_OK;
+    if (plan->info.threads > 1)
+        return at__execute(plan, 1, alpha, NULL, NULL, beta, NULL, A, 0, B, 0, C, 0);
+    return plan->info.dtype == AT_F32 ? run_one_f32(plan, A, B, C, alpha, beta)
+                                      : run_one_f64(plan, A, B, C, alpha, beta);
+}
+
 int at_plan_execute(const at_plan *plan, double alpha, const void *A, const void *B, double beta,
                     void *C)
 {
-    return at__execute(plan, 1, alpha, NULL, NULL, beta, NULL, A, 0, B, 0, C, 0);
+    return at__execute_one(plan, alpha, A, B, beta, C);
 }
 
 int at_plan_execute_batch(const at_plan *plan, int64_t batch, double alpha, const void *A,

@@ -34,8 +34,9 @@ static void AT_FN(edge)(int64_t K, const AT_T *A, int64_t lda, int ta, const AT_
         }
 }
 
-/* Runs steps [s0, s1) on operands whose block origin is (i_off, j_off). */
-static void AT_FN(run_steps)(const at_step *st, int64_t s0, int64_t s1, int64_t K, const AT_T *A,
+/* Runs steps [s0, s1) on operands whose block origin is (i_off, j_off).  Inlined
+ * into its callers: at 2x2x2 a call and its 14 arguments cost as much as the kernel. */
+static inline __attribute__((always_inline)) void AT_FN(run_steps)(const at_step *st, int64_t s0, int64_t s1, int64_t K, const AT_T *A,
                              int64_t lda, int ta, const AT_T *B, int64_t ldb, int tb, AT_T *C,
                              int64_t ldc, AT_T alpha, AT_T beta)
 {
@@ -173,11 +174,46 @@ static int AT_FN(run_item)(const at_plan *p, int t0, int t1, const void *A, cons
     return rc;
 }
 
+/* One problem on a one-thread plan (batch 1): run_item's work with no job, no
+ * share loop and no pool; a no-pack plan goes straight to its steps. */
+static int AT_FN(run_one)(const at_plan *p, const void *A, const void *B, void *C, double alpha,
+                          double beta)
+{
+    AT_T a = (AT_T)alpha, b = (AT_T)beta;
+    if (p->info.layout == AT_ROW_MAJOR) {
+        /* The plan computes C^T = op(B)^T op(A)^T: the operands trade places. */
+        const void *t = A;
+        A = B;
+        B = t;
+    }
+    if (p->K == 0 || a == (AT_T)0) {
+        /* alpha == 0 reads neither A nor B, as the reference BLAS. */
+        AT_FN(scale)(p->M, p->N, (AT_T *)C, p->ldc, b);
+        return AT_OK;
+    }
+#ifndef AT_SME2_EXEC
+    /* (An SME2 library keeps run_part: it decides whether a share runs in a
+     * streaming region.) */
+    if (p->info.path == 0) {
+        AT_FN(run_steps)(p->steps, p->thread_start[0], p->thread_start[p->info.threads], p->K,
+                         (const AT_T *)A, p->lda, p->ta, (const AT_T *)B, p->ldb, p->tb,
+                         (AT_T *)C, p->ldc, a, b);
+        return AT_OK;
+    }
+#endif
+    int rc = AT_OK;
+    for (int t = 0; t < p->info.threads; t++) {
+        int r = AT_FN(run_part)(p, t, (const AT_T *)A, (const AT_T *)B, (AT_T *)C, a, b);
+        if (r) rc = r;
+    }
+    return rc;
+}
+
 /* Items [lo, hi) of job j, each with every share of the plan in turn: what
  * run_item does per item, with the BLAS special cases, the row-major swap and
  * the dtype decided once for the whole range.  A no-pack plan runs its steps
- * straight from here, and a one-step plan (a small product one kernel covers)
- * calls its kernel directly per item.  The kernel calls and their arguments
+ * straight from here, and a plan of a few kernel steps calls its kernels
+ * directly per item.  The kernel calls and their arguments
  * are exactly run_item's, so the bits are too. */
 static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
 {
@@ -202,19 +238,33 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
         int64_t s0 = p->thread_start[0], s1 = p->thread_start[p->info.threads];
         int64_t K = p->K, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
         int ta = p->ta, tb = p->tb;
-        if (s1 - s0 == 1 && st[s0].kernel >= 0) {
-            const at_step *x = &st[s0];
-            AT_KFN fn = (AT_KFN)at_kernel_table[x->kernel].fn;
-            int64_t oa = ta ? x->i0 * lda : x->i0, ob = tb ? x->j0 : x->j0 * ldb;
-            int64_t oc = x->i0 + x->j0 * ldc;
-            if (Ap)
-                for (int64_t i = lo; i < hi; i++)
-                    fn(K, (const AT_T *)Ap[i] + oa, lda, (const AT_T *)Bp[i] + ob, ldb,
-                       (AT_T *)j->C[i] + oc, ldc, a, b);
-            else
-                for (int64_t i = lo; i < hi; i++)
-                    fn(K, (const AT_T *)(A0 + i * sa) + oa, lda, (const AT_T *)(B0 + i * sb) + ob,
-                       ldb, (AT_T *)(j->C0 + i * sc) + oc, ldc, a, b);
+        /* A plan of a few kernel steps (every small product) resolves each step's
+         * kernel and operand offsets once for the whole range, so an item costs
+         * its kernel calls and nothing else. */
+        enum { AT_DIRECT_STEPS = 16 };
+        int64_t ns = s1 - s0;
+        int direct = ns <= AT_DIRECT_STEPS;
+        for (int64_t s = s0; direct && s < s1; s++) direct = st[s].kernel >= 0;
+        if (direct) {
+            AT_KFN fn[AT_DIRECT_STEPS];
+            int64_t oa[AT_DIRECT_STEPS], ob[AT_DIRECT_STEPS], oc[AT_DIRECT_STEPS];
+            for (int64_t s = 0; s < ns; s++) {
+                const at_step *x = &st[s0 + s];
+                fn[s] = (AT_KFN)at_kernel_table[x->kernel].fn;
+                oa[s] = ta ? x->i0 * lda : x->i0;
+                ob[s] = tb ? x->j0 : x->j0 * ldb;
+                oc[s] = x->i0 + x->j0 * ldc;
+            }
+            for (int64_t i = lo; i < hi; i++) {
+                const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);
+                const AT_T *y = Bp ? (const AT_T *)Bp[i] : (const AT_T *)(B0 + i * sb);
+                AT_T *z = j->C ? (AT_T *)j->C[i] : (AT_T *)(j->C0 + i * sc);
+                if (ns == 1)
+                    fn[0](K, x + oa[0], lda, y + ob[0], ldb, z + oc[0], ldc, a, b);
+                else
+                    for (int64_t s = 0; s < ns; s++)
+                        fn[s](K, x + oa[s], lda, y + ob[s], ldb, z + oc[s], ldc, a, b);
+            }
             return AT_OK;
         }
         for (int64_t i = lo; i < hi; i++) {

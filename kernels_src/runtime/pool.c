@@ -24,7 +24,7 @@ static void *pool_ctx;
 static int pool_width;         /* shares in the current region */
 static int pool_remaining;
 
-static _Atomic int num_threads; /* 0: not read from the environment yet */
+_Atomic int at__nthreads; /* 0: not read from the environment yet */
 
 static void *worker(void *arg)
 {
@@ -93,9 +93,10 @@ void at__parallel(int n, at_task_fn fn, void *ctx)
     for (int t = 0; t < n; t++) fn(ctx, t);
 }
 
-int at__num_threads(void)
+/* at__num_threads' first call (at_internal.h): the environment's choice. */
+int at__num_threads_init(void)
 {
-    int n = atomic_load(&num_threads);
+    int n = atomic_load(&at__nthreads);
     if (n > 0) return n;
     const char *env = getenv("AUTOTUNE_NUM_THREADS");
     long v = env ? strtol(env, NULL, 10) : 0;
@@ -103,18 +104,18 @@ int at__num_threads(void)
     if (v < 1) v = 1;
     if (v > AT_MAX_THREADS) v = AT_MAX_THREADS;
     int expected = 0;
-    atomic_compare_exchange_strong(&num_threads, &expected, (int)v);
-    return atomic_load(&num_threads);
+    atomic_compare_exchange_strong(&at__nthreads, &expected, (int)v);
+    return atomic_load(&at__nthreads);
 }
 
 void at_set_num_threads(int n)
 {
     if (n < 1) {
         /* Back to the environment's choice on next use. */
-        atomic_store(&num_threads, 0);
+        atomic_store(&at__nthreads, 0);
         return;
     }
-    atomic_store(&num_threads, n > AT_MAX_THREADS ? AT_MAX_THREADS : n);
+    atomic_store(&at__nthreads, n > AT_MAX_THREADS ? AT_MAX_THREADS : n);
 }
 
 int at_get_num_threads(void) { return at__num_threads(); }

@@ -560,16 +560,25 @@ static int64_t round_down(int64_t v, int64_t q)
     return r > 0 ? r : q;
 }
 
-/* The largest block of at most cap (a multiple of q) that cuts n into as few
- * blocks as cap does, rounded up to a multiple of q so the kernel covering
- * the block's interior stays the main one. */
-static int64_t even_blocks(int64_t n, int64_t cap, int64_t q)
+/* Blocks of at most cap that cut n into as few blocks as cap does, as even as
+ * the kernels allow.  The size is rounded up to a multiple of q (the height or
+ * width of the main kernel, so it covers the block's interior); when that
+ * leaves a last block under half the others (500 rows in blocks of 24k: 120 x 4
+ * + 20), to a multiple of q2 instead (the vector length along this dimension,
+ * or 1), which keeps the vector lanes full at the cost of a narrower tail
+ * kernel inside each block. */
+static int64_t even_blocks(int64_t n, int64_t cap, int64_t q, int64_t q2)
 {
     if (cap >= n) return n;
     int64_t nb = (n + cap - 1) / cap;
     int64_t even = (n + nb - 1) / nb;
-    even = (even + q - 1) / q * q;
-    return even < cap ? even : cap;
+    int64_t up = (even + q - 1) / q * q;
+    if (up > cap) up = cap;
+    if (2 * (n - (nb - 1) * up) < up) {
+        int64_t up2 = (even + q2 - 1) / q2 * q2;
+        if (up2 <= cap) up = up2;
+    }
+    return up;
 }
 
 /* Sort items (and their steps or blocks) by thread, stably, and record offsets. */
@@ -679,8 +688,11 @@ static int build_packed(at_plan *p, int T)
      * blocks of at most 120 become 96 + 96 + 64, not 120 + 120 + 16.  Blocks are
      * the unit of the thread split, and a sliver block is a sliver of work that
      * no assignment can balance; the caps stay caps (the caches' limits). */
-    bm = even_blocks(p->M, bm, h);
-    bn = even_blocks(p->N, bn, w);
+    int lanes = (tp.simd_bytes > 0 ? tp.simd_bytes : 16) / (dt == AT_F64 ? 8 : 4);
+    if (lanes < 1) lanes = 1;
+    /* NN and NT kernels vectorise along M, TT along N, TN along K (docs/kernels.md). */
+    bm = even_blocks(p->M, bm, h, fa ? 1 : lanes);
+    bn = even_blocks(p->N, bn, w, fa && fb ? lanes : 1);
     if (bk > p->K) bk = p->K;
     /* Cap: at_step stores block sizes in 32 bits. */
     if (bm > (1 << 30)) bm = 1 << 30;
