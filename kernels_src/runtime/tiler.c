@@ -194,6 +194,51 @@ static double edge_gflops(int dtype)
     return g > 0.5 ? g : 0.5;
 }
 
+/* ---- L1 set conflicts of operands read in place ------------------------------
+ * The kernel measurements read operands with small leading dimensions.  In
+ * place, a kernel that walks K over an operand stored the other way round (A
+ * in NN/NT, B in NT/TT) touches ceil(w * bpe / 64) lines per step, one leading
+ * dimension apart.  When that stride is a multiple of a large power of two the
+ * lines of the whole walk fall into a few L1 sets, every step misses and the
+ * kernel runs at the speed of those misses, not of its flops: fp64 256x1x256
+ * (lda = 2 KiB) ran its 8x1 kernel at 14 GFLOPS, 32 with lda = 264, whose walk
+ * spreads over all sets.  Measured on Zen 5 (one thread, per line of a walk
+ * spanning S sets): 1.14 ns at S = 2 (8x1), 0.77 at 4, 0.62 at 6, 0.56 at 8
+ * (32x1), fitted by AT_CONFLICT_BASE + AT_CONFLICT_SET / S.  Taller kernels
+ * span more sets, so the term favours them exactly where it should. */
+#define AT_L1_LINE 64
+/* 64 sets of 64-byte lines: every x86 L1D since Sandy Bridge and Zen (32-48 KiB,
+ * 8-12 ways); Arm cores with 64 KiB 4-way L1s have more sets, so this errs on the
+ * side of predicting conflicts they do not have only for strides that alias here. */
+#define AT_L1_SETS 64
+/* The fewest ways of those L1s: a walk that fits in its sets stays resident. */
+#define AT_L1_WAYS 8
+#define AT_CONFLICT_BASE 0.45e-9
+#define AT_CONFLICT_SET 1.35e-9
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Seconds of a kernel call's w-wide walk over K steps ld elements apart, or 0
+ * when the walk spreads over all sets or fits in the ones it uses. */
+static double conflict_seconds(int64_t K, int w, int64_t ld, int bpe)
+{
+    int64_t bytes = ld * bpe;
+    if (ld <= 0 || bytes % AT_L1_LINE) return 0;
+    int64_t lines = ((int64_t)w * bpe + AT_L1_LINE - 1) / AT_L1_LINE;
+    int64_t stride = (bytes / AT_L1_LINE) % AT_L1_SETS;
+    int64_t sets = (AT_L1_SETS / gcd64(stride ? stride : AT_L1_SETS, AT_L1_SETS)) * lines;
+    if (sets >= AT_L1_SETS || K * lines <= sets * AT_L1_WAYS) return 0;
+    return (double)K * (double)lines * (AT_CONFLICT_BASE + AT_CONFLICT_SET / (double)sets);
+}
+
 /* ---- the cost grid: the best way to compute an h x w block ------------------ */
 
 typedef struct {
@@ -208,7 +253,10 @@ static void grid_free(at_grid *g)
     free(g->sec);
 }
 
-static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K)
+/* lda and ldb are those of operands read in place (0 for packed panels, whose
+ * layout the measurements already reflect). */
+static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda,
+                      int64_t ldb)
 {
     int H = 0, W = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
@@ -238,7 +286,12 @@ static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K)
         const at_kernel_desc *d = &at_kernel_table[i];
         if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
         size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
-        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(d, K) * 1e9) + call;
+        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(d, K) * 1e9);
+        /* A walk missing L1 every step bounds the call; flops and misses overlap. */
+        int bpe = dtype == AT_F64 ? 8 : 4;
+        double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
+                      (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
+        s = (s > miss ? s : miss) + call;
         if (s < g->sec[c]) {
             g->sec[c] = s;
             g->kid[c] = i;
@@ -612,7 +665,7 @@ static int group_by_thread(at_plan *p, at_item *it, int64_t n, size_t elem, void
 static int build_nopack(at_plan *p, int T)
 {
     at_grid g;
-    int rc = grid_build(&g, p->info.dtype, p->ta, p->tb, p->K);
+    int rc = grid_build(&g, p->info.dtype, p->ta, p->tb, p->K, p->lda, p->ldb);
     if (rc) return rc;
     at_steps st = {0};
     double seconds = 0;
@@ -702,7 +755,7 @@ static int build_packed(at_plan *p, int T)
     p->info.blk_k = bk;
 
     at_grid g;
-    int rc = grid_build(&g, dt, fa, fb, bk);
+    int rc = grid_build(&g, dt, fa, fb, bk, 0, 0);
     if (rc) return rc;
     int64_t nbm = (p->M + bm - 1) / bm, nbn = (p->N + bn - 1) / bn;
     p->nblocks = nbm * nbn;
@@ -776,18 +829,29 @@ done:
 /* Predicted seconds of the no-pack tiling of an m x n C in family (ta, tb), or
  * INFINITY when the family has no kernels. */
 static int nopack_seconds(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t K,
-                          double *seconds)
+                          int64_t lda, int64_t ldb, double *seconds)
 {
     *seconds = INFINITY;
     if (!family_count(dtype, ta, tb)) return AT_OK;
     at_grid g;
-    int rc = grid_build(&g, dtype, ta, tb, K);
+    int rc = grid_build(&g, dtype, ta, tb, K, lda, ldb);
     if (rc) return rc;
     at_steps st = {0};
     rc = tile_block(&g, m, n, &st, seconds);
     free(st.v);
     grid_free(&g);
     return rc;
+}
+
+/* The leading dimension of a vector operand read with a flipped flag: 1 when the
+ * new format walks K along the leading dimension (op(A) untransposed, op(B)
+ * transposed: element p at X[p * ld]); otherwise the walk is along the
+ * contiguous dimension, X[p + 0 * ld], and K keeps the stored plan consistent
+ * with a K-long column. */
+static int64_t vector_ld(int64_t ld, int flipped, int walks_ld, int64_t K)
+{
+    if (!flipped) return ld;
+    return walks_ld ? 1 : (K > 0 ? K : 1);
 }
 
 /* A 1 x K op(A) is a vector: the no-transpose format reads op(A)[0,p] at A[p*lda],
@@ -810,7 +874,8 @@ static int choose_vector_flags(at_plan *p, int dtype)
         for (int fb = 0; fb <= free_b; fb++) {
             int ta = fa ? !p->ta : p->ta, tb = fb ? !p->tb : p->tb;
             double s;
-            int rc = nopack_seconds(dtype, ta, tb, p->M, p->N, p->K, &s);
+            int rc = nopack_seconds(dtype, ta, tb, p->M, p->N, p->K, vector_ld(p->lda, fa, !ta, p->K),
+                                    vector_ld(p->ldb, fb, tb, p->K), &s);
             if (rc) return rc;
             /* The caller's own flags win ties: they are tried first. */
             if (s < best * (1 - 1e-9)) {
@@ -819,17 +884,10 @@ static int choose_vector_flags(at_plan *p, int dtype)
                 best_b = tb;
             }
         }
-    if (best_a != p->ta) {
-        /* Untransposed: element p at A[p * 1]; transposed: at A[p + 0 * lda], and
-         * lda = K keeps the stored plan consistent with a K x 1 op(A)^T. */
-        p->lda = best_a ? (p->K > 0 ? p->K : 1) : 1;
-        p->ta = best_a;
-    }
-    if (best_b != p->tb) {
-        /* Transposed: element p at B[0 + p * 1]; untransposed: at B[p + 0 * ldb]. */
-        p->ldb = best_b ? 1 : (p->K > 0 ? p->K : 1);
-        p->tb = best_b;
-    }
+    p->lda = vector_ld(p->lda, best_a != p->ta, !best_a, p->K);
+    p->ldb = vector_ld(p->ldb, best_b != p->tb, best_b, p->K);
+    p->ta = best_a;
+    p->tb = best_b;
     return AT_OK;
 }
 
