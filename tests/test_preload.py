@@ -9,15 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_runtime import built  # noqa: F401  (the session's library)
+from autotune.runtime.library import LibraryBuild
+from autotune.runtime.untuned import build_untuned, small_selection
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/libopenblas.so")
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> LibraryBuild:
+    # The same home as the runtime tests' library: content-hashed, so built once per session.
+    return build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+
+
 @pytest.mark.skipif(not OPENBLAS.exists(), reason="needs a system BLAS to preload over: "
                     "libopenblas-dev (scripts/setup.sh --test installs it)")
-def test_preloaded_library_replaces_the_system_blas(built, tmp_path):  # noqa: F811
+def test_preloaded_library_replaces_the_system_blas(built, tmp_path):
     exe = tmp_path / "client"
     subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Werror", str(ROOT / "tests/c/preload_client.c"),
                     "-o", str(exe), "-lopenblas", "-lm", "-ldl"],
