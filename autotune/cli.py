@@ -15,9 +15,9 @@ from rich.table import Table
 
 from . import __version__
 from .home import HomeError, home
+from .host import describe, detect
 from .install import InstallError, InstallOptions, install, library_dir
 from .plans import PlanError
-from .host import describe, detect
 from .table import TableError, TunedTable, kernel_score, load, table_path
 from .toolchain import KNOWN_ISAS, ToolchainError
 
@@ -162,13 +162,7 @@ def cmd_install(args: argparse.Namespace, err: Console) -> int:
         f"({result.compiled} compiled, {result.measured} measured in this run, "
         f"{result.seconds:.0f} s)"
     )
-    if table.tuning:
-        tuning = table.tuning
-        default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
-        if default_s and tuned_s:
-            err.print(f"tuning: suite {default_s * 1e3:.2f} ms with the analytic default, "
-                      f"{tuned_s * 1e3:.2f} ms tuned ({'kept' if tuning.get('kept') else 'default kept'}, "
-                      f"{len(tuning.get('trials', []))} trials)")
+    err.print(tuning_summary(table), highlight=False)
     if result.library:
         err.print(f"library: {result.library}", soft_wrap=True)
     for note in result.notes:
@@ -231,6 +225,7 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
     out.print(banner)
     peaks = "  ".join(f"{d} {g:.1f}" for d, g in sorted(table.peak_gflops.items()))
     out.print(f"peak GFLOPS per core: {peaks or 'not measured'}   fingerprint {table.fingerprint}")
+    out.print(tuning_summary(table), highlight=False)
 
     summary = Table(title="kernels", title_justify="left")
     for column in ("family", "dtype", "trans", "valid", "rejected", "best GFLOPS"):
@@ -298,6 +293,17 @@ def cmd_bench(args: argparse.Namespace, err: Console) -> int:
         return 2
     passed = [a for a in args.args if a != "--"] if args.args[:1] == ["--"] else args.args
     return subprocess.call([sys.executable, "-m", "benchmarks", *passed], cwd=checkout)
+
+
+def tuning_summary(table: TunedTable) -> str:
+    """One line on the planner's parameters: tuned (and by how much) or the analytic default."""
+    tuning = table.tuning or {}
+    default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
+    if not default_s or not tuned_s:
+        return "planner parameters: analytic default (not tuned)"
+    verdict = "kept" if tuning.get("kept") else "default kept"
+    return (f"tuning: suite {default_s * 1e3:.2f} ms default, {tuned_s * 1e3:.2f} ms tuned, {verdict} "
+            f"({len(tuning.get('trials', []))} trials, {tuning.get('budget_s', 0):.0f} s)")
 
 
 def cmd_clean(args: argparse.Namespace, out: Console) -> int:

@@ -24,23 +24,24 @@ typedef struct {
     int64_t ld_col, ld_row;
 } at_view;
 
-/* 0: a 2-D float32/float64 buffer with one unit stride; -1: slow path. */
-static int classify(const Py_buffer *v, at_view *o)
+/* The dtype of a buffer's format: AT_F32 / AT_F64, -1 for anything else. */
+static int buf_dtype(const Py_buffer *v)
 {
-    if (v->ndim != 2 || !v->format) return -1;
+    if (!v->format) return -1;
     const char *f = v->format;
     if (*f == '<' || *f == '=' || *f == '@') f++;
-    if (f[0] == 'f' && f[1] == 0 && v->itemsize == 4)
-        o->dtype = AT_F32;
-    else if (f[0] == 'd' && f[1] == 0 && v->itemsize == 8)
-        o->dtype = AT_F64;
-    else
-        return -1;
-    int64_t r = v->shape[0], c = v->shape[1];
-    Py_ssize_t s0 = v->strides ? v->strides[0] : c * v->itemsize;
-    Py_ssize_t s1 = v->strides ? v->strides[1] : v->itemsize;
-    if (s0 % v->itemsize || s1 % v->itemsize) return -1;
-    int64_t sr = s0 / v->itemsize, sc = s1 / v->itemsize;
+    if (f[0] == 'f' && f[1] == 0 && v->itemsize == 4) return AT_F32;
+    if (f[0] == 'd' && f[1] == 0 && v->itemsize == 8) return AT_F64;
+    return -1;
+}
+
+/* 0: an r x c matrix with byte strides s0, s1 can be read with one unit
+ * stride (its orientations in o); -1: it cannot. */
+static int classify_item(int64_t r, int64_t c, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t itemsize,
+                         at_view *o)
+{
+    if (s0 % itemsize || s1 % itemsize) return -1;
+    int64_t sr = s0 / itemsize, sc = s1 / itemsize;
     o->rows = r;
     o->cols = c;
     int64_t mr = r > 1 ? r : 1, mc = c > 1 ? c : 1;
@@ -55,6 +56,16 @@ static int classify(const Py_buffer *v, at_view *o)
     o->row_ok = (sc == 1 || c == 1) && (r == 1 || sr >= mc);
     o->ld_row = r == 1 ? mc : sr;
     return o->col_ok || o->row_ok ? 0 : -1;
+}
+
+/* 0: a 2-D float32/float64 buffer with one unit stride; -1: slow path. */
+static int classify(const Py_buffer *v, at_view *o)
+{
+    if (v->ndim != 2 || (o->dtype = buf_dtype(v)) < 0) return -1;
+    int64_t r = v->shape[0], c = v->shape[1];
+    Py_ssize_t s0 = v->strides ? v->strides[0] : c * v->itemsize;
+    Py_ssize_t s1 = v->strides ? v->strides[1] : v->itemsize;
+    return classify_item(r, c, s0, s1, v->itemsize, o);
 }
 
 /* The flag and leading dimension of an operand read in `layout`. */
