@@ -571,3 +571,123 @@ def test_front_caches_of_many_threads(lib):
     # may plan one shape at once, and the cache keeps one of the two.
     assert len(shapes) <= created - created0 <= 4 * len(shapes)
     assert (created - created0) + (hits - hits0) == 4 * calls
+
+
+# ---- gemm_batch's C entry (_atfast.gemm_batch) against the Python path ----
+
+def _stack(rng, batch, rows, cols, dtype, order):
+    """A (batch, rows, cols) stack: C- or F-ordered items, or the whole array in F order."""
+    X = rng.standard_normal((batch, rows, cols)).astype(dtype)
+    if order == "F":
+        return np.ascontiguousarray(X.transpose(0, 2, 1)).transpose(0, 2, 1)
+    if order == "FF":
+        return np.asfortranarray(X)  # batch stride 1: items interleaved
+    return X
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_gemm_batch_c_entry_matches_python_path(lib, dtype):
+    """The C entry picks the same layout, flags and leading dimensions as
+    api._batch_slow_path (the former gemm_batch), so the same bits; both within
+    the eps*K bound of numpy.  Covers C/F items, shared 2-D operands, alpha/beta
+    and beta = 0 over a C full of NaN (C must not be read)."""
+    assert api._state.batch is lib.fast.gemm_batch
+    rng = np.random.default_rng(23)
+    batch = 7
+    for M, N, K in ((8, 8, 8), (3, 5, 1), (1, 9, 4), (17, 6, 13)):
+        for ta, tb in TRANS:
+            for oa, ob, oc in (("C", "C", "C"), ("F", "C", "F"), ("C", "F", "C"), ("FF", "FF", "FF"),
+                               ("F", "F", "C")):
+                for shared in (None, "A", "B"):
+                    for alpha, beta in ((1.0, 0.0), (0.5, -1.5), (-2.0, 0.0)):
+                        a_shape = (K, M) if ta else (M, K)
+                        b_shape = (N, K) if tb else (K, N)
+                        A = _stack(rng, batch, *a_shape, dtype, oa)
+                        B = _stack(rng, batch, *b_shape, dtype, ob)
+                        if shared == "A":
+                            A = A[0]
+                        elif shared == "B":
+                            B = B[0]
+                        C0 = _stack(rng, batch, M, N, dtype, oc)
+                        if beta == 0.0:
+                            C0[...] = np.nan
+                        C = C0.copy(order="K")
+                        got = rt.gemm_batch(A, B, C, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+                        assert got is C
+                        want = C0.copy(order="K")
+                        api._batch_slow_path(A, B, want, alpha, beta, int(ta), int(tb))
+                        case = (M, N, K, ta, tb, oa, ob, oc, shared, alpha, beta)
+                        assert C.tobytes(order="A") == want.tobytes(order="A"), case
+                        for i in range(batch):
+                            a = A if A.ndim == 2 else A[i]
+                            b = B if B.ndim == 2 else B[i]
+                            assert_close(C[i], a, b, None if beta == 0.0 else C0[i], alpha, beta,
+                                         ta, tb)
+                        if beta == 0.0:
+                            # Without C: a new C-ordered stack, the Python path's bits
+                            # (its layout may differ from C's above, so compare with it).
+                            new = rt.gemm_batch(A, B, alpha=alpha, trans_a=ta, trans_b=tb)
+                            assert new.dtype == dtype and new.flags.c_contiguous
+                            ref = api._batch_slow_path(A, B, None, alpha, 0.0, int(ta), int(tb))
+                            assert new.tobytes() == ref.tobytes(), case
+                            for i in range(batch):
+                                a = A if A.ndim == 2 else A[i]
+                                b = B if B.ndim == 2 else B[i]
+                                assert_close(new[i], a, b, None, alpha, 0.0, ta, tb)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_gemm_batch_c_entry_empty_and_fallbacks(lib, dtype):
+    rng = np.random.default_rng(29)
+    # Empty stacks: an empty result of the right shape, C untouched.
+    out = rt.gemm_batch(np.empty((0, 4, 3), dtype), np.empty((0, 3, 5), dtype))
+    assert out.shape == (0, 4, 5) and out.dtype == dtype
+    C = np.empty((0, 4, 5), dtype)
+    assert rt.gemm_batch(np.empty((0, 4, 3), dtype), np.empty((3, 5), dtype), C, beta=1.0) is C
+    # Empty items: K = 0 gives beta * C (zeros for beta = 0, NaN in C ignored).
+    C = np.full((3, 4, 5), np.nan, dtype)
+    rt.gemm_batch(np.empty((3, 4, 0), dtype), np.empty((3, 0, 5), dtype), C)
+    assert not np.any(C)
+    # What the C entry declines still gives numpy's values: items with no unit
+    # stride, a negative batch stride, lists, a shared operand for an F-ordered stack.
+    A = rng.standard_normal((6, 10, 12)).astype(dtype)
+    B = rng.standard_normal((6, 6, 7)).astype(dtype)
+    for a, b in ((A[:, ::2, ::2], B), (A[::-1, :5, :6], B[::-1]), (A[:, :5, :6], B[0])):
+        got = rt.gemm_batch(a, b)
+        for i in range(6):
+            assert_close(got[i], a[i], b if b.ndim == 2 else b[i], None, 1.0, 0.0, False, False)
+    got = rt.gemm_batch(list(A[:, :5, :6]), B[0])
+    for i in range(6):
+        assert_close(got[i], A[i, :5, :6], B[0], None, 1.0, 0.0, False, False)
+    # A read-only C (here a broadcast view, every item aliased) is declined in C
+    # and rejected by the Python path with its clear error.
+    C = np.broadcast_to(np.zeros((5, 7), dtype), (6, 5, 7))
+    with pytest.raises(ValueError):
+        rt.gemm_batch(A[:, :5, :6], B, C)  # read-only broadcast view: the clear error
+    # A subclass of ndarray is still updated in place.
+    class Sub(np.ndarray):
+        pass
+
+    C = np.zeros((6, 5, 7), dtype).view(Sub)
+    assert rt.gemm_batch(A[:, :5, :6], B, C) is C
+
+
+def test_gemm_batch_c_entry_errors(lib):
+    A = np.ones((4, 3, 5), np.float32)
+    B = np.ones((4, 5, 2), np.float32)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        rt.gemm_batch(A, np.ones((4, 6, 2), np.float32))
+    with pytest.raises(ValueError, match="batch sizes differ"):
+        rt.gemm_batch(A, np.ones((5, 5, 2), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        rt.gemm_batch(A, B, np.empty((4, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        rt.gemm_batch(A, B, np.empty((3, 2), np.float32))
+    with pytest.raises(ValueError, match="beta"):
+        rt.gemm_batch(A, B, beta=1.0)
+    with pytest.raises(ValueError, match="3-D"):
+        rt.gemm_batch(A[0], B[0])
+    with pytest.raises(TypeError, match="dtype"):
+        rt.gemm_batch(A, B.astype(np.float64), np.empty((4, 3, 2), np.float32))
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        rt.api._state.batch(A, B, gamma=1.0)

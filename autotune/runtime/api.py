@@ -38,6 +38,8 @@ class _State:
     """The library in use; replaced as a whole so readers never see half of one."""
 
     runtime: loader.Runtime | None = None
+    # runtime.fast.gemm_batch when the extension has it; None: the Python path.
+    batch: Any = None
 
 
 _state = _State()
@@ -143,8 +145,18 @@ def numpy_gemm(A: Any, B: Any, C: np.ndarray | None = None, *, alpha: float = 1.
 
 def use(runtime: loader.Runtime | None) -> None:
     """Make ``runtime`` the library behind gemm (None: the numpy fallback)."""
+    batch = None
     if runtime is not None and runtime.fast is not None:
-        runtime.fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path)
+        fast = runtime.fast
+        batch = getattr(fast, "gemm_batch", None)
+        if batch is not None:
+            fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path,
+                       _batch_slow_path, np.ndarray)
+        else:
+            # An extension built before gemm_batch moved to C (an install not yet
+            # relinked): its gemm only, gemm_batch stays in Python.
+            fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path)
+    _state.batch = batch
     _state.runtime = runtime
 
 
@@ -189,6 +201,18 @@ def gemm_batch(A: Any, B: Any, C: Any = None, *, alpha: float = 1.0, beta: float
     batch is split over threads); lists run item by item.  Returns C (a new stack
     or list when C is None).
     """
+    batch = _state.batch
+    if batch is not None:
+        # _atfast validates the stacks and runs the plan in C; whatever it
+        # declines comes back to _batch_slow_path below.
+        return batch(A, B, C, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+    return _batch_slow_path(A, B, C, alpha, beta, int(trans_a), int(trans_b))
+
+
+def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
+                     trans_b: int) -> Any:
+    """gemm_batch for what _atfast declined: lists, mixed dtypes, items with no
+    unit stride, overlapping C items, errors, and no library at all."""
     from . import gemm as _gemm  # the entry bound to the current library
 
     if isinstance(A, (list, tuple)) or isinstance(B, (list, tuple)):

@@ -6,13 +6,18 @@
  * the fast path (another dtype, mixed dtypes, no unit stride, not 2-D, a
  * read-only C) is handed to the Python slow path registered by _init, which
  * copies, falls back to numpy or raises the clear error.
+ *
+ * gemm_batch does the same for 3-D stacks (a 2-D operand shared by every item):
+ * one plan lookup and one at_gemm_batch_strided call with the item strides;
+ * lists, mixed dtypes, items with no unit stride and every error go to the
+ * Python batch slow path (api._batch_slow_path).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "autotune.h"
 
-static PyObject *np_empty, *np_dtype[2], *slow_path;
+static PyObject *np_empty, *np_dtype[2], *slow_path, *batch_slow_path, *np_ndarray;
 
 /* Releasing the GIL costs more than a tiny product takes. */
 #define AT_NOGIL_FLOPS 2.0e5
@@ -97,17 +102,19 @@ PyDoc_STRVAR(gemm_doc,
              "gemm(A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)\n--\n\n"
              "C = alpha * op(A) @ op(B) + beta * C through libautotune's cached plan.");
 
-static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames)
+/* The arguments of gemm and gemm_batch: (A, B, C=None, *, alpha, beta,
+ * trans_a, trans_b); C is left NULL when absent or None.  -1 with an error set. */
+static int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                      PyObject **A, PyObject **B, PyObject **C, double *alpha, double *beta,
+                      int *ta, int *tb)
 {
-    (void)self;
-    PyObject *A, *B, *C = NULL, *opt[5] = {NULL, NULL, NULL, NULL, NULL};
+    PyObject *opt[5] = {NULL, NULL, NULL, NULL, NULL};
     if (nargs < 2 || nargs > 3) {
-        PyErr_SetString(PyExc_TypeError, "gemm() takes A, B and an optional C");
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s() takes A, B and an optional C", fn);
+        return -1;
     }
-    A = args[0];
-    B = args[1];
+    *A = args[0];
+    *B = args[1];
     if (nargs == 3) opt[0] = args[2];
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -116,19 +123,32 @@ static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t na
         for (k = 0; k < 5; k++)
             if (PyUnicode_CompareWithASCIIString(name, kw_names[k]) == 0) break;
         if (k == 5 || opt[k]) {
-            PyErr_Format(PyExc_TypeError, "gemm() got %s keyword argument '%U'",
+            PyErr_Format(PyExc_TypeError, "%s() got %s keyword argument '%U'", fn,
                          k == 5 ? "an unexpected" : "a repeated", name);
-            return NULL;
+            return -1;
         }
         opt[k] = args[nargs + i];
     }
-    if (opt[0] && opt[0] != Py_None) C = opt[0];
-    double alpha = 1.0, beta = 0.0;
-    if (opt[1] && (alpha = PyFloat_AsDouble(opt[1])) == -1.0 && PyErr_Occurred()) return NULL;
-    if (opt[2] && (beta = PyFloat_AsDouble(opt[2])) == -1.0 && PyErr_Occurred()) return NULL;
-    int ta = 0, tb = 0;
-    if (opt[3] && (ta = PyObject_IsTrue(opt[3])) < 0) return NULL;
-    if (opt[4] && (tb = PyObject_IsTrue(opt[4])) < 0) return NULL;
+    *C = opt[0] && opt[0] != Py_None ? opt[0] : NULL;
+    *alpha = 1.0;
+    *beta = 0.0;
+    if (opt[1] && (*alpha = PyFloat_AsDouble(opt[1])) == -1.0 && PyErr_Occurred()) return -1;
+    if (opt[2] && (*beta = PyFloat_AsDouble(opt[2])) == -1.0 && PyErr_Occurred()) return -1;
+    *ta = *tb = 0;
+    if (opt[3] && (*ta = PyObject_IsTrue(opt[3])) < 0) return -1;
+    if (opt[4] && (*tb = PyObject_IsTrue(opt[4])) < 0) return -1;
+    return 0;
+}
+
+static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
+{
+    (void)self;
+    PyObject *A, *B, *C;
+    double alpha, beta;
+    int ta, tb;
+    if (parse_args("gemm", args, nargs, kwnames, &A, &B, &C, &alpha, &beta, &ta, &tb) < 0)
+        return NULL;
     if (!C && beta != 0.0) {
         PyErr_SetString(PyExc_ValueError, "gemm: beta needs an output C to scale");
         return NULL;
@@ -227,15 +247,146 @@ fail:
     return NULL;
 }
 
+/* One operand of a batch: a 3-D stack of `batch` items (batch stride in
+ * elements, never negative) or a 2-D matrix shared by every item (stride 0).
+ * 0 when each item has a unit stride; -1 sends the call to the slow path. */
+static int batch_item(const Py_buffer *v, int64_t batch, at_view *o, int64_t *stride)
+{
+    if (!v->strides || (o->dtype = buf_dtype(v)) < 0) return -1;
+    if (v->ndim == 2) {
+        *stride = 0;
+        return classify_item(v->shape[0], v->shape[1], v->strides[0], v->strides[1], v->itemsize,
+                             o);
+    }
+    if (v->ndim != 3 || v->shape[0] != batch || v->strides[0] < 0 ||
+        v->strides[0] % v->itemsize)
+        return -1;
+    *stride = v->strides[0] / v->itemsize;
+    return classify_item(v->shape[1], v->shape[2], v->strides[1], v->strides[2], v->itemsize, o);
+}
+
+/* Column-major first, as api._orient does, so that this entry and the Python
+ * path pick the same plan and give bitwise the same results. */
+static void batch_orient(const at_view *v, int c_col, int *trans, int64_t *ld)
+{
+    int col = v->col_ok;
+    *ld = col ? v->ld_col : v->ld_row;
+    if (col != c_col) *trans = !*trans;
+}
+
+PyDoc_STRVAR(gemm_batch_doc,
+             "gemm_batch(A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)\n--\n\n"
+             "C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] over 3-D stacks (a 2-D operand\n"
+             "is shared by every item) in one call of libautotune's batched plan.");
+
+static PyObject *at_py_gemm_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    (void)self;
+    PyObject *A, *B, *C = NULL;
+    double alpha, beta;
+    int ta, tb;
+    if (parse_args("gemm_batch", args, nargs, kwnames, &A, &B, &C, &alpha, &beta, &ta, &tb) < 0)
+        return NULL;
+    const int ta0 = ta, tb0 = tb;
+    Py_buffer vb[3];
+    int held = 0;  /* buffers of vb[] acquired so far */
+    at_view v[3];
+    int64_t stride[3];
+    PyObject *out = NULL;
+    PyObject *ops[2] = {A, B};
+    for (; held < 2; held++) {
+        if (PyObject_GetBuffer(ops[held], &vb[held], PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
+            PyErr_Clear();
+            goto slow;
+        }
+    }
+    /* Lists, a 4-D operand, two 2-D ones: the slow path handles or rejects them. */
+    if (vb[0].ndim < 2 || vb[0].ndim > 3 || vb[1].ndim < 2 || vb[1].ndim > 3 ||
+        (vb[0].ndim != 3 && vb[1].ndim != 3))
+        goto slow;
+    int64_t batch = vb[0].ndim == 3 ? vb[0].shape[0] : vb[1].shape[0];
+    if (batch_item(&vb[0], batch, &v[0], &stride[0]) ||
+        batch_item(&vb[1], batch, &v[1], &stride[1]) || v[0].dtype != v[1].dtype)
+        goto slow;
+    int64_t M = ta ? v[0].cols : v[0].rows, K = ta ? v[0].rows : v[0].cols;
+    int64_t Kb = tb ? v[1].cols : v[1].rows, N = tb ? v[1].rows : v[1].cols;
+    if (K != Kb) goto slow; /* the slow path raises the clear error */
+    if (C) {
+        /* Only an ndarray is updated in place, as the Python path requires. */
+        if (!np_ndarray || !PyObject_TypeCheck(C, (PyTypeObject *)np_ndarray)) goto slow;
+        out = C;
+        Py_INCREF(out);
+    } else {
+        if (beta != 0.0) goto slow;
+        out = Py_BuildValue("(LLL)", (long long)batch, (long long)M, (long long)N);
+        if (out)
+            Py_SETREF(out, PyObject_CallFunctionObjArgs(np_empty, out, np_dtype[v[0].dtype], NULL));
+        if (!out) goto fail;
+    }
+    if (PyObject_GetBuffer(out, &vb[2], PyBUF_STRIDES | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        goto slow;
+    }
+    held = 3;
+    /* C items must not overlap: a zero (or negative) batch stride only for one item. */
+    if (vb[2].ndim != 3 || vb[2].shape[0] != batch ||
+        batch_item(&vb[2], batch, &v[2], &stride[2]) || v[2].dtype != v[0].dtype ||
+        v[2].rows != M || v[2].cols != N || (stride[2] <= 0 && batch > 1))
+        goto slow;
+    int c_col = v[2].col_ok;
+    int layout = c_col ? AT_COL_MAJOR : AT_ROW_MAJOR;
+    int64_t lda, ldb, ldc = c_col ? v[2].ld_col : v[2].ld_row;
+    batch_orient(&v[0], c_col, &ta, &lda);
+    batch_orient(&v[1], c_col, &tb, &ldb);
+    int rc;
+    if (2.0 * (double)M * (double)N * (double)K * (double)batch > AT_NOGIL_FLOPS) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = at_gemm_batch_strided(v[0].dtype, layout, ta, tb, M, N, K, alpha, vb[0].buf, lda,
+                                   stride[0], vb[1].buf, ldb, stride[1], beta, vb[2].buf, ldc,
+                                   stride[2], batch);
+        Py_END_ALLOW_THREADS
+    } else {
+        rc = at_gemm_batch_strided(v[0].dtype, layout, ta, tb, M, N, K, alpha, vb[0].buf, lda,
+                                   stride[0], vb[1].buf, ldb, stride[1], beta, vb[2].buf, ldc,
+                                   stride[2], batch);
+    }
+    if (rc == AT_ENOMEM) {
+        PyErr_SetString(PyExc_MemoryError, at_last_error());
+        goto fail;
+    }
+    if (rc) {
+        PyErr_Format(PyExc_RuntimeError, "libautotune: %s", at_last_error());
+        goto fail;
+    }
+    for (int i = 0; i < held; i++) PyBuffer_Release(&vb[i]);
+    return out;
+slow:
+    for (int i = 0; i < held; i++) PyBuffer_Release(&vb[i]);
+    Py_XDECREF(out);
+    if (!batch_slow_path) {
+        PyErr_SetString(PyExc_RuntimeError, "_atfast is not initialised");
+        return NULL;
+    }
+    return PyObject_CallFunction(batch_slow_path, "OOOddii", A, B, C ? C : Py_None, alpha, beta,
+                                 ta0, tb0);
+fail:
+    for (int i = 0; i < held; i++) PyBuffer_Release(&vb[i]);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyObject *at_py_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "_init(empty, float32, float64, slow_path)");
+    if (nargs != 6 || !PyType_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_init(empty, float32, float64, slow_path, batch_slow_path, ndarray)");
         return NULL;
     }
-    PyObject **slots[4] = {&np_empty, &np_dtype[0], &np_dtype[1], &slow_path};
-    for (int i = 0; i < 4; i++) {
+    PyObject **slots[6] = {&np_empty,  &np_dtype[0],     &np_dtype[1],
+                           &slow_path, &batch_slow_path, &np_ndarray};
+    for (int i = 0; i < 6; i++) {
         Py_INCREF(args[i]);
         Py_XSETREF(*slots[i], args[i]);
     }
@@ -244,8 +395,10 @@ static PyObject *at_py_init(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static PyMethodDef methods[] = {
     {"gemm", (PyCFunction)(void (*)(void))at_py_gemm, METH_FASTCALL | METH_KEYWORDS, gemm_doc},
+    {"gemm_batch", (PyCFunction)(void (*)(void))at_py_gemm_batch, METH_FASTCALL | METH_KEYWORDS,
+     gemm_batch_doc},
     {"_init", (PyCFunction)(void (*)(void))at_py_init, METH_FASTCALL,
-     "Register numpy.empty, the two dtypes and the slow path."},
+     "Register numpy.empty, the two dtypes, the two slow paths and numpy.ndarray."},
     {NULL, NULL, 0, NULL},
 };
 
