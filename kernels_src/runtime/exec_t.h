@@ -99,6 +99,117 @@ static void AT_FN(pack_b)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_
     }
 }
 
+/* Micro-panel formats (Goto's packing).  A kernel reading a whole-block panel
+ * of format fa == 0 steps mb elements per k, and one of format fb == 1 nb: at
+ * fp64 352 x 864 that is 2.8 KB per k, a new page every page/stride k steps, so
+ * one mr x kb sliver spans hundreds of pages and the L2 streamer (which stops
+ * at page edges) never gets going; and a stride of a multiple of 2 KiB (fp32
+ * blk_n 512) puts a whole micro-panel in 2 of L1's 64 sets (fp32 1024^3 fell
+ * from 220 to 152 GFLOPS).  Instead each row band of A (height h, from
+ * the tiling) is stored alone, column-major with leading dimension h, at
+ * i0 * kb; each column band of B (width w) row-major with leading dimension w at
+ * j0 * kb: a kernel's operands are then contiguous h*kb and kb*w runs.  The other
+ * two formats already store bands contiguously at the same offsets.  The kernel
+ * does the same arithmetic whatever its leading dimensions: the bits do not change. */
+
+/* The row bands of a tiling: a band opens at each step with j0 == 0 (tile_block
+ * emits bands in order, every step of a band of its height).  Returns the count. */
+static int64_t AT_FN(row_bands)(const at_step *st, int64_t first, int64_t count, int32_t *bi0,
+                                int32_t *bh)
+{
+    int64_t n = 0;
+    for (int64_t s = first; s < first + count; s++)
+        if (st[s].j0 == 0) {
+            bi0[n] = (int32_t)st[s].i0;
+            bh[n++] = st[s].mb;
+        }
+    return n;
+}
+
+/* op(A)[i0 : i0+mb, p0 : p0+kb] as the bands (bi0, bh) in micro-panel format 0. */
+static void AT_FN(pack_a_bands)(const AT_T *A, int64_t lda, int ta, int64_t i0, int64_t p0,
+                                int64_t kb, AT_T *dst, int64_t nbands, const int32_t *bi0,
+                                const int32_t *bh)
+{
+    if (!ta) {
+        /* Source columns are contiguous: read each once, scatter into the bands. */
+        for (int64_t p = 0; p < kb; p++) {
+            const AT_T *src = A + i0 + (p0 + p) * lda;
+            for (int64_t b = 0; b < nbands; b++) {
+                int64_t h = bh[b];
+                AT_T *d = dst + (int64_t)bi0[b] * kb + p * h;
+                /* memcpy: the library is built at -O2, where gcc leaves a copy
+                 * of run-time length scalar. */
+                memcpy(d, src + bi0[b], sizeof(AT_T) * (size_t)h);
+            }
+        }
+    } else {
+        /* Rows of op(A) are contiguous: walk the h of a band side by side so the
+         * stores run contiguously (scattered stores cost more than h read streams). */
+        for (int64_t b = 0; b < nbands; b++) {
+            int64_t h = bh[b];
+            AT_T *d = dst + (int64_t)bi0[b] * kb;
+            const AT_T *src = A + p0 + (i0 + bi0[b]) * lda;
+            for (int64_t p = 0; p < kb; p++)
+                for (int64_t i = 0; i < h; i++) d[i + p * h] = src[p + i * lda];
+        }
+    }
+}
+
+/* op(B)[p0 : p0+kb, j0 : j0+nb] as the column bands of width bw[j] (0 inside a
+ * band) in micro-panel format 1. */
+static void AT_FN(pack_b_bands)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_t j0,
+                                int64_t kb, int64_t nb, AT_T *dst, const int32_t *bw)
+{
+    for (int64_t c = 0; c < nb; c += bw[c]) {
+        int64_t w = bw[c];
+        AT_T *d = dst + c * kb;
+        if (!tb) {
+            /* w column streams read side by side, stores contiguous: the store-
+             * per-32-bytes order (column by column) made packing B cost 6% of
+             * a 1024^3 fp32 product. */
+            const AT_T *src = B + p0 + (j0 + c) * ldb;
+            for (int64_t p = 0; p < kb; p++)
+                for (int64_t j = 0; j < w; j++) d[j + p * w] = src[p + j * ldb];
+        } else {
+            for (int64_t p = 0; p < kb; p++) {
+                const AT_T *src = B + j0 + c + (p0 + p) * ldb;
+                for (int64_t j = 0; j < w; j++) d[j + p * w] = src[j];
+            }
+        }
+    }
+}
+
+/* Steps [s0, s1) on micro-panels: A's band at i0 * kb, B's at j0 * kb (for B
+ * whole-panel format 1, bandb == 0: column j0 of a panel of leading dimension ldpb). */
+static inline __attribute__((always_inline)) void AT_FN(run_panels)(
+    const at_step *st, int64_t s0, int64_t s1, int64_t kb, const AT_T *pa, int fa,
+    const AT_T *pb, int fb, int bandb, int64_t ldpb, AT_T *C, int64_t ldc, AT_T alpha, AT_T beta)
+{
+    for (int64_t s = s0; s < s1; s++) {
+        const at_step *x = &st[s];
+        const AT_T *a = pa + x->i0 * kb;
+        int64_t lda = fa ? kb : x->mb;
+        const AT_T *b;
+        int64_t ldb;
+        if (!fb) {
+            b = pb + x->j0 * kb;
+            ldb = kb;
+        } else if (bandb) {
+            b = pb + x->j0 * kb;
+            ldb = x->nb;
+        } else {
+            b = pb + x->j0;
+            ldb = ldpb;
+        }
+        AT_T *c = C + x->i0 + x->j0 * ldc;
+        if (x->kernel >= 0)
+            ((AT_KFN)at_kernel_table[x->kernel].fn)(kb, a, lda, b, ldb, c, ldc, alpha, beta);
+        else
+            AT_FN(edge)(kb, a, lda, fa, b, ldb, fb, c, ldc, x->mb, x->nb, alpha, beta);
+    }
+}
+
 /* Thread t's share of one problem.  Returns AT_ENOMEM if its panels cannot be had. */
 static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
                            AT_T alpha, AT_T beta)
@@ -121,11 +232,15 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
     size_t asz = ((sizeof(AT_T) * (size_t)(bm * bk) + 63) / 64) * 64;
     size_t bsz = ((sizeof(AT_T) * (size_t)(bk * bn) + 63) / 64) * 64;
     AT_T *pa = aligned_alloc(64, asz), *pb = aligned_alloc(64, bsz);
-    if (!pa || !pb) {
+    /* Band lists: at most one row band per row of a block, one width per column. */
+    int32_t *bi0 = malloc(sizeof *bi0 * (size_t)(2 * bm + bn));
+    if (!pa || !pb || !bi0) {
         free(pa);
         free(pb);
+        free(bi0);
         return AT_ENOMEM;
     }
+    int32_t *bh = bi0 + bm, *bw = bi0 + 2 * bm;
     int fa = p->ktrans_a, fb = p->ktrans_b;
     /* Blocks of one column panel are consecutive: B's panel is packed once per K
      * slice for all of them; the K slices run in order, so every element of C is
@@ -133,25 +248,51 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
     for (int64_t g0 = first; g0 < last;) {
         int64_t g1 = g0 + 1;
         while (g1 < last && p->blocks[g1].j0 == p->blocks[g0].j0) g1++;
+        const at_block *b0 = &p->blocks[g0];
+        /* B's panel is shared by blocks whose tilings may cut N differently
+         * (the cut depends on the band height): B goes in bands only when every
+         * step of the group starts and ends on the first row band's cut. */
+        int bandb = 0;
+        if (fb) {
+            const at_tiling *t0 = &p->tilings[b0->tiling];
+            memset(bw, 0, sizeof *bw * (size_t)b0->nb);
+            for (int64_t s = t0->first; s < t0->first + t0->count && p->steps[s].i0 == 0; s++)
+                bw[p->steps[s].j0] = p->steps[s].nb;
+            bandb = 1;
+            for (int64_t g = g0; bandb && g < g1; g++) {
+                const at_tiling *ti = &p->tilings[p->blocks[g].tiling];
+                for (int64_t s = ti->first; s < ti->first + ti->count; s++)
+                    if (bw[p->steps[s].j0] != p->steps[s].nb) {
+                        bandb = 0;
+                        break;
+                    }
+            }
+        }
         for (int64_t p0 = 0; p0 < p->K; p0 += bk) {
             int64_t kb = p->K - p0 < bk ? p->K - p0 : bk;
             AT_T be = p0 == 0 ? beta : (AT_T)1;
-            const at_block *b0 = &p->blocks[g0];
-            AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb);
-            int64_t ldpb = fb ? b0->nb : kb;
+            if (bandb)
+                AT_FN(pack_b_bands)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, bw);
+            else
+                AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb);
             for (int64_t g = g0; g < g1; g++) {
                 const at_block *bl = &p->blocks[g];
                 const at_tiling *ti = &p->tilings[bl->tiling];
-                AT_FN(pack_a)(A, p->lda, p->ta, bl->i0, p0, bl->mb, kb, pa, fa);
-                int64_t ldpa = fa ? kb : bl->mb;
-                AT_FN(run_steps)(p->steps, ti->first, ti->first + ti->count, kb, pa, ldpa, fa, pb,
-                                 ldpb, fb, C + bl->i0 + bl->j0 * p->ldc, p->ldc, alpha, be);
+                if (fa)
+                    AT_FN(pack_a)(A, p->lda, p->ta, bl->i0, p0, bl->mb, kb, pa, fa);
+                else {
+                    int64_t nbands = AT_FN(row_bands)(p->steps, ti->first, ti->count, bi0, bh);
+                    AT_FN(pack_a_bands)(A, p->lda, p->ta, bl->i0, p0, kb, pa, nbands, bi0, bh);
+                }
+                AT_FN(run_panels)(p->steps, ti->first, ti->first + ti->count, kb, pa, fa, pb, fb,
+                                  bandb, b0->nb, C + bl->i0 + bl->j0 * p->ldc, p->ldc, alpha, be);
             }
         }
         g0 = g1;
     }
     free(pa);
     free(pb);
+    free(bi0);
     return AT_OK;
 }
 
