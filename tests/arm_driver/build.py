@@ -79,7 +79,9 @@ def build_driver(target: Target, specs: list[KernelSpec], workdir: Path, svl_bit
     jobs = [(src, src.with_suffix(".o"), ()) for src in sources]
     jobs.append((registry, workdir / "registry.o", includes))
     jobs.append((HERE / "driver.c", workdir / "driver.o", includes + sme))
-    jobs.append((HERE / "abi_call.S", workdir / "abi_call.o", ()))
+    # One canary caller serves the kernel and the runtime drivers.
+    abi = HERE.parent / "arm_runtime" / "rt_abi.S"
+    jobs.append((abi, workdir / "rt_abi.o", ("-DRT_SME",) if target.isa == "sme2" else ()))
     if target.isa == "sme2":
         jobs.append((kernels_src() / "arm" / "sme2_pack.S", workdir / "sme2_pack.o", ()))
     with ThreadPoolExecutor(max_workers=2) as pool:

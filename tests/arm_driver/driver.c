@@ -9,7 +9,7 @@
  * over several depths (tails of every K loop), padded leading dimensions and
  * (alpha, beta) pairs, beta == 0 with a C full of NaN.  Every operand ends at a
  * PROT_NONE page, so a read past its footprint kills the driver (the test sees a
- * "start" without its result).  Every call goes through abi_call.S, which checks
+ * "start" without its result).  Every call goes through tests/arm_runtime/rt_abi.S, which checks
  * that the kernel preserved the callee-saved registers.  Packed kernels (variant pa / pb / papb) get their
  * panels from the packing routines, as a plan would call them. */
 #define _GNU_SOURCE
@@ -72,10 +72,11 @@ static size_t footprint(int64_t rows, int64_t cols, int64_t ld)
     return rows <= 0 || cols <= 0 ? 0 : (size_t)((cols - 1) * ld + rows);
 }
 
-/* abi_call.S: calls the kernel with canaries in the callee-saved registers; returns a
- * bit per register the kernel broke (x19-x28: bits 0-9, d8-d15: 10-17, sp: 20). */
-uint64_t drv_abi_call(void (*fn)(void), const int64_t args[7], double alpha, double beta,
-                      int64_t is_f32);
+/* tests/arm_runtime/rt_abi.S: calls the kernel with canaries in the callee-saved
+ * registers; returns a bit per register the kernel broke (x19-x28: bits 0-9, d8-d15:
+ * 10-17, sp: 20) and, in SME2 builds, bit 21 when it left streaming mode or ZA on.
+ * Mode bit 0 narrows alpha and beta to fp32. */
+uint64_t rt_abi_call(void (*fn)(void), const uint64_t x[8], double d0, double d1, int64_t mode);
 static uint64_t abi_broken;
 
 static const int depths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 64, 257};
@@ -129,9 +130,10 @@ static double run_case(const drv_kernel *k, int64_t K, int pad, double alpha, do
         kb = k->pb_ld;
     }
 #endif
-    const int64_t args[7] = {K, (int64_t)(intptr_t)A, kl, (int64_t)(intptr_t)B, kb,
-                             (int64_t)(intptr_t)gc.ptr, ldc};
-    abi_broken |= drv_abi_call(k->fn, args, alpha, beta, !f64);
+    const uint64_t args[8] = {(uint64_t)K, (uint64_t)(uintptr_t)A, (uint64_t)kl,
+                              (uint64_t)(uintptr_t)B, (uint64_t)kb, (uint64_t)(uintptr_t)gc.ptr,
+                              (uint64_t)ldc, 0};
+    abi_broken |= rt_abi_call(k->fn, args, alpha, beta, !f64);
 
     const double eps = f64 ? 0x1p-53 : 0x1p-24;
     double worst = 0.0;
