@@ -77,7 +77,7 @@ def test_validate_announces_each_kernel_then_passes_the_correct_ones(kit):
     assert kinds == expected
     for e in events:
         if e["event"] == "validate":
-            assert e["ok"] is True and e["cases"] == 9 * 4 * 4
+            assert e["ok"] is True and e["cases"] == 9 * 4 * 5
             assert 0.0 <= e["max_rel_err"] < 1e-5
 
 

@@ -9,6 +9,7 @@ bound |c - ref| <= c_K * eps * (|alpha| |A||B| + |beta| |C|), c_K = 2 (K + 2).
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import subprocess
 import sys
@@ -691,3 +692,72 @@ def test_gemm_batch_c_entry_errors(lib):
         rt.gemm_batch(A, B.astype(np.float64), np.empty((4, 3, 2), np.float32))
     with pytest.raises(TypeError, match="unexpected keyword"):
         rt.api._state.batch(A, B, gamma=1.0)
+
+
+def _one_kernel_shapes(lib, code, candidates):
+    """The candidate (M, N, K) whose column-major plan is one kernel call."""
+    found = []
+    for M, N, K in candidates:
+        plan = lib.lib.at_plan_create(code, 0, 0, 0, M, N, K, M, K, M)
+        info = loader.at_plan_info()
+        assert lib.lib.at_plan_get_info(plan, ctypes.byref(info)) == 0
+        if info.nsteps == 1 and info.path == 0:
+            found.append((M, N, K))
+        lib.lib.at_plan_destroy(plan)
+    return found
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_one_kernel_plans_keep_the_blas_rules_on_repeated_calls(lib, dtype):
+    """A repeated shape planned as one kernel runs it straight from cblas_?gemm and
+    at_plan_execute (the front-cache hit): alpha == 0 must still read neither A
+    nor B, beta == 0 must not read C, row-major must swap the operands, and the
+    bits must be those of the executor's first call."""
+    code = 0 if dtype == np.float32 else 1
+    name = "cblas_sgemm" if code == 0 else "cblas_dgemm"
+    ct = ctypes.c_float if code == 0 else ctypes.c_double
+    fn = getattr(lib.lib, name)
+    I, P = ctypes.c_int, ctypes.c_void_p
+    fn.restype = None
+    fn.argtypes = [I, I, I, I, I, I, ct, P, I, P, I, ct, P, I]
+    shapes = _one_kernel_shapes(lib, code, [(1, 1, 1), (2, 2, 2), (3, 4, 5), (4, 4, 4),
+                                            (8, 4, 8), (7, 3, 2)])
+    assert shapes, "the test library plans no small shape as one kernel"
+    rng = np.random.default_rng(21)
+    for M, N, K in shapes:
+        for order, (ta, tb) in itertools.product((101, 102), TRANS):
+            A = operand(rng, K if ta else M, M if ta else K, dtype)
+            B = operand(rng, N if tb else K, K if tb else N, dtype)
+            A, B = (np.ascontiguousarray(A), np.ascontiguousarray(B)) if order == 101 else \
+                (np.asfortranarray(A), np.asfortranarray(B))
+            lda = A.shape[1] if order == 101 else A.shape[0]
+            ldb = B.shape[1] if order == 101 else B.shape[0]
+            ldc = N if order == 101 else M
+            layout = "C" if order == 101 else "F"
+            first = None
+            for _ in range(3):  # the first call plans, the next ones hit the front cache
+                C = np.full((M, N), np.nan, dtype=dtype, order=layout)
+                fn(order, 112 if ta else 111, 112 if tb else 111, M, N, K, 1.5, A.ctypes.data,
+                   lda, B.ctypes.data, ldb, 0.0, C.ctypes.data, ldc)
+                assert_close(C, A, B, None, 1.5, 0.0, ta, tb)
+                first = C.tobytes() if first is None else first
+                assert C.tobytes() == first
+            C0 = rng.standard_normal((M, N)).astype(dtype)
+            C = np.array(C0, order=layout)
+            An, Bn = np.full_like(A, np.nan), np.full_like(B, np.inf)
+            for _ in range(2):
+                fn(order, 112 if ta else 111, 112 if tb else 111, M, N, K, 0.0, An.ctypes.data,
+                   lda, Bn.ctypes.data, ldb, 0.5, C.ctypes.data, ldc)
+            np.testing.assert_array_equal(C, (C0 * dtype(0.5)) * dtype(0.5))
+    # The plan handle's shortcut: alpha == 0 and beta == 0 clear C, NaN operands unread.
+    M, N, K = shapes[0]
+    plan = lib.lib.at_plan_create(code, 0, 0, 0, M, N, K, M, K, M)
+    try:
+        An = np.full((K, M), np.nan, dtype=dtype).T
+        Bn = np.full((N, K), np.nan, dtype=dtype).T
+        C = np.full((M, N), np.nan, dtype=dtype, order="F")
+        assert lib.lib.at_plan_execute(plan, 0.0, An.ctypes.data, Bn.ctypes.data, 0.0,
+                                       C.ctypes.data) == 0
+        assert np.all(C == 0)
+    finally:
+        lib.lib.at_plan_destroy(plan)

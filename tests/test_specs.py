@@ -116,10 +116,15 @@ def test_avx512_fp32_nn_offers_the_fast_blocks():
 def test_unroll_is_a_parameter_and_defaults_to_the_model():
     assert {s.unroll for s in family("avx512", "f32", "nn", unroll=3)} == {3}
     defaults = {s.unroll for s in family("avx512", "f32", "nn")}
-    assert defaults <= {4, 8}
-    # Small blocks unroll deeper: they need the extra accumulator sets.
+    assert defaults == {1, 8}
+    # Small blocks unroll deeper: they need the extra accumulator sets; blocks
+    # with enough chains in one set are not unrolled at all.
+    for s in family("avx512", "f32", "nn"):
+        assert (s.unroll == 1) == (register_budget(s).sets == 1 and s.mr * s.nr >= 8), s
     small = [s for s in family("avx512", "f32", "nn") if s.mr <= 16 and s.nr == 1]
     assert all(register_budget(s).sets > 1 for s in small)
+    # A dot kernel's K step is a vector deep: it unrolls half as much.
+    assert {s.unroll for s in family("avx512", "f32", "tn")} <= {2, 4}
 
 
 @pytest.mark.parametrize("isa", SUPPORTED_ISAS)

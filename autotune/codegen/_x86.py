@@ -40,13 +40,14 @@ class Vocabulary:
     @property
     def mask_type(self) -> str:
         if self.masked == "k":
-            return f"__mmask{self.lanes}"
+            # The narrowest k-mask type is 8 bits (a 4-lane ymm of fp64 uses its low 4).
+            return f"__mmask{max(self.lanes, 8)}"
         return "__m256i"
 
     def const_mask(self, count: int) -> str:
         """A mask selecting the first ``count`` lanes, as a C constant expression."""
         if self.masked == "k":
-            return f"(__mmask{self.lanes})0x{(1 << count) - 1:x}"
+            return f"({self.mask_type})0x{(1 << count) - 1:x}"
         ones = ["-1"] * count + ["0"] * (self.lanes - count)
         setr = "_mm256_setr_epi32" if self.suffix == "ps" else "_mm256_setr_epi64x"
         return f"{setr}({', '.join(ones)})"
@@ -54,7 +55,7 @@ class Vocabulary:
     def runtime_mask(self, count: str) -> str:
         """A mask of the first ``count`` lanes, ``0 < count < lanes`` known only at run time."""
         if self.masked == "k":
-            return f"(__mmask{self.lanes})((1u << {count}) - 1u)"
+            return f"({self.mask_type})((1u << {count}) - 1u)"
         if self.suffix == "ps":
             iota = ", ".join(str(i) for i in range(self.lanes))
             return f"_mm256_cmpgt_epi32(_mm256_set1_epi32((int){count}), _mm256_setr_epi32({iota}))"
@@ -197,12 +198,41 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     out()
     for line in _hsum_helper(voc, T):
         out(line)
-    out(f"void {spec.name}(int64_t K,")
-    pad = " " * (len(spec.name) + 6)
-    out(f"{pad}const {T} *restrict A, int64_t lda,")
-    out(f"{pad}const {T} *restrict B, int64_t ldb,")
-    out(f"{pad}{T} *restrict C, int64_t ldc,")
-    out(f"{pad}{T} alpha, {T} beta)")
+    if kind != "dot" and spec.unroll > 1:
+        # Products shallower than one unrolled iteration (every tiny GEMM) run
+        # a body of one accumulator set and no unrolling.  Each body is a
+        # function of its own and the kernel only picks one: gcc saves
+        # registers and realigns the stack for the unrolled body before any
+        # test inside it, which cost a 2x2x2 call more than its FMAs.  The bits
+        # are the unrolled body's: with K below the unroll it, too, runs only
+        # its remainder loop, on set 0.
+        _signature(out, spec, f"{spec.name}_short", "static __attribute__((noinline)) void")
+        out("{")
+        out.depth = 1
+        out("(void)lda; (void)ldb; (void)ldc;")
+        _emit_broadcast(out, spec, voc, kind, sets=1, unroll=1)
+        out.depth = 0
+        out("}")
+        out()
+        _signature(out, spec, f"{spec.name}_unrolled", "static __attribute__((noinline)) void")
+        out("{")
+        out.depth = 1
+        out("(void)lda; (void)ldb; (void)ldc;")
+        _emit_broadcast(out, spec, voc, kind, budget.sets, spec.unroll)
+        out.depth = 0
+        out("}")
+        out()
+        _signature(out, spec, spec.name, "void")
+        out("{")
+        out.depth = 1
+        out(f"if (K < {spec.unroll})")
+        out(f"    {spec.name}_short(K, A, lda, B, ldb, C, ldc, alpha, beta);")
+        out("else")
+        out(f"    {spec.name}_unrolled(K, A, lda, B, ldb, C, ldc, alpha, beta);")
+        out.depth = 0
+        out("}")
+        return "\n".join(out.lines) + "\n"
+    _signature(out, spec, spec.name, "void")
     out("{")
     out.depth = 1
     out("/* Fixed by the ABI; a block one element wide never uses some of them. */")
@@ -210,17 +240,29 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     if kind == "dot":
         _emit_dot(out, spec, voc, budget.sets)
     else:
-        _emit_broadcast(out, spec, voc, kind, budget.sets)
+        _emit_broadcast(out, spec, voc, kind, budget.sets, spec.unroll)
     out.depth = 0
     out("}")
     return "\n".join(out.lines) + "\n"
+
+
+def _signature(out: _Writer, spec: KernelSpec, name: str, qualifiers: str) -> None:
+    """The kernel ABI's parameter list under ``name``."""
+    T = spec.ctype
+    out(f"{qualifiers} {name}(int64_t K,")
+    pad = " " * (len(qualifiers) + len(name) + 2)
+    out(f"{pad}const {T} *restrict A, int64_t lda,")
+    out(f"{pad}const {T} *restrict B, int64_t ldb,")
+    out(f"{pad}{T} *restrict C, int64_t ldc,")
+    out(f"{pad}{T} alpha, {T} beta)")
 
 
 # ---------------------------------------------------------------------------
 # Broadcast strategies (NN, NT: vectors along M; TT: vectors along N)
 # ---------------------------------------------------------------------------
 
-def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, sets: int) -> None:
+def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, sets: int,
+                    unroll: int) -> None:
     w = voc.lanes
     T = spec.ctype
     along_m = kind == "bcast_b"
@@ -282,9 +324,9 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
         out(f"{bc_ptr} += {bc_step};")
 
     out("int64_t p = 0;")
-    if spec.unroll > 1:
-        out.open(f"for (; p + {spec.unroll} <= K; p += {spec.unroll})")
-        for u in range(spec.unroll):
+    if unroll > 1:
+        out.open(f"for (; p + {unroll} <= K; p += {unroll})")
+        for u in range(unroll):
             out(f"/* k = p + {u} */")
             step(u % sets)
         out.close()
@@ -328,7 +370,13 @@ def _store_columns(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, mas
     def mask(v: int) -> str | None:
         return "tail" if masked and v == nv - 1 else None
 
-    out.open("if (beta == 0)")
+    out.open("if (beta == 0 && alpha == 1)")
+    out("/* C = op(A) op(B), the common call: no multiply by alpha (the same bits). */")
+    for j in range(spec.nr):
+        for v in range(nv):
+            out(voc.store(addr(j, v), acc(j, v), mask(v)))
+    out.close(" else if (beta == 0) {")
+    out.depth += 1
     out("/* beta == 0 must not read C: it may hold NaN. */")
     for j in range(spec.nr):
         for v in range(nv):

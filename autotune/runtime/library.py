@@ -206,6 +206,10 @@ def runtime_cflags(target: Target) -> list[str]:
     for flag in ("-std=c11", "-fPIC", "-pthread"):
         if flag not in flags:
             flags.append(flag)
+    if target.arch == "x86_64":
+        # TLS descriptors: the plan cache's thread-local pointer is then read
+        # without a call to __tls_get_addr (aarch64 uses descriptors already).
+        flags.append("-mtls-dialect=gnu2")
     return flags
 
 

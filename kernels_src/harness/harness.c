@@ -339,7 +339,10 @@ static const int64_t VALIDATE_K[] = {0, 1, 2, 3, 7, 16, 17, 64, 257};
 /* (lda, ldb, ldc) pads over the tight dimensions: tight, odd ones that
  * misalign every column, and a whole cache line. */
 static const int64_t VALIDATE_PADS[][3] = {{0, 0, 0}, {1, 3, 5}, {7, 2, 1}, {16, 16, 16}};
-static const double VALIDATE_AB[][2] = {{1.0, 0.0}, {1.0, 1.0}, {-0.75, 2.5}, {0.5, -1.0}};
+/* alpha = 1 with beta = 0 and alpha != 1 with beta = 0 take different stores in
+ * the x86 kernels (no multiply by alpha in the first): both are checked. */
+static const double VALIDATE_AB[][2] = {{1.0, 0.0}, {-1.5, 0.0}, {1.0, 1.0}, {-0.75, 2.5},
+                                        {0.5, -1.0}};
 
 #define N_ITEMS(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -46,6 +46,10 @@ struct at_plan {
     at_tiling tilings[4];
     int64_t *thread_start;     /* threads + 1 offsets into steps or blocks */
     double thread_flops;       /* the batch split's threshold, as planned */
+    /* Set when the whole plan is one kernel call on one thread without packing
+     * (every product one kernel covers): the entry points call it themselves,
+     * with the operands swapped for row-major.  NULL otherwise. */
+    at_kernel_fn single;
 };
 
 /* tiler.c */
@@ -54,8 +58,13 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
 void at__plan_free(at_plan *plan);
 void at__set_error(const char *fmt, ...);
 /* Bumped by at_params_set: part of the cache key, so no plan made with older
- * parameters is found again even if it was being built during the change. */
-uint64_t at__params_generation(void);
+ * parameters is found again even if it was being built during the change.
+ * Read inline: a call per lookup is a measurable share of a 2x2x2 product. */
+extern _Atomic uint64_t at__params_gen;
+static inline uint64_t at__params_generation(void)
+{
+    return atomic_load_explicit(&at__params_gen, memory_order_acquire);
+}
 int at__check_args(int dtype, int layout, int ta, int tb, int64_t M, int64_t N, int64_t K,
                    int64_t lda, int64_t ldb, int64_t ldc);
 
@@ -137,14 +146,11 @@ extern _Atomic uint64_t at__clear_epoch;
  * then the shared cache (k carries every argument). */
 at_plan *at__plan_lookup_slow(const at_key *k, int *owned);
 
-/* The hot-path lookup: the plan from this thread's front cache.  With *owned == 0
- * the pointer is borrowed (the front cache holds its reference, and only this
- * thread's next lookup can drop it); with *owned == 1 the caller must release
- * it (the front cache could not be had).  The common case, the same shape as the
- * thread's previous call, is tested here, inlined into the entries. */
-static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b,
-                                       int64_t M, int64_t N, int64_t K, int64_t lda,
-                                       int64_t ldb, int64_t ldc, int *owned)
+/* The hit on this thread's most recent plan, borrowed (see at__plan_lookup), or
+ * NULL: the part of a lookup that is inlined into the entry points. */
+static inline at_plan *at__plan_front(int dtype, int layout, int trans_a, int trans_b,
+                                      int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                                      int64_t ldc)
 {
     uint64_t gen = at__params_generation();
     int threads = at__num_threads();
@@ -164,14 +170,62 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
             atomic_store_explicit(&tc->hits,
                                   atomic_load_explicit(&tc->hits, memory_order_relaxed) + 1,
                                   memory_order_relaxed);
-            *owned = 0;
             return tc->plan[0];
         }
     }
+    return NULL;
+}
+
+/* The hot-path lookup: the plan from this thread's front cache.  With *owned == 0
+ * the pointer is borrowed (the front cache holds its reference, and only this
+ * thread's next lookup can drop it); with *owned == 1 the caller must release
+ * it (the front cache could not be had). */
+static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int trans_b,
+                                       int64_t M, int64_t N, int64_t K, int64_t lda,
+                                       int64_t ldb, int64_t ldc, int *owned)
+{
+    at_plan *p = at__plan_front(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (p) {
+        *owned = 0;
+        return p;
+    }
     at_key k;
-    at__key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads, gen);
+    at__key_make(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc,
+                 at__num_threads(), at__params_generation());
     return at__plan_lookup_slow(&k, owned);
 }
+
+/* A one-kernel plan run by its caller: the kernel and arguments run_one would
+ * use, so the same bits, without the executor's calls in between (at 2x2x2 they
+ * cost as much as the kernel).  Returns 0 when the plan needs the executor: not
+ * one kernel, or alpha == 0 (then, as in the reference BLAS, A and B are not
+ * read).  An SME2 library never takes it: its kernels run in a streaming region. */
+#ifndef AT_SME2_EXEC
+#define AT_SINGLE(T, KFN)                                                                  \
+    static inline int at__single_##T(const at_plan *p, T alpha, const T *A, const T *B,   \
+                                     T beta, T *C)                                       \
+    {                                                                                    \
+        if (!p->single || alpha == (T)0) return 0;                                       \
+        if (p->info.layout == AT_ROW_MAJOR) {                                            \
+            const T *t = A;                                                              \
+            A = B;                                                                       \
+            B = t;                                                                       \
+        }                                                                                \
+        ((KFN)p->single)(p->K, A, p->lda, B, p->ldb, C, p->ldc, alpha, beta);            \
+        return 1;                                                                        \
+    }
+#else
+#define AT_SINGLE(T, KFN)                                                                  \
+    static inline int at__single_##T(const at_plan *p, T alpha, const T *A, const T *B,   \
+                                     T beta, T *C)                                       \
+    {                                                                                    \
+        (void)p, (void)alpha, (void)A, (void)B, (void)beta, (void)C;                     \
+        return 0;                                                                        \
+    }
+#endif
+AT_SINGLE(float, at_skernel)
+AT_SINGLE(double, at_dkernel)
+#undef AT_SINGLE
 
 #pragma GCC visibility pop
 

@@ -13,12 +13,19 @@
 
 /* The body of every single-product entry, on arguments already checked: the
  * CBLAS and Fortran entries check them by the reference's rules, which accept
- * exactly what at__check_args accepts, so they come here without checking twice. */
-static inline int gemm_checked(int dtype, int layout, int trans_a, int trans_b, int64_t M,
-                               int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
-                               const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
+ * exactly what at__check_args accepts, so they come here without checking twice.
+ * Out of line, and with dtype, layout and transpositions packed into one word:
+ * with its arguments in six registers and four stack slots the typed entries
+ * below reach it by a jump, so their common case saves no registers. */
+#define AT_FLAGS(dtype, layout, ta, tb) ((dtype) | (layout) << 1 | (ta) << 2 | (tb) << 3)
+static __attribute__((noinline)) int gemm_checked(int flags, int64_t M, int64_t N, int64_t K,
+                                                  const void *A, int64_t lda, const void *B,
+                                                  int64_t ldb, void *C, int64_t ldc,
+                                                  double alpha, double beta)
 {
     if (M == 0 || N == 0) return AT_OK;
+    int dtype = flags & 1, layout = flags >> 1 & 1, trans_a = flags >> 2 & 1;
+    int trans_b = flags >> 3 & 1;
     int owned;
     at_plan *p = at__plan_lookup(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, &owned);
     if (!p) return AT_ENOMEM;
@@ -27,40 +34,50 @@ static inline int gemm_checked(int dtype, int layout, int trans_a, int trans_b, 
     return rc;
 }
 
-/* at_gemm's body, which at_sgemm and at_dgemm share without a call through the
- * PLT to the exported symbol. */
-static inline int gemm_entry(int dtype, int layout, int trans_a, int trans_b, int64_t M,
-                             int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
-                             const void *B, int64_t ldb, double beta, void *C, int64_t ldc)
-{
-    int rc = at__check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
-    if (rc) return rc;
-    return gemm_checked(dtype, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                        ldc);
-}
+/* The typed entries' common case first: the thread's last shape again, planned
+ * as one kernel call, which runs from here; anything else takes gemm_checked. */
+#define AT_GEMM_TYPED(NAME, T, DT)                                                         \
+    static inline int NAME(int layout, int ta, int tb, int64_t M, int64_t N, int64_t K,    \
+                           T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,      \
+                           T beta, T *C, int64_t ldc)                                      \
+    {                                                                                      \
+        const at_plan *p = at__plan_front(DT, layout, ta, tb, M, N, K, lda, ldb, ldc);     \
+        if (p && at__single_##T(p, alpha, A, B, beta, C)) return AT_OK;                    \
+        return gemm_checked(AT_FLAGS(DT, layout, ta, tb), M, N, K, A, lda, B, ldb, C, ldc, \
+                            alpha, beta);                                                  \
+    }
+AT_GEMM_TYPED(gemm_f32, float, AT_F32)
+AT_GEMM_TYPED(gemm_f64, double, AT_F64)
+#undef AT_GEMM_TYPED
 
 int at_gemm(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K,
             double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
             void *C, int64_t ldc)
 {
-    return gemm_entry(dtype, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                      ldc);
+    int rc = at__check_args(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (rc) return rc;
+    if (dtype == AT_F32)
+        return gemm_f32(layout, trans_a, trans_b, M, N, K, (float)alpha, A, lda, B, ldb,
+                        (float)beta, C, ldc);
+    return gemm_f64(layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 int at_sgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
              int64_t ldc)
 {
-    return gemm_entry(AT_F32, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                      ldc);
+    int rc = at__check_args(AT_F32, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (rc) return rc;
+    return gemm_f32(layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 int at_dgemm(int layout, int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, double alpha,
              const double *A, int64_t lda, const double *B, int64_t ldb, double beta, double *C,
              int64_t ldc)
 {
-    return gemm_entry(AT_F64, layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C,
-                      ldc);
+    int rc = at__check_args(AT_F64, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    if (rc) return rc;
+    return gemm_f64(layout, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 int at_gemm_batch_strided(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
@@ -111,8 +128,9 @@ __attribute__((weak)) void cblas_xerbla(int p, const char *rout, const char *for
 
 /* Reference CBLAS's checks, numbered as the CBLAS prototype (order is 1); zero if
  * the arguments are valid. */
-static int cblas_check(int order, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc,
-                       const char *rout)
+static __attribute__((noinline, cold)) int cblas_check(int order, int ta, int tb, int M, int N,
+                                                      int K, int lda, int ldb, int ldc,
+                                                      const char *rout)
 {
     if (order != CblasColMajor && order != CblasRowMajor) {
         cblas_xerbla(1, rout, "Illegal order setting, %d\n", order);
@@ -150,22 +168,43 @@ static int cblas_check(int order, int ta, int tb, int M, int N, int K, int lda, 
     return pos;
 }
 
+/* Whether cblas_check would accept the arguments, as one test: combined with &
+ * rather than &&, the valid case (every call of a correct program) takes one
+ * branch instead of a dozen, and cblas_check runs only to report. */
+static inline int cblas_valid(int order, int ta, int tb, int M, int N, int K, int lda, int ldb,
+                              int ldc)
+{
+    int row = order == CblasRowMajor;
+    int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
+    int need_a = row != at ? K : M, need_b = row != bt ? N : K, need_c = row ? N : M;
+    return ((unsigned)(order - CblasRowMajor) <= 1u) & ((unsigned)(ta - CblasNoTrans) <= 2u) &
+           ((unsigned)(tb - CblasNoTrans) <= 2u) & ((M | N | K) >= 0) &
+           (lda >= (need_a > 1 ? need_a : 1)) & (ldb >= (need_b > 1 ? need_b : 1)) &
+           (ldc >= (need_c > 1 ? need_c : 1));
+}
+
 void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M,
                  int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                  float beta, float *C, int ldc)
 {
-    if (cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_sgemm")) return;
-    gemm_checked(AT_F32, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K,
-                 alpha, A, lda, B, ldb, beta, C, ldc);
+    if (__builtin_expect(!cblas_valid((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc), 0)) {
+        cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_sgemm");
+        return;
+    }
+    gemm_f32(order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha, A, lda,
+             B, ldb, beta, C, ldc);
 }
 
 void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M,
                  int N, int K, double alpha, const double *A, int lda, const double *B, int ldb,
                  double beta, double *C, int ldc)
 {
-    if (cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_dgemm")) return;
-    gemm_checked(AT_F64, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K,
-                 alpha, A, lda, B, ldb, beta, C, ldc);
+    if (__builtin_expect(!cblas_valid((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc), 0)) {
+        cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_dgemm");
+        return;
+    }
+    gemm_f64(order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha, A, lda,
+             B, ldb, beta, C, ldc);
 }
 
 /* ---- Fortran BLAS ------------------------------------------------------------- */
@@ -203,8 +242,8 @@ void sgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
         xerbla_("SGEMM ", &info, 6);
         return;
     }
-    gemm_checked(AT_F32, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
-                 *lda, B, *ldb, *beta, C, *ldc);
+    gemm_f32(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B, *ldb,
+             *beta, C, *ldc);
 }
 
 void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
@@ -216,6 +255,6 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
         xerbla_("DGEMM ", &info, 6);
         return;
     }
-    gemm_checked(AT_F64, AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
-                 *lda, B, *ldb, *beta, C, *ldc);
+    gemm_f64(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B, *ldb,
+             *beta, C, *ldc);
 }

@@ -134,6 +134,12 @@ int at__execute_one(const at_plan *plan, double alpha, const void *A, const void
 int at_plan_execute(const at_plan *plan, double alpha, const void *A, const void *B, double beta,
                     void *C)
 {
+    if (plan && plan->single) {
+        int done = plan->info.dtype == AT_F32
+                       ? at__single_float(plan, (float)alpha, A, B, (float)beta, C)
+                       : at__single_double(plan, alpha, A, B, beta, C);
+        if (done) return AT_OK;
+    }
     return at__execute_one(plan, alpha, A, B, beta, C);
 }
 

@@ -49,10 +49,8 @@ static _Thread_local char at_error_text[256];
 static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
 static at_planner_params params_live;
 static int params_replaced;
-static _Atomic uint64_t params_gen;
+_Atomic uint64_t at__params_gen;
 static _Thread_local at_planner_params tp;
-
-uint64_t at__params_generation(void) { return atomic_load(&params_gen); }
 
 static void params_snapshot(at_planner_params *out)
 {
@@ -127,7 +125,7 @@ int at_params_set(const at_tune_params *in)
         params_live.thread_flops = in->thread_flops;
     }
     params_replaced = in != NULL;
-    atomic_fetch_add(&params_gen, 1);
+    atomic_fetch_add(&at__params_gen, 1);
     pthread_mutex_unlock(&params_lock);
     at_plan_cache_clear();
     return AT_OK;
@@ -708,6 +706,8 @@ static int build_nopack(at_plan *p, int T)
     p->info.memops = memops + 2.0 * (double)p->M * (double)p->N;
     p->info.nsteps = p->nsteps;
     p->info.path = 0;
+    if (rc == AT_OK && p->nsteps == 1 && p->info.threads == 1 && p->steps[0].kernel >= 0)
+        p->single = at_kernel_table[p->steps[0].kernel].fn;
 done:
     free(st.v);
     grid_free(&g);
