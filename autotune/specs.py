@@ -166,6 +166,24 @@ SUPPORTED_ISAS = ("avx512", "avx2", "generic")
 #:   "dot":     both operands contiguous along K: vector dot products, reduced at the end.
 STRATEGIES = {"nn": "bcast_b", "nt": "bcast_b", "tt": "bcast_a", "tn": "dot"}
 
+#: The one in-place variant: the "dot" strategy for NN blocks of a few rows.  A
+#: 1-4 row block in the NN strategy fills 1-4 of a vector's lanes per FMA (one
+#: FMA per column and K step whatever mr is), so the rows left over below a
+#: multiple of the vector length cost as much as a full vector band: 17x129x33
+#: spent half its time in its last row.  op(B) columns are contiguous along K,
+#: so the rows of op(A), strided by lda along K, are gathered a vector of K at a
+#: time and each C element is a dot product, W K steps per FMA.
+GATHER = "gather"
+#: Transpositions whose in-place operand strided along K can be gathered: NN's
+#: op(A) (TT's op(B) would be the mirror image; NT has both operands strided).
+GATHER_TRANS = ("nn",)
+#: Rows of a gather block: beyond a few rows the NN strategy's masked vector is
+#: cheaper than one gather per row and a horizontal sum per element.
+GATHER_MAX_ROWS = 4
+#: ISAs with a gather generator: AVX-512's mask registers make the K tail one
+#: masked gather that reads nothing past the operand.
+GATHER_ISAS = ("avx512",)
+
 # Independent FMA chains that hide the FMA latency on the x86 cores this
 # targets (4-cycle latency x 2 pipes); kernels with fewer accumulators split K
 # over several accumulator sets when the register file has room for them.
@@ -200,13 +218,20 @@ def strategy(spec: KernelSpec) -> str:
     """How the kernel loads its operands: ``bcast_b``, ``bcast_a``, ``dot`` or ``scalar``."""
     if not register_file(spec.isa).vector:
         return "scalar"
+    if spec.variant == GATHER:
+        return "dot"
     return STRATEGIES[spec.trans]
 
 
-def _base_budget(isa: str, dtype: str, trans: str, mr: int, nr: int) -> tuple[int, int, int]:
+def _base_budget(isa: str, dtype: str, trans: str, mr: int, nr: int,
+                 variant: str = "") -> tuple[int, int, int]:
     rf = register_file(isa)
     w = rf.lanes(dtype)
     kind = "scalar" if not rf.vector else STRATEGIES[trans]
+    if variant == GATHER:
+        # One more register for A: the gather's vector of K offsets (0..7) * lda.
+        acc, a, b = _base_budget(isa, dtype, "tn", mr, nr)
+        return acc, a + 1, b
     # Operand registers are counted rf.buffers times, as IAAT's allocator
     # double-buffers them for its ping-pong K loop: on AVX-512, a model with
     # one buffer let gcc 12 spill accumulators of the 32x14 and 64x6 fp32 blocks.
@@ -226,14 +251,15 @@ def _base_budget(isa: str, dtype: str, trans: str, mr: int, nr: int) -> tuple[in
     return mr * nr, mr, 1
 
 
-def accumulator_sets(isa: str, dtype: str, trans: str, mr: int, nr: int, unroll: int) -> int:
+def accumulator_sets(isa: str, dtype: str, trans: str, mr: int, nr: int, unroll: int,
+                     variant: str = "") -> int:
     """Accumulator sets the generator rotates through within one unrolled K step.
 
     Enough sets to give FMA_CHAINS independent chains, no more than the unroll
     (each set takes one K step of an unrolled iteration) and no more than the
     free registers allow.
     """
-    acc, a, b = _base_budget(isa, dtype, trans, mr, nr)
+    acc, a, b = _base_budget(isa, dtype, trans, mr, nr, variant)
     free = register_file(isa).count - a - b
     if free < acc:
         return 1
@@ -241,8 +267,9 @@ def accumulator_sets(isa: str, dtype: str, trans: str, mr: int, nr: int, unroll:
 
 
 def register_budget(spec: KernelSpec) -> RegisterBudget:
-    acc, a, b = _base_budget(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr)
-    sets = accumulator_sets(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr, spec.unroll)
+    acc, a, b = _base_budget(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr, spec.variant)
+    sets = accumulator_sets(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr, spec.unroll,
+                            spec.variant)
     return RegisterBudget(accumulators=acc, a=a, b=b, sets=sets)
 
 
@@ -253,12 +280,15 @@ def registers_needed(spec: KernelSpec) -> int:
 
 def fits(spec: KernelSpec) -> bool:
     """Whether ``spec`` fits its ISA's register file (and has a family at all)."""
-    if spec.isa not in REGISTER_FILES or spec.variant:
+    if spec.isa not in REGISTER_FILES:
+        return False
+    if spec.variant and not (spec.variant == GATHER and spec.isa in GATHER_ISAS and
+                             spec.trans in GATHER_TRANS and spec.mr <= GATHER_MAX_ROWS):
         return False
     return registers_needed(spec) <= register_file(spec.isa).count
 
 
-def default_unroll(isa: str, dtype: str, trans: str, mr: int, nr: int) -> int:
+def default_unroll(isa: str, dtype: str, trans: str, mr: int, nr: int, variant: str = "") -> int:
     """The model's K unroll: deep enough to rotate the accumulator sets that hide
     the FMA latency, and no deeper.
 
@@ -266,17 +296,18 @@ def default_unroll(isa: str, dtype: str, trans: str, mr: int, nr: int) -> int:
     unrolled: its K step is a dozen or more instructions, so the loop's own cost
     is noise, while an unrolled body's set-up costs at small K (measured on Zen 5:
     16x14 fp32 6 % faster at K = 8 without unrolling, the same at K = 256).  A
-    "dot" kernel's K step is a whole vector of K, so it unrolls half as much.
+    "dot" or gather kernel's K step is a whole vector of K, so it unrolls half as much.
     """
-    acc, _, _ = _base_budget(isa, dtype, trans, mr, nr)
+    acc, _, _ = _base_budget(isa, dtype, trans, mr, nr, variant)
     vector = register_file(isa).vector
+    dot = vector and (STRATEGIES[trans] == "dot" or variant == GATHER)
     if acc >= FMA_CHAINS:
-        if vector and STRATEGIES[trans] != "dot":
+        if vector and not dot:
             return 1
         unroll = 4
     else:
         unroll = 8
-    if vector and STRATEGIES[trans] == "dot":
+    if dot:
         unroll //= 2
     return unroll
 
@@ -323,6 +354,22 @@ def family(isa: str, dtype: str, trans: str, unroll: int | None = None) -> list[
     for mr, nr in _shapes(isa, dtype, trans):
         u = unroll if unroll is not None else default_unroll(isa, dtype, trans, mr, nr)
         specs.append(KernelSpec(isa, dtype, mr, nr, trans_a, trans_b, "", u))
+    return sorted(specs)
+
+
+def gather_family(isa: str, dtype: str, trans: str) -> list[KernelSpec]:
+    """The gather variant's blocks (see GATHER): 1..GATHER_MAX_ROWS rows, every width that fits."""
+    trans = trans.lower()
+    if isa not in GATHER_ISAS or trans not in GATHER_TRANS:
+        return []
+    trans_a, trans_b = parse_trans(trans)
+    specs = []
+    for mr in range(1, GATHER_MAX_ROWS + 1):
+        for nr in range(1, MAX_SIDE + 1):
+            u = default_unroll(isa, dtype, trans, mr, nr, GATHER)
+            spec = KernelSpec(isa, dtype, mr, nr, trans_a, trans_b, GATHER, u)
+            if fits(spec):
+                specs.append(spec)
     return sorted(specs)
 
 
@@ -389,8 +436,9 @@ def default_family(
             continue
         for dtype in dtypes:
             for trans in transes:
-                specs = family(isa, dtype, trans)
-                out.extend(_quick(isa, dtype, trans.lower(), specs) if quick else specs)
+                for specs in (family(isa, dtype, trans), gather_family(isa, dtype, trans)):
+                    if specs:
+                        out.extend(_quick(isa, dtype, trans.lower(), specs) if quick else specs)
     return sorted(out)
 
 

@@ -159,7 +159,9 @@ static double model_gflops(const at_kernel_desc *d)
     if (lanes < 1) lanes = 1;
     int v = d->trans_a ? (d->trans_b ? d->nr : 1) : d->mr;
     double simd = (double)v / (double)(((v + lanes - 1) / lanes) * lanes);
-    if (d->trans_a && !d->trans_b) simd = 0.5;
+    /* Dot-product kernels (TN, and NN's gather variant, docs/kernels.md) fill
+     * the lanes along K but pay a horizontal sum per element. */
+    if ((d->trans_a && !d->trans_b) || strstr(d->name, "_gather_")) simd = 0.5;
     double area = (double)d->mr * d->nr;
     return peak_of(d->dtype) * simd * area / (area + 2.0 * (d->mr + d->nr));
 }
