@@ -307,7 +307,25 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
     out(f"{voc.vtype} {', '.join(f'v{v}' for v in range(nv))}{', bx' if nv > 1 else ''};")
     out()
 
+    # Broadcasts strided by ld (NN's B, TT's A) are addressed from one pointer
+    # per group of four columns, as p[0], p[ld], p[2 * ld] and p[ld3]: x86
+    # addressing scales one index register by 1, 2, 4 or 8, so those need only
+    # ld and ld3 besides the pointers.  With an offset register per column gcc
+    # ran out of general registers from about ten columns and reloaded offsets
+    # from the stack inside the K loop.
+    grouped = bc_stride != "1" and nb > 4
+    group_ptrs = [bc_ptr] + [f"{bc_ptr}{4 * g}" for g in range(1, math.ceil(nb / 4))]
+    if grouped:
+        out(f"const int64_t {bc_stride}3 = 3 * {bc_stride};")
+        for g, ptr in enumerate(group_ptrs[1:], start=1):
+            out(f"const {T} *{ptr} = {bc_ptr} + {4 * g} * {bc_stride};")
+        out()
+
     def bc_addr(x: int) -> str:
+        if grouped:
+            g, o = divmod(x, 4)
+            offset = ("0", bc_stride, f"2 * {bc_stride}", f"{bc_stride}3")[o]
+            return f"{group_ptrs[g]}[{offset}]"
         if bc_stride == "1":
             return f"{bc_ptr}[{x}]" if x else f"{bc_ptr}[0]"
         return f"{bc_ptr}[{x} * {bc_stride}]" if x else f"{bc_ptr}[0]"
@@ -332,7 +350,8 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
                 for v in range(nv):
                     out(f"{acc(s, x, v)} = {voc.fma(f'v{v}', 'bx', acc(s, x, v))};")
         out(f"{vec_ptr} += {vec_step};")
-        out(f"{bc_ptr} += {bc_step};")
+        for ptr in group_ptrs if grouped else [bc_ptr]:
+            out(f"{ptr} += {bc_step};")
 
     out("int64_t p = 0;")
     if unroll > 1:
@@ -373,9 +392,21 @@ def _merge_sets(out: _Writer, voc: Vocabulary, sets: int, acc, nb: int, nv: int)
 def _store_columns(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, masked: bool, acc) -> None:
     """C columns are vectors along M: scale, add beta * C (only if beta != 0), store."""
     w = voc.lanes
+    # Columns addressed from one pointer per group of four, as for the strided
+    # broadcasts (see _emit_broadcast): a register per column spills from ten.
+    grouped = spec.nr > 4
+    if grouped:
+        out("const int64_t ldc3 = 3 * ldc;")
+        for g in range(1, math.ceil(spec.nr / 4)):
+            out(f"{spec.ctype} *C{4 * g} = C + {4 * g} * ldc;")
 
     def addr(j: int, v: int) -> str:
-        col = f"C + {j} * ldc" if j else "C"
+        if grouped:
+            g, o = divmod(j, 4)
+            base = f"C{4 * g}" if g else "C"
+            col = base + ("", " + ldc", " + 2 * ldc", " + ldc3")[o]
+        else:
+            col = f"C + {j} * ldc" if j else "C"
         return f"{col} + {v * w}" if v else col
 
     def mask(v: int) -> str | None:
