@@ -318,8 +318,11 @@ def _fits_shape(isa: str, dtype: str, trans: str, mr: int, nr: int) -> bool:
 
 
 def _vector_sides(w: int) -> list[int]:
-    # Every size up to one vector (masked tails), then half-vector steps to 4 vectors.
-    return list(range(1, w + 1)) + [k * w // 2 for k in range(3, 9) if (k * w) % 2 == 0]
+    # Every size up to two vectors (the last one masked), then half-vector steps to
+    # 4 vectors.  Two-vector blocks of every height let a band of 13 fp64 or 31
+    # fp32 rows be one kernel instead of two (8 + 5, 16 + 15), each of which
+    # would load every broadcast of op(B) again.
+    return list(range(1, 2 * w + 1)) + [k * w // 2 for k in range(5, 9) if (k * w) % 2 == 0]
 
 
 def _shapes(isa: str, dtype: str, trans: str) -> list[tuple[int, int]]:
