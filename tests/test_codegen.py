@@ -45,7 +45,7 @@ X86 = ("avx512", "avx2", "generic")
 RUNNABLE = [isa for isa in X86 if all(f in CPU for f in X86_REQUIRES[isa])]
 
 KS = (0, 1, 2, 3, 7, 17, 57, 71)
-ALPHA_BETA = ((1.0, 0.0), (1.0, 1.0), (-0.75, 2.5), (0.5, -1.0))
+ALPHA_BETA = ((1.0, 0.0), (-1.5, 0.0), (1.0, 1.0), (-0.75, 2.5), (0.5, -1.0))
 EPS = {"f32": np.finfo(np.float32).eps, "f64": np.finfo(np.float64).eps}
 NP = {"f32": np.float32, "f64": np.float64}
 CT = {"f32": ctypes.c_float, "f64": ctypes.c_double}
