@@ -432,27 +432,15 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
             AT_T be = p0 == 0 ? beta : (AT_T)1;
             for (int64_t q0 = 0, q1; q0 < nord; q0 = q1) {
                 const at_block *b0 = &p->blocks[ord[q0]];
-                int64_t calls = 0;
-                for (q1 = q0; q1 < nord && p->blocks[ord[q1]].j0 == b0->j0; q1++)
-                    calls += p->tilings[p->blocks[ord[q1]].tiling].count;
+                q1 = q0 + 1;
+                while (q1 < nord && p->blocks[ord[q1]].j0 == b0->j0) q1++;
                 const int32_t *w = bw + b0->j0;
                 int bandb = fb && w[0] > 0;
                 if (bandb)
                     AT_FN(pack_b_bands)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, w);
                 else
                     AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb);
-                /* While this panel's blocks run: the next panel's B. */
                 at_prefetch pf[2] = {{0}};
-                const at_block *bn1 = q1 < nord ? &p->blocks[ord[q1]] : &p->blocks[ord[0]];
-                int64_t pn = q1 < nord ? p0 : p1, kn = q1 < nord ? kb : kb1;
-                if (pn < p->K) {
-                    if (!p->tb)
-                        at_prefetch_set(&pf[1], B + pn + bn1->j0 * p->ldb, (int64_t)sizeof(AT_T) * p->ldb,
-                                        (int64_t)sizeof(AT_T) * kn, bn1->nb, calls);
-                    else
-                        at_prefetch_set(&pf[1], B + bn1->j0 + pn * p->ldb, (int64_t)sizeof(AT_T) * p->ldb,
-                                        (int64_t)sizeof(AT_T) * bn1->nb, kn, calls);
-                }
                 for (int64_t q = q0; q < q1; q++) {
                     const at_block *bl = &p->blocks[ord[q]];
                     const at_tiling *ti = &p->tilings[bl->tiling];
@@ -466,6 +454,20 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
                             AT_FN(pack_a_bands)(A, p->lda, p->ta, bl->i0, p0, kb, a, nbands[c],
                                                 bands + 2 * c * bm, bands + 2 * c * bm + bm);
                         tag[s] = p0;
+                    }
+                    /* While the panel's last block runs: the next panel's B.  Spread
+                     * over the whole panel, the first lines fetched met the rest of
+                     * the share's A on its way through L2 (1 MiB of fp64 rows at
+                     * 1024^3) and were gone before the pack. */
+                    const at_block *bn1 = q1 < nord ? &p->blocks[ord[q1]] : &p->blocks[ord[0]];
+                    int64_t pn = q1 < nord ? p0 : p1, kn = q1 < nord ? kb : kb1;
+                    if (q + 1 == q1 && pn < p->K) {
+                        if (!p->tb)
+                            at_prefetch_set(&pf[1], B + pn + bn1->j0 * p->ldb, (int64_t)sizeof(AT_T) * p->ldb,
+                                            (int64_t)sizeof(AT_T) * kn, bn1->nb, ti->count);
+                        else
+                            at_prefetch_set(&pf[1], B + bn1->j0 + pn * p->ldb, (int64_t)sizeof(AT_T) * p->ldb,
+                                            (int64_t)sizeof(AT_T) * bn1->nb, kn, ti->count);
                     }
                     /* While this block runs: the next block's A, if it packs. */
                     const at_block *bx = q + 1 < nord ? &p->blocks[ord[q + 1]] : &p->blocks[ord[0]];
