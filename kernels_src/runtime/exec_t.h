@@ -149,14 +149,21 @@ static void AT_FN(pack_a_bands)(const AT_T *A, int64_t lda, int ta, int64_t i0, 
             }
         }
     } else {
-        /* Rows of op(A) are contiguous: walk the h of a band side by side so the
-         * stores run contiguously (scattered stores cost more than h read streams). */
+        /* Rows of op(A) are contiguous: a cache line's worth of each of the h rows
+         * in turn, so the stores stay within a few lines.  Walking all h rows per
+         * k touched h lines lda apart, which share L1 sets when lda is a multiple
+         * of 4 KiB: every element missed (fp32 1024^3 TN ran at 219 GFLOPS against
+         * NN's 250). */
+        enum { Q = 64 / sizeof(AT_T) };
         for (int64_t b = 0; b < nbands; b++) {
             int64_t h = bh[b];
             AT_T *d = dst + (int64_t)bi0[b] * kb;
             const AT_T *src = A + p0 + (i0 + bi0[b]) * lda;
-            for (int64_t p = 0; p < kb; p++)
-                for (int64_t i = 0; i < h; i++) d[i + p * h] = src[p + i * lda];
+            for (int64_t q0 = 0; q0 < kb; q0 += Q) {
+                int64_t q1 = q0 + Q < kb ? q0 + Q : kb;
+                for (int64_t i = 0; i < h; i++)
+                    for (int64_t p = q0; p < q1; p++) d[i + p * h] = src[p + i * lda];
+            }
         }
     }
 }
