@@ -9,8 +9,11 @@ Two models from the seed papers, solved from the detected cache geometry:
   ``blk_k x nr`` micro-panels of B stream past it out of L2.  KirbyMM's roles
   of A and B are therefore swapped, and its constraints read
 
-  - L1 (Eq. 7): the A sliver, two B micro-panels (the one in use and the next)
-    and the C micro-tile take at most ``ways - 1`` ways of L1, counted per set;
+  - L1 (Eq. 7): the A sliver and the B micro-panel streaming past it take at
+    most ``ways - 1`` ways of L1, counted per set (BLIS's analytical model,
+    Low et al. 2016, which counts one streaming panel: the C micro-tile lives
+    in registers during the K loop, and counting it and a second B micro-panel
+    held fp64 at blk_k 128, 2-6 % slower at 1024^3 than 224-256 on Zen 5);
   - L2 (Eq. 6): the packed B panel, two A slivers and a C row band take at most
     ``ways - 1`` ways of L2;
   - operational intensity (Eq. 5): ``blk_m blk_n / (blk_m + blk_n) >=
@@ -125,9 +128,9 @@ def nominal_peak_gflops(geo: Geometry, dtype: str, ghz: float = 3.5, fma_units: 
 
 
 def l1_fits(geo: Geometry, bpe: int, mr: int, nr: int, blk_k: int) -> bool:
-    """KirbyMM Eq. 7 in this runtime's loop order (A sliver resident, B micro-panels streaming)."""
+    """KirbyMM Eq. 7 in this runtime's loop order (A sliver resident, one B micro-panel streaming)."""
     c = geo.l1
-    used = c.ways_for(mr * blk_k * bpe) + 2 * c.ways_for(blk_k * nr * bpe) + c.ways_for(mr * nr * bpe)
+    used = c.ways_for(mr * blk_k * bpe) + c.ways_for(blk_k * nr * bpe)
     return used <= c.ways - 1
 
 
@@ -162,7 +165,7 @@ def solve_blocking(geo: Geometry, dtype: str, mr: int, nr: int, *,
                    peak_gflops: float | None = None, bandwidth: float = CORE_BANDWIDTH) -> Blocking:
     """The largest blocks the L1 and L2 constraints allow, raised to meet the intensity bound.
 
-    blk_k is the deepest multiple of 8 (16..1024) whose A sliver and B micro-panels
+    blk_k is the deepest multiple of 8 (16..1024) whose A sliver and B micro-panel
     fit L1; blk_n the widest multiple of nr whose B panel fits L2 at that depth;
     blk_m the largest multiple of mr whose A block shares L2 with the B panel
     (it is re-read once per row band, so it should not come from L3).  Both

@@ -99,6 +99,11 @@ static void AT_FN(pack_b)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_
     }
 }
 
+#ifndef AT_PACK_A_BYTES
+/* Packed rows of A a share keeps per K slice (see run_part). */
+#define AT_PACK_A_BYTES (4 << 20)
+#endif
+
 /* Micro-panel formats (Goto's packing).  A kernel reading a whole-block panel
  * of format fa == 0 steps mb elements per k, and one of format fb == 1 nb: at
  * fp64 352 x 864 that is 2.8 KB per k, a new page every page/stride k steps, so
@@ -144,14 +149,21 @@ static void AT_FN(pack_a_bands)(const AT_T *A, int64_t lda, int ta, int64_t i0, 
             }
         }
     } else {
-        /* Rows of op(A) are contiguous: walk the h of a band side by side so the
-         * stores run contiguously (scattered stores cost more than h read streams). */
+        /* Rows of op(A) are contiguous: a cache line's worth of each of the h rows
+         * in turn, so the stores stay within a few lines.  Walking all h rows per
+         * k touched h lines lda apart, which share L1 sets when lda is a multiple
+         * of 4 KiB: every element missed (fp32 1024^3 TN ran at 219 GFLOPS against
+         * NN's 250). */
+        enum { Q = 64 / sizeof(AT_T) };
         for (int64_t b = 0; b < nbands; b++) {
             int64_t h = bh[b];
             AT_T *d = dst + (int64_t)bi0[b] * kb;
             const AT_T *src = A + p0 + (i0 + bi0[b]) * lda;
-            for (int64_t p = 0; p < kb; p++)
-                for (int64_t i = 0; i < h; i++) d[i + p * h] = src[p + i * lda];
+            for (int64_t q0 = 0; q0 < kb; q0 += Q) {
+                int64_t q1 = q0 + Q < kb ? q0 + Q : kb;
+                for (int64_t i = 0; i < h; i++)
+                    for (int64_t p = q0; p < q1; p++) d[i + p * h] = src[p + i * lda];
+            }
         }
     }
 }
@@ -180,11 +192,101 @@ static void AT_FN(pack_b_bands)(const AT_T *B, int64_t ldb, int tb, int64_t p0, 
     }
 }
 
+#ifndef AT_EXEC_PREFETCH
+#define AT_EXEC_PREFETCH
+/* Source lines that a later pack will read, fetched into L2 a few per kernel
+ * call.  Between two calls of a large product its operands leave the caches:
+ * packing them on demand ran at the memory's bandwidth (0.5 ns per element at
+ * 1024^3 against 0.1 from L3, 5-8 % of the time) while the kernels in between
+ * left the memory idle. */
+typedef struct {
+    const char *base;
+    int64_t ld, lines, runs; /* `runs` runs of `lines` cache lines, ld bytes apart */
+    int64_t r, l, per_call;  /* the next line to fetch (run, line); lines per kernel call */
+} at_prefetch;
+
+/* runs x bytes at base, ld bytes apart, spread over `calls` kernel calls. */
+static void at_prefetch_set(at_prefetch *f, const void *base, int64_t ld, int64_t bytes,
+                            int64_t runs, int64_t calls)
+{
+    /* A run may start anywhere in a line: from the line of its first byte, one
+     * more line covers its end whatever the offset. */
+    uintptr_t off = (uintptr_t)base % 64;
+    f->base = (const char *)base - off;
+    f->ld = ld;
+    f->lines = ld % 64 == 0 ? (int64_t)(off + (uintptr_t)bytes + 63) / 64 : (bytes + 127) / 64;
+    f->runs = runs;
+    f->r = f->l = 0;
+    f->per_call = calls > 0 ? (f->lines * runs + calls - 1) / calls : 0;
+}
+
+static inline void at_prefetch_step(at_prefetch *f)
+{
+    for (int64_t k = 0; k < f->per_call && f->r < f->runs; k++) {
+        __builtin_prefetch(f->base + f->r * f->ld + f->l * 64, 0, 2);
+        if (++f->l == f->lines) {
+            f->l = 0;
+            f->r++;
+        }
+    }
+}
+#endif
+
+#ifndef AT_EXEC_PANELS
+#define AT_EXEC_PANELS
+#include <pthread.h>
+/* Each thread's panel memory, kept from call to call: panels allocated per call
+ * came back as fresh pages, whose faults took 10 % of a packed fp64 256^3
+ * product.  Up to AT_PANELS_KEEP bytes stay with the thread until it exits. */
+#define AT_PANELS_KEEP ((size_t)16 << 20)
+static _Thread_local struct {
+    void *p;
+    size_t size; /* 0: not kept (not registered for the thread's exit) */
+} at_panels;
+static pthread_key_t at_panels_key;
+static pthread_once_t at_panels_once = PTHREAD_ONCE_INIT;
+static int at_panels_key_ok;
+
+static void at_panels_init(void) { at_panels_key_ok = pthread_key_create(&at_panels_key, free) == 0; }
+
+/* 64-byte aligned memory of at least `bytes` for this thread's panels, NULL if
+ * none can be had.  One user per thread at a time (run_part), ended by
+ * at_panels_done. */
+static void *at_panels_get(size_t bytes)
+{
+    if (at_panels.p && at_panels.size >= bytes) return at_panels.p;
+    if (at_panels.size) pthread_setspecific(at_panels_key, NULL);
+    free(at_panels.p);
+    at_panels.size = 0;
+    at_panels.p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    pthread_once(&at_panels_once, at_panels_init);
+    /* The key's destructor frees the memory when the thread exits. */
+    if (at_panels.p && bytes <= AT_PANELS_KEEP && at_panels_key_ok &&
+        pthread_setspecific(at_panels_key, at_panels.p) == 0)
+        at_panels.size = bytes;
+    return at_panels.p;
+}
+
+/* Memory that is not kept goes back now. */
+static void at_panels_done(void)
+{
+    if (!at_panels.size) {
+        free(at_panels.p);
+        at_panels.p = NULL;
+    }
+}
+#endif
+
 /* Steps [s0, s1) on micro-panels: A's band at i0 * kb, B's at j0 * kb (for B
- * whole-panel format 1, bandb == 0: column j0 of a panel of leading dimension ldpb). */
+ * whole-panel format 1, bandb == 0: column j0 of a panel of leading dimension ldpb).
+ * Between calls: the next step's C tile into L1 (C comes from memory too, and
+ * the kernels load it only after their K loop: without this, fp64 1024^3 ran
+ * at 82 GFLOPS in the median against 110, the best being the same), and the
+ * lines of pf. */
 static inline __attribute__((always_inline)) void AT_FN(run_panels)(
     const at_step *st, int64_t s0, int64_t s1, int64_t kb, const AT_T *pa, int fa,
-    const AT_T *pb, int fb, int bandb, int64_t ldpb, AT_T *C, int64_t ldc, AT_T alpha, AT_T beta)
+    const AT_T *pb, int fb, int bandb, int64_t ldpb, AT_T *C, int64_t ldc, AT_T alpha, AT_T beta,
+    at_prefetch *pf)
 {
     for (int64_t s = s0; s < s1; s++) {
         const at_step *x = &st[s];
@@ -203,6 +305,18 @@ static inline __attribute__((always_inline)) void AT_FN(run_panels)(
             ldb = ldpb;
         }
         AT_T *c = C + x->i0 + x->j0 * ldc;
+        if (s + 1 < s1) {
+            const at_step *y = x + 1;
+            const char *cn = (const char *)(C + y->i0 + y->j0 * ldc);
+            for (int j = 0; j < y->nb; j++, cn += sizeof(AT_T) * ldc) {
+                /* Each line of the column once, whatever its alignment. */
+                const char *last = cn + sizeof(AT_T) * (size_t)(y->mb - 1);
+                for (const char *q = cn - (uintptr_t)cn % 64; q <= last; q += 64)
+                    __builtin_prefetch(q, 1, 3);
+            }
+        }
+        at_prefetch_step(&pf[0]);
+        at_prefetch_step(&pf[1]);
         if (x->kernel >= 0)
             ((AT_KFN)at_kernel_table[x->kernel].fn)(kb, a, lda, b, ldb, c, ldc, alpha, beta);
         else
@@ -228,71 +342,162 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
     }
     if (first == last) return AT_OK;
     int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
+    int fa = p->ktrans_a, fb = p->ktrans_b, nt = p->ntilings;
+    int64_t nbm = (p->M + bm - 1) / bm;
+    /* A block row is packed once per K slice and kept for every column panel of
+     * the share (Goto packs A once per K slice; re-packing it per panel of blk_n
+     * columns copied A N / blk_n times, 4-5x at 1024^3).  The kept rows are
+     * capped at AT_PACK_A_BYTES: beyond, the share runs in chunks of block rows,
+     * re-packing B once per chunk instead. */
+    int64_t slot = bm * bk;
+    int64_t maxslots = AT_PACK_A_BYTES / ((int64_t)sizeof(AT_T) * slot);
+    if (maxslots < 4) maxslots = 4;
+    /* A's layout follows a tiling's row bands (format 0), so blocks share a
+     * packed row only when their tilings cut it alike: cls maps a tiling to the
+     * first one with the same bands.  Format 1 does not depend on the bands. */
+    int32_t *bands = malloc(sizeof *bands * (size_t)(2 * nt * bm + p->N + 8 * nbm));
+    int64_t nbands[4] = {0};
+    int cls[4];
+    if (!bands) return AT_ENOMEM;
+    int32_t *bw = bands + 2 * nt * bm, *smap = bw + p->N;
+    for (int u = 0; u < nt; u++) {
+        int32_t *bi0 = bands + 2 * u * bm, *bh = bi0 + bm;
+        nbands[u] = AT_FN(row_bands)(p->steps, p->tilings[u].first, p->tilings[u].count, bi0, bh);
+        cls[u] = fa ? 0 : u;
+        for (int v = 0; v < u && cls[u] == u; v++)
+            if (nbands[v] == nbands[u] &&
+                !memcmp(bands + 2 * v * bm, bi0, sizeof *bi0 * (size_t)nbands[u]) &&
+                !memcmp(bands + 2 * v * bm + bm, bh, sizeof *bh * (size_t)nbands[u]))
+                cls[u] = v;
+    }
+    /* B goes in bands (format 1) per column panel when every step of the panel's
+     * blocks starts and ends on the first block's column cuts: blocks whose
+     * tilings cut N differently (the cut depends on the band height) read it
+     * as one whole panel of leading dimension nb.  bw holds each panel's band
+     * widths at its columns, 0 in its first column when the panel is whole.
+     * used marks the (block row, class) pairs the share packs. */
+    int32_t *used = smap + 4 * nbm;
+    memset(used, 0, sizeof *used * (size_t)(4 * nbm));
+    for (int64_t g0 = first, g1; g0 < last; g0 = g1) {
+        for (g1 = g0; g1 < last && p->blocks[g1].j0 == p->blocks[g0].j0; g1++) {
+            const at_block *bl = &p->blocks[g1];
+            used[bl->i0 / bm * 4 + cls[bl->tiling]] = 1;
+        }
+        if (!fb) continue;
+        const at_block *b0 = &p->blocks[g0];
+        int32_t *w = bw + b0->j0;
+        const at_tiling *t0 = &p->tilings[b0->tiling];
+        memset(w, 0, sizeof *w * (size_t)b0->nb);
+        for (int64_t s = t0->first; s < t0->first + t0->count && p->steps[s].i0 == 0; s++)
+            w[p->steps[s].j0] = p->steps[s].nb;
+        for (int64_t g = g0; w[0] && g < g1; g++) {
+            const at_tiling *ti = &p->tilings[p->blocks[g].tiling];
+            for (int64_t s = ti->first; s < ti->first + ti->count; s++)
+                if (w[p->steps[s].j0] != p->steps[s].nb) {
+                    w[0] = 0; /* no band starts at width 0: marks the panel whole */
+                    break;
+                }
+        }
+    }
+    int64_t nslots = 0;
+    for (int64_t k = 0; k < 4 * nbm; k++) nslots += used[k];
+    if (nslots > maxslots) nslots = maxslots;
     /* 64-byte alignment keeps panel columns on cache-line boundaries. */
-    size_t asz = ((sizeof(AT_T) * (size_t)(bm * bk) + 63) / 64) * 64;
+    size_t asz = ((sizeof(AT_T) * (size_t)(nslots * slot) + 63) / 64) * 64;
     size_t bsz = ((sizeof(AT_T) * (size_t)(bk * bn) + 63) / 64) * 64;
-    AT_T *pa = aligned_alloc(64, asz), *pb = aligned_alloc(64, bsz);
-    /* Band lists: at most one row band per row of a block, one width per column. */
-    int32_t *bi0 = malloc(sizeof *bi0 * (size_t)(2 * bm + bn));
-    if (!pa || !pb || !bi0) {
-        free(pa);
-        free(pb);
-        free(bi0);
+    char *panels = at_panels_get(asz + bsz);
+    int64_t *tag = malloc(sizeof *tag * (size_t)(nslots + last - first)), *ord = tag + nslots;
+    if (!panels || !tag) {
+        at_panels_done();
+        free(tag);
+        free(bands);
         return AT_ENOMEM;
     }
-    int32_t *bh = bi0 + bm, *bw = bi0 + 2 * bm;
-    int fa = p->ktrans_a, fb = p->ktrans_b;
-    /* Blocks of one column panel are consecutive: B's panel is packed once per K
-     * slice for all of them; the K slices run in order, so every element of C is
+    AT_T *pa = (AT_T *)panels, *pb = (AT_T *)(panels + asz);
+    /* Chunks of block rows [lo, hi) whose packed rows fit the slots.  Within a
+     * chunk the K slices run outermost and in order, so every element of C is
      * accumulated in the same order whichever thread computes it. */
-    for (int64_t g0 = first; g0 < last;) {
-        int64_t g1 = g0 + 1;
-        while (g1 < last && p->blocks[g1].j0 == p->blocks[g0].j0) g1++;
-        const at_block *b0 = &p->blocks[g0];
-        /* B's panel is shared by blocks whose tilings may cut N differently
-         * (the cut depends on the band height): B goes in bands only when every
-         * step of the group starts and ends on the first row band's cut. */
-        int bandb = 0;
-        if (fb) {
-            const at_tiling *t0 = &p->tilings[b0->tiling];
-            memset(bw, 0, sizeof *bw * (size_t)b0->nb);
-            for (int64_t s = t0->first; s < t0->first + t0->count && p->steps[s].i0 == 0; s++)
-                bw[p->steps[s].j0] = p->steps[s].nb;
-            bandb = 1;
-            for (int64_t g = g0; bandb && g < g1; g++) {
-                const at_tiling *ti = &p->tilings[p->blocks[g].tiling];
-                for (int64_t s = ti->first; s < ti->first + ti->count; s++)
-                    if (bw[p->steps[s].j0] != p->steps[s].nb) {
-                        bandb = 0;
-                        break;
-                    }
-            }
+    for (int64_t lo = 0, hi; lo < nbm; lo = hi) {
+        int64_t n = 0;
+        for (hi = lo; hi < nbm; hi++) {
+            int64_t k = 0;
+            for (int c = 0; c < 4; c++) k += used[hi * 4 + c];
+            if (n + k > nslots) break;
+            for (int c = 0; c < 4; c++) smap[hi * 4 + c] = used[hi * 4 + c] ? (int32_t)n++ : -1;
         }
+        if (n == 0) continue;
+        /* The chunk's blocks in the share's order (column panels consecutive). */
+        int64_t nord = 0;
+        for (int64_t g = first; g < last; g++) {
+            int64_t ib = p->blocks[g].i0 / bm;
+            if (ib >= lo && ib < hi) ord[nord++] = g;
+        }
+        for (int64_t s = 0; s < n; s++) tag[s] = -1;
         for (int64_t p0 = 0; p0 < p->K; p0 += bk) {
             int64_t kb = p->K - p0 < bk ? p->K - p0 : bk;
+            int64_t p1 = p0 + bk, kb1 = p->K - p1 < bk ? p->K - p1 : bk;
             AT_T be = p0 == 0 ? beta : (AT_T)1;
-            if (bandb)
-                AT_FN(pack_b_bands)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, bw);
-            else
-                AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb);
-            for (int64_t g = g0; g < g1; g++) {
-                const at_block *bl = &p->blocks[g];
-                const at_tiling *ti = &p->tilings[bl->tiling];
-                if (fa)
-                    AT_FN(pack_a)(A, p->lda, p->ta, bl->i0, p0, bl->mb, kb, pa, fa);
-                else {
-                    int64_t nbands = AT_FN(row_bands)(p->steps, ti->first, ti->count, bi0, bh);
-                    AT_FN(pack_a_bands)(A, p->lda, p->ta, bl->i0, p0, kb, pa, nbands, bi0, bh);
+            for (int64_t q0 = 0, q1; q0 < nord; q0 = q1) {
+                const at_block *b0 = &p->blocks[ord[q0]];
+                q1 = q0 + 1;
+                while (q1 < nord && p->blocks[ord[q1]].j0 == b0->j0) q1++;
+                const int32_t *w = bw + b0->j0;
+                int bandb = fb && w[0] > 0;
+                if (bandb)
+                    AT_FN(pack_b_bands)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, w);
+                else
+                    AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb);
+                at_prefetch pf[2] = {{0}};
+                for (int64_t q = q0; q < q1; q++) {
+                    const at_block *bl = &p->blocks[ord[q]];
+                    const at_tiling *ti = &p->tilings[bl->tiling];
+                    int c = cls[bl->tiling];
+                    int64_t s = smap[bl->i0 / bm * 4 + c];
+                    AT_T *a = pa + s * slot;
+                    if (tag[s] != p0) {
+                        if (fa)
+                            AT_FN(pack_a)(A, p->lda, p->ta, bl->i0, p0, bl->mb, kb, a, fa);
+                        else
+                            AT_FN(pack_a_bands)(A, p->lda, p->ta, bl->i0, p0, kb, a, nbands[c],
+                                                bands + 2 * c * bm, bands + 2 * c * bm + bm);
+                        tag[s] = p0;
+                    }
+                    /* While the panel's last block runs: the next panel's B.  Spread
+                     * over the whole panel, the first lines fetched met the rest of
+                     * the share's A on its way through L2 (1 MiB of fp64 rows at
+                     * 1024^3) and were gone before the pack. */
+                    const at_block *bn1 = q1 < nord ? &p->blocks[ord[q1]] : &p->blocks[ord[0]];
+                    int64_t pn = q1 < nord ? p0 : p1, kn = q1 < nord ? kb : kb1;
+                    if (q + 1 == q1 && pn < p->K) {
+                        if (!p->tb)
+                            at_prefetch_set(&pf[1], B + pn + bn1->j0 * p->ldb, (int64_t)sizeof(AT_T) * p->ldb,
+                                            (int64_t)sizeof(AT_T) * kn, bn1->nb, ti->count);
+                        else
+                            at_prefetch_set(&pf[1], B + bn1->j0 + pn * p->ldb, (int64_t)sizeof(AT_T) * p->ldb,
+                                            (int64_t)sizeof(AT_T) * bn1->nb, kn, ti->count);
+                    }
+                    /* While this block runs: the next block's A, if it packs. */
+                    const at_block *bx = q + 1 < nord ? &p->blocks[ord[q + 1]] : &p->blocks[ord[0]];
+                    int64_t px = q + 1 < nord ? p0 : p1, kx = q + 1 < nord ? kb : kb1;
+                    pf[0].per_call = 0;
+                    if (px < p->K && tag[smap[bx->i0 / bm * 4 + cls[bx->tiling]]] != px) {
+                        if (!p->ta)
+                            at_prefetch_set(&pf[0], A + bx->i0 + px * p->lda, (int64_t)sizeof(AT_T) * p->lda,
+                                            (int64_t)sizeof(AT_T) * bx->mb, kx, ti->count);
+                        else
+                            at_prefetch_set(&pf[0], A + px + bx->i0 * p->lda, (int64_t)sizeof(AT_T) * p->lda,
+                                            (int64_t)sizeof(AT_T) * kx, bx->mb, ti->count);
+                    }
+                    AT_FN(run_panels)(p->steps, ti->first, ti->first + ti->count, kb, a, fa, pb,
+                                      fb, bandb, b0->nb, C + bl->i0 + bl->j0 * p->ldc, p->ldc,
+                                      alpha, be, pf);
                 }
-                AT_FN(run_panels)(p->steps, ti->first, ti->first + ti->count, kb, pa, fa, pb, fb,
-                                  bandb, b0->nb, C + bl->i0 + bl->j0 * p->ldc, p->ldc, alpha, be);
             }
         }
-        g0 = g1;
     }
-    free(pa);
-    free(pb);
-    free(bi0);
+    at_panels_done();
+    free(tag);
+    free(bands);
     return AT_OK;
 }
 

@@ -1,0 +1,157 @@
+"""The packed (Goto) path of the executor against numpy, with blocks small enough that
+every problem has many block rows, column panels and K slices.
+
+What exec_t.h's run_part does beyond a plain loop: A's block rows are packed once per K
+slice and reused by every column panel of a thread's share (capped; past the cap the
+share runs in chunks of block rows), B's panel of the next column panel and A's rows of
+the next block are prefetched while kernels run, and the panels are packed in the
+operands' own format when that family has kernels.  None of it may change a bit of the
+result for any thread count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import autotune.runtime as rt
+from autotune.runtime import loader
+from autotune.runtime.untuned import build_untuned, small_selection
+
+DTYPES = (np.float32, np.float64)
+TRANS = ((False, False), (False, True), (True, False), (True, True))
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    # The very library tests/test_runtime.py builds: one process loads one library.
+    built = build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+    runtime = rt.use_library(built.library)
+    assert runtime is not None
+    yield runtime
+    runtime.lib.at_params_set(None)
+    rt.set_num_threads(0)
+
+
+def packed_params(runtime, blk_m: int, blk_n: int, blk_k: int) -> None:
+    """Every problem packed, in blocks of at most blk_m x blk_n x blk_k, threads from any size."""
+    p = loader.at_tune_params()
+    assert runtime.lib.at_params_get(ctypes.byref(p)) == 0
+    for d in range(2):
+        p.pack_flops[d] = 0.0
+        p.blk_m[d], p.blk_n[d], p.blk_k[d] = blk_m, blk_n, blk_k
+    p.thread_flops = 0.0
+    assert runtime.lib.at_params_set(ctypes.byref(p)) == 0
+
+
+def plan_info(runtime, dtype, layout, ta, tb, M, N, K, lda, ldb, ldc, threads):
+    plan = runtime.lib.at_plan_create_ex(dtype, layout, ta, tb, M, N, K, lda, ldb, ldc, threads)
+    assert plan
+    info = loader.at_plan_info()
+    runtime.lib.at_plan_get_info(plan, ctypes.byref(info))
+    runtime.lib.at_plan_destroy(plan)
+    return info
+
+
+def assert_close(got, A, B, C0, alpha, beta, ta, tb):
+    """Within c_K eps of the float64 product (the kernel validation's bound)."""
+    opA = (A.T if ta else A).astype(np.float64)
+    opB = (B.T if tb else B).astype(np.float64)
+    want = alpha * (opA @ opB)
+    bound = abs(alpha) * (np.abs(opA) @ np.abs(opB))
+    if beta != 0:
+        want = want + beta * C0.astype(np.float64)
+        bound = bound + abs(beta) * np.abs(C0.astype(np.float64))
+    K = opA.shape[1]
+    tol = 2 * (K + 2) * np.finfo(got.dtype).eps * bound + np.finfo(got.dtype).tiny
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all(err <= tol), f"max err {err.max()} vs tol {tol.max()} (K={K})"
+
+
+def view(rng, rows, cols, dtype, order, pad):
+    """A rows x cols operand in `order` whose leading dimension exceeds its extent by pad."""
+    if order == "C":
+        return rng.standard_normal((rows, cols + pad)).astype(dtype)[:, :cols]
+    return np.asfortranarray(rng.standard_normal((rows + pad, cols)).astype(dtype))[:rows, :]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("order", ["F", "C"], ids=["col", "row"])
+def test_packed_matches_numpy(lib, dtype, ta, tb, order):
+    packed_params(lib, 40, 56, 24)
+    rng = np.random.default_rng(hash((ta, tb, order, np.dtype(dtype).char)) % 2**32)
+    # Odd sizes: last block rows and column panels narrower than the others (their
+    # own tilings), a last K slice shorter than blk_k, one-row and one-column panels.
+    for M, N, K in ((97, 83, 61), (130, 7, 50), (5, 140, 33), (81, 121, 24), (1, 60, 49)):
+        A = view(rng, *((K, M) if ta else (M, K)), dtype, order, pad=3)
+        B = view(rng, *((N, K) if tb else (K, N)), dtype, order, pad=5)
+        C0 = np.asarray(rng.standard_normal((M, N)), dtype=dtype, order=order)
+        cases = ((1.0, 0.0), (1.0, 1.0), (-0.75, 2.5), (0.5, -1.0))
+        for threads in (1, 2):
+            rt.set_num_threads(threads)
+            for alpha, beta in cases:
+                # beta == 0 never reads C: NaN in C must not reach the result.
+                C = np.full((M, N), np.nan, dtype=dtype, order=order) if beta == 0 else C0.copy(order=order)
+                rt.gemm(A, B, C, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+                assert_close(C, A, B, C0, alpha, beta, ta, tb)
+    layout = 1 if order == "C" else 0
+    info = plan_info(lib, int(dtype == np.float64), layout, int(ta), int(tb), 97, 83, 61, 200, 200, 200, 2)
+    assert info.path == 1 and info.blk_m <= 40 and info.blk_k == 24
+
+
+def run_plan(runtime, threads, A, B, C, ta, tb, alpha, beta):
+    """at_plan_execute on Fortran operands through a plan made for `threads` threads."""
+    M, N = C.shape
+    K = A.shape[0] if ta else A.shape[1]
+    plan = runtime.lib.at_plan_create_ex(int(A.dtype == np.float64), 0, int(ta), int(tb), M, N, K,
+                                         A.shape[0], B.shape[0], M, threads)
+    assert plan
+    info = loader.at_plan_info()
+    runtime.lib.at_plan_get_info(plan, ctypes.byref(info))
+    rc = runtime.lib.at_plan_execute(plan, alpha, A.ctypes.data, B.ctypes.data, beta, C.ctypes.data)
+    runtime.lib.at_plan_destroy(plan)
+    assert rc == 0 and info.path == 1
+    return info.threads
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_packed_bitwise_identical_for_any_thread_count(lib, dtype):
+    """Shares of 1, 2 and 3 threads own different block rows and column panels (so each
+    packs and keeps a different subset of A's rows); the bits must not move."""
+    packed_params(lib, 32, 48, 40)
+    rng = np.random.default_rng(11)
+    for ta, tb in TRANS:
+        M, N, K = 150, 133, 97
+        A = np.asfortranarray(rng.standard_normal((K, M) if ta else (M, K)).astype(dtype))
+        B = np.asfortranarray(rng.standard_normal((N, K) if tb else (K, N)).astype(dtype))
+        C0 = np.asfortranarray(rng.standard_normal((M, N)).astype(dtype))
+        results, used = [], []
+        for threads in (1, 2, 3):
+            C = C0.copy(order="F")
+            used.append(run_plan(lib, threads, A, B, C, ta, tb, 0.5, -1.25))
+            results.append(C)
+        assert used == [1, 2, 3]
+        for C in results[1:]:
+            assert C.tobytes(order="F") == results[0].tobytes(order="F")
+        assert_close(results[0], A, B, C0, 0.5, -1.25, ta, tb)
+
+
+@pytest.mark.parametrize("ta", [False, True], ids=["n", "t"])
+def test_rows_beyond_the_kept_panels_run_in_chunks(lib, ta):
+    """More block rows than the kept panels hold (4 MiB: 2100 x 256 fp64 is 4.3 MB):
+    the share runs in chunks of rows, re-packing B per chunk; same bits for 1 and 2 threads."""
+    packed_params(lib, 48, 64, 256)
+    rng = np.random.default_rng(12)
+    M, N, K = 2100, 70, 300
+    A = np.asfortranarray(rng.standard_normal((K, M) if ta else (M, K)))
+    B = np.asfortranarray(rng.standard_normal((K, N)))
+    results = []
+    for threads in (1, 2):
+        C = np.asfortranarray(np.full((M, N), np.nan))
+        run_plan(lib, threads, A, B, C, ta, False, 1.0, 0.0)
+        results.append(C)
+    assert results[1].tobytes(order="F") == results[0].tobytes(order="F")
+    assert_close(results[0], A, B, None, 1.0, 0.0, ta, False)
