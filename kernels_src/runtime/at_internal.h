@@ -146,11 +146,21 @@ extern _Atomic uint64_t at__clear_epoch;
  * then the shared cache (k carries every argument). */
 at_plan *at__plan_lookup_slow(const at_key *k, int *owned);
 
+/* A hit of this thread's front cache, counted for at_plan_cache_stats (only the
+ * owner writes its counter, so no atomic read-modify-write). */
+static inline void at__count_hit(at_tcache *tc)
+{
+    atomic_store_explicit(&tc->hits, atomic_load_explicit(&tc->hits, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
 /* The hit on this thread's most recent plan, borrowed (see at__plan_lookup), or
- * NULL: the part of a lookup that is inlined into the entry points. */
+ * NULL: the part of a lookup that is inlined into the entry points.  Not counted:
+ * a caller that uses the plan counts the hit on *front (set on a hit), so a call
+ * that looks twice (the typed entries, then gemm_checked) counts once. */
 static inline at_plan *at__plan_front(int dtype, int layout, int trans_a, int trans_b,
                                       int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                                      int64_t ldc)
+                                      int64_t ldc, at_tcache **front)
 {
     uint64_t gen = at__params_generation();
     int threads = at__num_threads();
@@ -167,9 +177,7 @@ static inline at_plan *at__plan_front(int dtype, int layout, int trans_a, int tr
                      (e[3] ^ (uint64_t)K) | (e[4] ^ (uint64_t)lda) | (e[5] ^ (uint64_t)ldb) |
                      (e[6] ^ (uint64_t)ldc) | (e[7] ^ gen);
         if (d == 0) {
-            atomic_store_explicit(&tc->hits,
-                                  atomic_load_explicit(&tc->hits, memory_order_relaxed) + 1,
-                                  memory_order_relaxed);
+            *front = tc;
             return tc->plan[0];
         }
     }
@@ -184,8 +192,10 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
                                        int64_t M, int64_t N, int64_t K, int64_t lda,
                                        int64_t ldb, int64_t ldc, int *owned)
 {
-    at_plan *p = at__plan_front(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc);
+    at_tcache *front;
+    at_plan *p = at__plan_front(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, &front);
     if (p) {
+        at__count_hit(front);
         *owned = 0;
         return p;
     }
@@ -197,30 +207,36 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
 
 /* A one-kernel plan run by its caller: the kernel and arguments run_one would
  * use, so the same bits, without the executor's calls in between (at 2x2x2 they
- * cost as much as the kernel).  Returns 0 when the plan needs the executor: not
+ * cost as much as the kernel).  Ready unless the plan needs the executor: not
  * one kernel, or alpha == 0 (then, as in the reference BLAS, A and B are not
- * read).  An SME2 library never takes it: its kernels run in a streaming region. */
+ * read).  An SME2 library never is: its kernels run in a streaming region. */
 #ifndef AT_SME2_EXEC
 #define AT_SINGLE(T, KFN)                                                                  \
-    static inline int at__single_##T(const at_plan *p, T alpha, const T *A, const T *B,   \
-                                     T beta, T *C)                                       \
+    static inline int at__single_ready_##T(const at_plan *p, T alpha)                      \
     {                                                                                    \
-        if (!p->single || alpha == (T)0) return 0;                                       \
+        return p->single != NULL && alpha != (T)0;                                       \
+    }                                                                                    \
+    static inline void at__single_run_##T(const at_plan *p, T alpha, const T *A,         \
+                                          const T *B, T beta, T *C)                      \
+    {                                                                                    \
         if (p->info.layout == AT_ROW_MAJOR) {                                            \
             const T *t = A;                                                              \
             A = B;                                                                       \
             B = t;                                                                       \
         }                                                                                \
         ((KFN)p->single)(p->K, A, p->lda, B, p->ldb, C, p->ldc, alpha, beta);            \
-        return 1;                                                                        \
     }
 #else
 #define AT_SINGLE(T, KFN)                                                                  \
-    static inline int at__single_##T(const at_plan *p, T alpha, const T *A, const T *B,   \
-                                     T beta, T *C)                                       \
+    static inline int at__single_ready_##T(const at_plan *p, T alpha)                      \
+    {                                                                                    \
+        (void)p, (void)alpha;                                                            \
+        return 0;                                                                        \
+    }                                                                                    \
+    static inline void at__single_run_##T(const at_plan *p, T alpha, const T *A,         \
+                                          const T *B, T beta, T *C)                      \
     {                                                                                    \
         (void)p, (void)alpha, (void)A, (void)B, (void)beta, (void)C;                     \
-        return 0;                                                                        \
     }
 #endif
 AT_SINGLE(float, at_skernel)

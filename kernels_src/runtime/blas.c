@@ -41,8 +41,13 @@ static __attribute__((noinline)) int gemm_checked(int flags, int64_t M, int64_t 
                            T alpha, const T *A, int64_t lda, const T *B, int64_t ldb,      \
                            T beta, T *C, int64_t ldc)                                      \
     {                                                                                      \
-        const at_plan *p = at__plan_front(DT, layout, ta, tb, M, N, K, lda, ldb, ldc);     \
-        if (p && at__single_##T(p, alpha, A, B, beta, C)) return AT_OK;                    \
+        at_tcache *front;                                                                  \
+        const at_plan *p = at__plan_front(DT, layout, ta, tb, M, N, K, lda, ldb, ldc, &front); \
+        if (p && at__single_ready_##T(p, alpha)) {                                         \
+            at__count_hit(front);                                                          \
+            at__single_run_##T(p, alpha, A, B, beta, C);                                   \
+            return AT_OK;                                                                  \
+        }                                                                                  \
         return gemm_checked(AT_FLAGS(DT, layout, ta, tb), M, N, K, A, lda, B, ldb, C, ldc, \
                             alpha, beta);                                                  \
     }

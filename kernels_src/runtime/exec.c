@@ -135,10 +135,14 @@ int at_plan_execute(const at_plan *plan, double alpha, const void *A, const void
                     void *C)
 {
     if (plan && plan->single) {
-        int done = plan->info.dtype == AT_F32
-                       ? at__single_float(plan, (float)alpha, A, B, (float)beta, C)
-                       : at__single_double(plan, alpha, A, B, beta, C);
-        if (done) return AT_OK;
+        if (plan->info.dtype == AT_F32 && at__single_ready_float(plan, (float)alpha)) {
+            at__single_run_float(plan, (float)alpha, A, B, (float)beta, C);
+            return AT_OK;
+        }
+        if (plan->info.dtype == AT_F64 && at__single_ready_double(plan, alpha)) {
+            at__single_run_double(plan, alpha, A, B, beta, C);
+            return AT_OK;
+        }
     }
     return at__execute_one(plan, alpha, A, B, beta, C);
 }
