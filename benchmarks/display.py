@@ -181,8 +181,10 @@ def show(results: "Results", out: Console) -> None:
     if frame.empty:
         out.print("[red]nothing was measured[/]")
         return
-    for dtype in dict.fromkeys(frame.loc[frame["level"].eq("c"), "dtype"]):
-        out.print(c_table(frame, dtype))
+    c_level = frame[frame["level"].eq("c")]
+    # One table per dtype and thread count measured (a --threads 2 run has no 1-thread rows).
+    for dtype, threads in dict.fromkeys(zip(c_level["dtype"], c_level["threads"])):
+        out.print(c_table(frame, dtype, int(threads)))
     if frame["level"].eq("python").any():
         out.print(python_table(frame))
     if not results.means.empty:
