@@ -147,3 +147,17 @@ def test_arm_install_validates_under_emulation_and_stores_an_emulated_table(tmp_
     data = json.loads(capsys.readouterr().out)
     assert data["provenance"] == "emulated" and data["host"]["svl_bits"] == (512 if target == "sme2" else 0)
     assert {k["status"] for k in data["kernels"]} == {"validated"}
+
+
+def test_peak_is_never_below_a_validated_kernel():
+    """A moment of low clock in the peak loop must not let kernels exceed "100 % of peak"."""
+    from autotune.install import _best_peak
+    from autotune.specs import KernelSpec
+    from autotune.table import KernelRecord
+
+    fast = KernelRecord(KernelSpec("avx512", "f32", 16, 6, unroll=1), "validated", best_gflops=273.2)
+    wrong = KernelRecord(KernelSpec("avx512", "f64", 8, 6, unroll=1), "rejected", "wrong result",
+                         best_gflops=999.0)
+    peaks = {"avx512": {"f32": 258.9, "f64": 129.6}, "avx2": {"f32": 126.6, "f64": 63.0}}
+    assert _best_peak(peaks, [fast, wrong]) == {"f32": 273.2, "f64": 129.6}
+    assert _best_peak(peaks) == {"f32": 258.9, "f64": 129.6}
