@@ -89,6 +89,21 @@ def _home(options: Options) -> Path:
     return home()
 
 
+def run_peak(peak: dict[str, float], frame: pd.DataFrame) -> dict[str, float]:
+    """The per-core peak the fractions divide by: the installed table's, raised to
+    the fastest correct one-thread C measurement of this run.  Nothing runs faster
+    than the core, so a library that did (any library) shows the table's figure was
+    taken at a lower clock; dividing by it would flatter every fraction."""
+    out = dict(peak)
+    if frame.empty:
+        return out
+    one = frame[frame["level"].eq("c") & frame["threads"].eq(1) & frame["status"].eq("ok")
+                & frame["gflops"].notna()]
+    for dtype, group in one.groupby("dtype"):
+        out[str(dtype)] = max(out.get(str(dtype), 0.0), float(group["gflops"].max()))
+    return out
+
+
 def installed_peak(home: Path, target: str = "host") -> dict[str, float]:
     """The harness's measured FMA peak per core (GFLOPS per dtype) from the installed table."""
     path = home / "tables" / f"{target}.json"
@@ -219,8 +234,8 @@ def run(options: Options) -> Results:
         pydoc = run_python_level(home, sizes, batch, min_time, repeats, options.dtypes)
         frames.append(python_frame(pydoc))
 
-    peak = installed_peak(home)
     frame = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
+    peak = run_peak(installed_peak(home), frame)
     frame = add_ratios(frame, peak) if not frame.empty else frame
     means = regime_means(frame) if not frame.empty else pd.DataFrame()
     targets = tuple(evaluate_targets(frame)) if not frame.empty else ()

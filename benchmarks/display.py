@@ -207,7 +207,7 @@ def show(results: "Results", out: Console) -> None:
     for r in wrong.itertuples(index=False):
         out.print(f"[red]wrong result[/] {r.library} {r.interface} {r.dtype} {r.shape}: err {r.err:.2e}")
     peak = ", ".join(f"{k} {v:.1f}" for k, v in sorted(results.peak.items())) or "unknown (no installed table)"
-    out.print(f"measured peak per core (GFLOPS): {peak}")
+    out.print(f"peak per core (GFLOPS; the install's peak loop, or the fastest one-thread result of this run if higher): {peak}")
     for t in results.targets:
         mark = "[green]met[/]" if t.met else ("[yellow]n/a[/]" if t.met is None else "[red]missed[/]")
         extra = f" — {t.shortfall}" if t.shortfall else ""

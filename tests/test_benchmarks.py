@@ -118,6 +118,17 @@ def test_ratios_best_peer_and_peak_fraction() -> None:
     assert by_lib["mkl"] == pytest.approx(4.0) and math.isnan(by_lib["blis"])
 
 
+def test_peak_is_raised_to_the_fastest_correct_one_thread_result() -> None:
+    from benchmarks import run_peak
+    s = Shape(10, 10, 10)  # 2000 flops
+    pts = [_point("autotune", "cblas", s, 1e-6), _point("openblas", "cblas", s, 0.5e-6),
+           _point("mkl", "cblas", s, 1e-9, status="wrong")]
+    frame = points_frame(pts, [])
+    # OpenBLAS's 4 GFLOPS beats a table peak of 3; the wrong 2000 GFLOPS never counts.
+    assert run_peak({"f32": 3.0, "f64": 9.0}, frame) == {"f32": pytest.approx(4.0), "f64": 9.0}
+    assert run_peak({"f32": 5.0}, frame) == {"f32": 5.0}
+
+
 def test_wrong_results_never_count() -> None:
     s = Shape(4, 4, 4)
     pts = [_point("autotune", "cblas", s, 1e-6), _point("openblas", "cblas", s, 1e-9, check=False)]
