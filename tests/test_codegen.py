@@ -300,15 +300,46 @@ def test_k_loop_keeps_vectors_in_registers(name, tmp_path):
     asm = subprocess.run([*find_cc(), *cflags(spec.isa), "-S", str(path), "-o", "-"],
                          capture_output=True, text=True, check=True).stdout.splitlines()
     stack_vec = re.compile(r"[xyz]mm\d+.*\(%r[sb]p\)|\(%r[sb]p\).*[xyz]mm")
-    labels = {}
+    for label, body in _loops(asm):
+        assert not [x for x in body if stack_vec.search(x)], f"spill in the loop at {label}"
+
+
+def _loops(asm: list[str]) -> list[tuple[str, list[str]]]:
+    """(label, lines) of every loop of an assembly listing: a backward jump's span."""
+    labels, loops = {}, []
     for i, line in enumerate(asm):
         label = re.match(r"^(\.L\d+):", line)
         if label:
             labels[label.group(1)] = i
         jump = re.match(r"\s+j\w+\s+(\.L\d+)", line)
         if jump and labels.get(jump.group(1), i) < i:
-            body = asm[labels[jump.group(1)]:i]
-            assert not [x for x in body if stack_vec.search(x)], f"spill in the loop at {jump.group(1)}"
+            loops.append((jump.group(1), asm[labels[jump.group(1)]:i]))
+    return loops
+
+
+@pytest.mark.parametrize("name", ["at_sgemm_avx512_nn_64x3_u1", "at_sgemm_avx512_nn_32x6_u1",
+                                  "at_dgemm_avx512_nn_13x13_u1", "at_sgemm_avx2_nn_16x4_u1",
+                                  "at_sgemm_avx512_tt_6x32_u1"])
+def test_multi_vector_steps_load_each_vector_once(name, tmp_path):
+    """With several vectors per K step, no FMA reads a whole vector from memory: each
+    vector is loaded once and reused by every broadcast (gcc folds the loads into
+    the FMAs otherwise, reading each vector nb times)."""
+    spec = KernelSpec.from_name(name)
+    src = generate(spec)
+    path = tmp_path / src.filename
+    path.write_text(src.text)
+    asm = subprocess.run([*find_cc(), *cflags(spec.isa), "-S", str(path), "-o", "-"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    store = re.compile(r"\s+v?mov\w*\s+%[xyz]mm\d+, .*\(")
+    # The K loop broadcasts op(B) and stores nothing (the epilogue, which a
+    # backward jump may also span, stores C).
+    k_loops = [body for _, body in _loops(asm)
+               if any("vbroadcasts" in x or "{1to" in x for x in body)
+               and not any(store.match(x) for x in body)]
+    fmas = [line for body in k_loops for line in body if "vfmadd" in line]
+    assert fmas
+    folded = [line for line in fmas if "(%" in line and "{1to" not in line]
+    assert not folded, folded[:3]
 
 
 def test_dispatch_is_by_isa_name():
