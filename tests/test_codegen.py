@@ -293,15 +293,20 @@ def test_tails_use_masked_memory_operations():
                                   "at_sgemm_avx2_nn_16x4_u4"])
 def test_k_loop_keeps_vectors_in_registers(name, tmp_path):
     """No vector register is spilled to or reloaded from the stack inside a loop."""
+    asm = _assembly(name, tmp_path)
+    stack_vec = re.compile(r"[xyz]mm\d+.*\(%r[sb]p\)|\(%r[sb]p\).*[xyz]mm")
+    for label, body in _loops(asm):
+        assert not [x for x in body if stack_vec.search(x)], f"spill in the loop at {label}"
+
+
+def _assembly(name: str, tmp_path) -> list[str]:
+    """The kernel's source compiled with its target's flags, as assembly lines."""
     spec = KernelSpec.from_name(name)
     src = generate(spec)
     path = tmp_path / src.filename
     path.write_text(src.text)
-    asm = subprocess.run([*find_cc(), *cflags(spec.isa), "-S", str(path), "-o", "-"],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
-    stack_vec = re.compile(r"[xyz]mm\d+.*\(%r[sb]p\)|\(%r[sb]p\).*[xyz]mm")
-    for label, body in _loops(asm):
-        assert not [x for x in body if stack_vec.search(x)], f"spill in the loop at {label}"
+    return subprocess.run([*find_cc(), *cflags(spec.isa), "-S", str(path), "-o", "-"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
 
 
 def _loops(asm: list[str]) -> list[tuple[str, list[str]]]:
@@ -324,12 +329,7 @@ def test_multi_vector_steps_load_each_vector_once(name, tmp_path):
     """With several vectors per K step, no FMA reads a whole vector from memory: each
     vector is loaded once and reused by every broadcast (gcc folds the loads into
     the FMAs otherwise, reading each vector nb times)."""
-    spec = KernelSpec.from_name(name)
-    src = generate(spec)
-    path = tmp_path / src.filename
-    path.write_text(src.text)
-    asm = subprocess.run([*find_cc(), *cflags(spec.isa), "-S", str(path), "-o", "-"],
-                         capture_output=True, text=True, check=True).stdout.splitlines()
+    asm = _assembly(name, tmp_path)
     store = re.compile(r"\s+v?mov\w*\s+%[xyz]mm\d+, .*\(")
     # The K loop broadcasts op(B) and stores nothing (the epilogue, which a
     # backward jump may also span, stores C).

@@ -19,6 +19,8 @@ from autotune.runtime import library
 from autotune.runtime.untuned import build_untuned, small_selection
 from autotune.specs import GATHER, KernelSpec, default_family, fits, gather_family
 
+from .reference import assert_close, operand
+
 DTYPES = (np.float32, np.float64)
 TRANS = ((False, False), (False, True), (True, False), (True, True))
 # M leaves 1..4 rows below a multiple of either vector length; K covers no full
@@ -45,25 +47,6 @@ def has_gather(lib, dtype: str) -> bool:
     return any(n.startswith(prefix) and "_gather_" in n for n in plans._kernel_names(lib.lib))
 
 
-def assert_close(got, A, B, C0, alpha, beta, ta, tb):
-    opA = (A.T if ta else A).astype(np.float64)
-    opB = (B.T if tb else B).astype(np.float64)
-    want = alpha * (opA @ opB)
-    bound = abs(alpha) * (np.abs(opA) @ np.abs(opB))
-    if beta != 0:
-        want = want + beta * C0.astype(np.float64)
-        bound = bound + abs(beta) * np.abs(C0.astype(np.float64))
-    K = opA.shape[1]
-    tol = 2 * (K + 2) * np.finfo(got.dtype).eps * bound + np.finfo(got.dtype).tiny
-    err = np.abs(got.astype(np.float64) - want)
-    assert np.all(err <= tol), f"max err {err.max()} vs tol {tol.max()} (K={K})"
-
-
-def operand(rng, rows, cols, dtype, order, pad):
-    """rows x cols, stored in `order` with a leading dimension `pad` beyond the tight one."""
-    if order == "C":
-        return rng.standard_normal((rows, cols + pad)).astype(dtype)[:, :cols]
-    return np.asfortranarray(rng.standard_normal((rows + pad, cols)).astype(dtype))[:rows, :]
 
 
 def test_gather_family_is_nn_avx512_and_few_rows():

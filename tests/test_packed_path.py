@@ -20,6 +20,8 @@ import autotune.runtime as rt
 from autotune.runtime import loader
 from autotune.runtime.untuned import build_untuned, small_selection
 
+from .reference import assert_close, operand
+
 DTYPES = (np.float32, np.float64)
 TRANS = ((False, False), (False, True), (True, False), (True, True))
 
@@ -55,26 +57,6 @@ def plan_info(runtime, dtype, layout, ta, tb, M, N, K, lda, ldb, ldc, threads):
     return info
 
 
-def assert_close(got, A, B, C0, alpha, beta, ta, tb):
-    """Within c_K eps of the float64 product (the kernel validation's bound)."""
-    opA = (A.T if ta else A).astype(np.float64)
-    opB = (B.T if tb else B).astype(np.float64)
-    want = alpha * (opA @ opB)
-    bound = abs(alpha) * (np.abs(opA) @ np.abs(opB))
-    if beta != 0:
-        want = want + beta * C0.astype(np.float64)
-        bound = bound + abs(beta) * np.abs(C0.astype(np.float64))
-    K = opA.shape[1]
-    tol = 2 * (K + 2) * np.finfo(got.dtype).eps * bound + np.finfo(got.dtype).tiny
-    err = np.abs(got.astype(np.float64) - want)
-    assert np.all(err <= tol), f"max err {err.max()} vs tol {tol.max()} (K={K})"
-
-
-def view(rng, rows, cols, dtype, order, pad):
-    """A rows x cols operand in `order` whose leading dimension exceeds its extent by pad."""
-    if order == "C":
-        return rng.standard_normal((rows, cols + pad)).astype(dtype)[:, :cols]
-    return np.asfortranarray(rng.standard_normal((rows + pad, cols)).astype(dtype))[:rows, :]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
@@ -86,8 +68,8 @@ def test_packed_matches_numpy(lib, dtype, ta, tb, order):
     # Odd sizes: last block rows and column panels narrower than the others (their
     # own tilings), a last K slice shorter than blk_k, one-row and one-column panels.
     for M, N, K in ((97, 83, 61), (130, 7, 50), (5, 140, 33), (81, 121, 24), (1, 60, 49)):
-        A = view(rng, *((K, M) if ta else (M, K)), dtype, order, pad=3)
-        B = view(rng, *((N, K) if tb else (K, N)), dtype, order, pad=5)
+        A = operand(rng, *((K, M) if ta else (M, K)), dtype, order, pad=3)
+        B = operand(rng, *((N, K) if tb else (K, N)), dtype, order, pad=5)
         C0 = np.asarray(rng.standard_normal((M, N)), dtype=dtype, order=order)
         cases = ((1.0, 0.0), (1.0, 1.0), (-0.75, 2.5), (0.5, -1.0))
         for threads in (1, 2):

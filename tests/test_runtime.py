@@ -25,6 +25,8 @@ from autotune.runtime import api, library, loader
 from autotune.runtime.untuned import build_untuned, small_selection
 from autotune.specs import KernelSpec
 
+from .reference import assert_close, operand
+
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = (np.float32, np.float64)
 TRANS = ((False, False), (False, True), (True, False), (True, True))
@@ -44,34 +46,7 @@ def lib(built: library.LibraryBuild) -> loader.Runtime:
     return runtime
 
 
-def reference(A, B, C, alpha, beta, ta, tb):
-    opA = (A.T if ta else A).astype(np.float64)
-    opB = (B.T if tb else B).astype(np.float64)
-    out = alpha * (opA @ opB)
-    bound = abs(alpha) * (np.abs(opA) @ np.abs(opB))
-    if C is not None and beta != 0:
-        out = out + beta * C.astype(np.float64)
-        bound = bound + abs(beta) * np.abs(C.astype(np.float64))
-    return out, bound
 
-
-def assert_close(got, A, B, C0, alpha, beta, ta, tb):
-    want, bound = reference(A, B, C0, alpha, beta, ta, tb)
-    K = (A.shape[0] if ta else A.shape[1])
-    eps = np.finfo(got.dtype).eps
-    tol = 2 * (K + 2) * eps * bound + np.finfo(got.dtype).tiny
-    err = np.abs(got.astype(np.float64) - want)
-    assert got.shape == want.shape
-    assert np.all(err <= tol), f"max err {err.max()} vs tol {tol.max()} (K={K})"
-
-
-def operand(rng, rows, cols, dtype, order="C", pad=0):
-    """A rows x cols operand; pad > 0 makes it a view with a larger leading dimension."""
-    if order == "C":
-        base = rng.standard_normal((rows, cols + pad)).astype(dtype)
-        return base[:, :cols]
-    base = rng.standard_normal((rows + pad, cols)).astype(dtype).T.copy().T
-    return base[:rows, :]
 
 
 SHAPES = [

@@ -10,27 +10,17 @@ from ._x86 import Vocabulary, emit
 def vocabulary(dtype: str, half: bool = False) -> Vocabulary:
     """The zmm vocabulary, or with ``half`` the ymm one of AVX-512VL (same 32
     registers, k masks and embedded broadcasts)."""
-    if half:
-        return Vocabulary(
-            isa="avx512",
-            module=__name__,
-            guard="!defined(__AVX512F__) || !defined(__AVX512VL__)",
-            guard_message="this kernel needs AVX-512F and VL: compile it with the avx512 target's flags",
-            vtype="__m256" if dtype == "f32" else "__m256d",
-            prefix="_mm256",
-            suffix="ps" if dtype == "f32" else "pd",
-            lanes=32 // DTYPE_BYTES[dtype],
-            masked="k",
-        )
+    bits = 256 if half else 512
+    needs = "AVX-512F and VL" if half else "AVX-512F"
     return Vocabulary(
         isa="avx512",
         module=__name__,
-        guard="!defined(__AVX512F__)",
-        guard_message="this kernel needs AVX-512F: compile it with the avx512 target's flags",
-        vtype="__m512" if dtype == "f32" else "__m512d",
-        prefix="_mm512",
+        guard="!defined(__AVX512F__)" + (" || !defined(__AVX512VL__)" if half else ""),
+        guard_message=f"this kernel needs {needs}: compile it with the avx512 target's flags",
+        vtype=f"__m{bits}" if dtype == "f32" else f"__m{bits}d",
+        prefix=f"_mm{bits}",
         suffix="ps" if dtype == "f32" else "pd",
-        lanes=64 // DTYPE_BYTES[dtype],
+        lanes=bits // 8 // DTYPE_BYTES[dtype],
         masked="k",
     )
 
