@@ -231,22 +231,15 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
         # test inside it, which cost a 2x2x2 call more than its FMAs.  The bits
         # are the unrolled body's: with K below the unroll it, too, runs only
         # its remainder loop, on set 0.
-        _signature(out, spec, f"{spec.name}_short", "static __attribute__((noinline)) void")
-        out("{")
-        out.depth = 1
-        out("(void)lda; (void)ldb; (void)ldc;")
-        _emit_broadcast(out, spec, voc, kind, sets=1, unroll=1)
-        out.depth = 0
-        out("}")
-        out()
-        _signature(out, spec, f"{spec.name}_unrolled", "static __attribute__((noinline)) void")
-        out("{")
-        out.depth = 1
-        out("(void)lda; (void)ldb; (void)ldc;")
-        _emit_broadcast(out, spec, voc, kind, budget.sets, spec.unroll)
-        out.depth = 0
-        out("}")
-        out()
+        for suffix, sets, unroll in (("short", 1, 1), ("unrolled", budget.sets, spec.unroll)):
+            _signature(out, spec, f"{spec.name}_{suffix}", "static __attribute__((noinline)) void")
+            out("{")
+            out.depth = 1
+            out("(void)lda; (void)ldb; (void)ldc;")
+            _emit_broadcast(out, spec, voc, kind, sets, unroll)
+            out.depth = 0
+            out("}")
+            out()
         _signature(out, spec, spec.name, "void")
         out("{")
         out.depth = 1
