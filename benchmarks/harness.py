@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import os
 import shutil
 import subprocess
@@ -108,7 +109,7 @@ def run_peer(exe: Path, peer: Peer, config: Config, shapes: list[Shape], *, min_
         stdout, stderr, code = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as exc:
         stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        stderr, code = "timed out", -1
+        stderr, code = "timed out", None
     by_arg: dict[str, dict[str, object]] = {}
     fatal = ""
     for line in stdout.splitlines():
@@ -125,7 +126,8 @@ def run_peer(exe: Path, peer: Peer, config: Config, shapes: list[Shape], *, min_
         record = by_arg.get(shape.arg)
         if record is None:
             # The process died before this shape (a crash inside the library counts here).
-            why = fatal or (stderr.strip().splitlines() or [f"exit status {code}"])[-1]
+            crash = f"crashed ({signal.Signals(-code).name})" if code is not None and code < 0 else ""
+            why = fatal or crash or (stderr.strip().splitlines() or [f"exit status {code}"])[-1]
             points.append(Point(peer, config, shape, "failed", why[:200], float("nan"), False,
                                 *(float("nan"),) * 4))
             continue

@@ -16,7 +16,6 @@ import autotune.runtime as rt
 from autotune import plans
 from autotune.codegen import generate
 from autotune.runtime import library
-from autotune.runtime.untuned import build_untuned, small_selection
 from autotune.specs import GATHER, KernelSpec, default_family, fits, gather_family
 
 from .reference import assert_close, operand
@@ -27,12 +26,6 @@ TRANS = ((False, False), (False, True), (True, False), (True, True))
 # chunk, chunks plus a masked tail, and exact chunks.
 SHAPES = [(17, 129, 33), (35, 32, 64), (1, 256, 256), (3, 5, 7), (18, 7, 16), (20, 13, 15),
           (33, 3, 1), (19, 40, 17), (4, 4, 100), (65, 9, 31)]
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> library.LibraryBuild:
-    # The home of tests/test_runtime.py: one library per session and process.
-    return build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,6 @@ import pytest
 
 import autotune.runtime as rt
 from autotune.runtime import loader
-from autotune.runtime.untuned import build_untuned, small_selection
 
 from .reference import assert_close, operand
 
@@ -27,9 +26,7 @@ TRANS = ((False, False), (False, True), (True, False), (True, True))
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    # The very library tests/test_runtime.py builds: one process loads one library.
-    built = build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+def lib(built):
     runtime = rt.use_library(built.library)
     assert runtime is not None
     yield runtime

@@ -14,14 +14,7 @@ from hypothesis import given, settings, strategies as st
 import autotune.runtime as rt
 from autotune import plans
 from autotune.runtime import library
-from autotune.runtime.untuned import build_untuned, small_selection
 from autotune.specs import KernelSpec
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> library.LibraryBuild:
-    # The same home as tests/test_runtime.py: the library is built once per session.
-    return build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
 
 
 @pytest.fixture(autouse=True)

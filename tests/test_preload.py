@@ -9,17 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.runtime.library import LibraryBuild
-from autotune.runtime.untuned import build_untuned, small_selection
 
 ROOT = Path(__file__).resolve().parent.parent
 OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/libopenblas.so")
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> LibraryBuild:
-    # The same home as the runtime tests' library: content-hashed, so built once per session.
-    return build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
 
 
 @pytest.mark.skipif(not OPENBLAS.exists(), reason="needs a system BLAS to preload over: "

@@ -22,7 +22,7 @@ from hypothesis import given, settings, strategies as st
 
 import autotune.runtime as rt
 from autotune.runtime import api, library, loader
-from autotune.runtime.untuned import build_untuned, small_selection
+from .untuned import build_untuned, small_selection
 from autotune.specs import KernelSpec
 
 from .reference import assert_close, operand
@@ -30,12 +30,6 @@ from .reference import assert_close, operand
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = (np.float32, np.float64)
 TRANS = ((False, False), (False, True), (True, False), (True, True))
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory: pytest.TempPathFactory) -> library.LibraryBuild:
-    home = tmp_path_factory.getbasetemp() / "runtime-home"
-    return build_untuned(home, select=small_selection)
 
 
 @pytest.fixture()

@@ -25,7 +25,6 @@ from rich.console import Console
 from autotune import models, tune as tn
 from autotune.host import CacheLevel, HostInfo
 from autotune.runtime import library, loader
-from autotune.runtime.untuned import build_untuned, small_selection
 from autotune.table import TunedTable
 
 HOST = HostInfo(
@@ -255,9 +254,7 @@ def test_params_roundtrip_and_with_values():
 # -- the runtime override ------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory):
-    # The very library tests/test_runtime.py builds: one process loads one library.
-    built = build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+def runtime(built):
     rt = loader.load(built.library)
     yield rt
     rt.lib.at_params_set(None)

@@ -1,8 +1,8 @@
 """A library without measurements: generated kernels ranked by the analytic model.
 
-What tests, cross-builds and `autotune install --no-measure` need before (or
-instead of) a tuned table: the same runtime and kernels, provenance ``model``,
-so the tiler ranks kernels with its analytic model.  Kernels come from the real
+What the runtime tests run against instead of a tuned table: the same runtime
+and kernels, provenance ``model``, so the tiler ranks kernels with its analytic
+model and no timing is involved.  Kernels come from the real
 generators (:mod:`autotune.codegen`) and the content-hashed build cache.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .. import build, codegen, host as host_mod, toolchain
-from ..specs import KernelSpec, default_family
-from .library import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
+from autotune import build, codegen, host as host_mod, toolchain
+from autotune.specs import KernelSpec, default_family
+from autotune.runtime.library import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
 
 #: The peak per core of the analytic model when none was measured (GFLOPS f32, f64).
 MODEL_PEAK = {"avx512": (152.4, 76.2), "avx2": (85.8, 42.9), "generic": (16.0, 8.0)}
