@@ -38,14 +38,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .host import HostInfo
+from .params import DEFAULTS
 
 #: Bytes per element of each dtype the runtime plans for.
 BPE: Mapping[str, int] = {"f32": 4, "f64": 8}
-
-#: Built-in cost weights of the tiler (tiler.c), per dtype.
-CALL_SECONDS = 2e-9
-EDGE_FRAC = 0.03
-PACK_SECONDS = 0.25e-9
 
 #: Sustained memory bandwidth one core can draw, bytes/s.  Nothing detects it;
 #: 20 GB/s is a conservative figure for one core of a current server or desktop
@@ -258,10 +254,8 @@ def analytic_params(
         b = solve_blocking(geo, dtype, mr, nr, peak_gflops=peaks.get(dtype))
         params["blk_m"][dtype], params["blk_n"][dtype], params["blk_k"][dtype] = b.blk_m, b.blk_n, b.blk_k
         params["pack_flops"][dtype] = round(pack_crossover_flops(geo, dtype), -3)
-        params["call_seconds"][dtype] = CALL_SECONDS
-        params["edge_frac"][dtype] = EDGE_FRAC
-        params["pack_seconds"][dtype] = PACK_SECONDS
-        params["grid"][dtype] = 0
+        for name in ("call_seconds", "edge_frac", "pack_seconds", "grid"):
+            params[name][dtype] = DEFAULTS.get(dtype, name)
     params["thread_flops"] = round(thread_crossover_flops(geo, peaks.get("f32")), -3)
     params["provenance"] = provenance
     params["simd_bytes"] = geo.simd_bytes

@@ -42,12 +42,11 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import home as home_mod
-from .models import CALL_SECONDS, EDGE_FRAC, PACK_SECONDS, analytic_params
-from .runtime.loader import at_tune_params, load
+from .models import analytic_params
+from .params import DTYPE_INDEX, DTYPES, PlannerParams, space_point, suggest
+from .runtime.loader import load
 from .table import TunedTable
 
-DTYPES = ("f32", "f64")
-_DT_INDEX = {"f32": 0, "f64": 1}
 _TRANS = {"nn": (0, 0), "nt": (0, 1), "tn": (1, 0), "tt": (1, 1)}
 
 #: What `autotune install` should give the search: the whole install then stays
@@ -74,72 +73,6 @@ SUITE_VERSION = 1
 
 class TuningError(RuntimeError):
     """Tuning cannot run (e.g. the library has no parameter override)."""
-
-
-# -- parameters ---------------------------------------------------------------------
-
-def _pair(value: Any, default: float, kind: type = float) -> tuple:
-    if isinstance(value, Mapping):
-        return (kind(value.get("f32", default)), kind(value.get("f64", default)))
-    if value is None:
-        return (kind(default), kind(default))
-    return (kind(value), kind(value))
-
-
-@dataclass(frozen=True)
-class PlannerParams:
-    """Everything the planner reads, per dtype (index 0 f32, 1 f64) except thread_flops."""
-
-    blk_m: tuple[int, int]
-    blk_n: tuple[int, int]
-    blk_k: tuple[int, int]
-    pack_flops: tuple[float, float]
-    thread_flops: float
-    call_seconds: tuple[float, float] = (CALL_SECONDS, CALL_SECONDS)
-    edge_frac: tuple[float, float] = (EDGE_FRAC, EDGE_FRAC)
-    pack_seconds: tuple[float, float] = (PACK_SECONDS, PACK_SECONDS)
-    grid: tuple[int, int] = (0, 0)
-
-    PER_DTYPE = ("blk_m", "blk_n", "blk_k", "pack_flops", "call_seconds", "edge_frac",
-                 "pack_seconds", "grid")
-
-    @classmethod
-    def from_mapping(cls, params: Mapping[str, Any]) -> "PlannerParams":
-        """From a table's ``params``; absent cost weights are the tiler's built-in ones."""
-        return cls(
-            blk_m=_pair(params.get("blk_m"), 128, int),
-            blk_n=_pair(params.get("blk_n"), 256, int),
-            blk_k=_pair(params.get("blk_k"), 256, int),
-            pack_flops=_pair(params.get("pack_flops"), 2.0 * 160**3),
-            thread_flops=float(params.get("thread_flops", 4.0e6)),
-            call_seconds=_pair(params.get("call_seconds"), CALL_SECONDS),
-            edge_frac=_pair(params.get("edge_frac"), EDGE_FRAC),
-            pack_seconds=_pair(params.get("pack_seconds"), PACK_SECONDS),
-            grid=_pair(params.get("grid"), 0, int),
-        )
-
-    def to_mapping(self, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The table's ``params`` format, over ``base`` (which keeps provenance and simd_bytes)."""
-        out = dict(base or {})
-        for key in self.PER_DTYPE:
-            a, b = getattr(self, key)
-            out[key] = {"f32": a, "f64": b}
-        out["thread_flops"] = self.thread_flops
-        return out
-
-    def get(self, dtype: str, key: str) -> Any:
-        return self.thread_flops if key == "thread_flops" else getattr(self, key)[_DT_INDEX[dtype]]
-
-    def with_values(self, dtype: str, values: Mapping[str, Any]) -> "PlannerParams":
-        changes: dict[str, Any] = {}
-        for key, value in values.items():
-            if key == "thread_flops":
-                changes[key] = float(value)
-                continue
-            pair = list(changes.get(key, getattr(self, key)))
-            pair[_DT_INDEX[dtype]] = value
-            changes[key] = tuple(pair)
-        return replace(self, **changes)
 
 
 # -- the suite ----------------------------------------------------------------------
@@ -216,55 +149,6 @@ def study_specs(dtypes: Sequence[str]) -> tuple[StudySpec, ...]:
     return tuple(StudySpec(dt, regime) for dt in dtypes for regime in ("small", "large"))
 
 
-def suggest(trial: optuna.Trial, spec: StudySpec, tunes_threads: bool) -> dict[str, Any]:
-    """The values a trial tries; names without the dtype (the study has one)."""
-    values: dict[str, Any] = {}
-    if spec.regime == "small":
-        # The tiler's preference weights decide the no-pack tilings: how much a
-        # kernel call costs besides its flops (bigger blocks) and how slow edge
-        # code is believed to be (exact kernel covers).
-        values["call_seconds"] = trial.suggest_float("call_seconds", 0.25e-9, 16e-9, log=True)
-        values["edge_frac"] = trial.suggest_float("edge_frac", 0.003, 0.3, log=True)
-        if tunes_threads:
-            values["thread_flops"] = trial.suggest_float("thread_flops", 1e5, 1e8, log=True)
-    else:
-        values["blk_m"] = trial.suggest_int("blk_m", 16, 512, step=16)
-        values["blk_n"] = trial.suggest_int("blk_n", 16, 1024, step=16)
-        values["blk_k"] = trial.suggest_int("blk_k", 32, 1024, step=16)
-        values["pack_flops"] = trial.suggest_float("pack_flops", 1e5, 1e9, log=True)
-        values["pack_seconds"] = trial.suggest_float("pack_seconds", 0.03e-9, 3e-9, log=True)
-        values["grid"] = trial.suggest_categorical("grid", [0, 1, 2])
-    return values
-
-
-def _space_values(params: PlannerParams, spec: StudySpec, tunes_threads: bool) -> dict[str, Any]:
-    """The incumbent as a point of the study's space (enqueued as its first trial)."""
-
-    def clip_step(v: int, lo: int, hi: int, step: int) -> int:
-        return int(min(hi, max(lo, lo + round((v - lo) / step) * step)))
-
-    def clip(v: float, lo: float, hi: float) -> float:
-        return float(min(hi, max(lo, v)))
-
-    dt = spec.dtype
-    if spec.regime == "small":
-        out: dict[str, Any] = {
-            "call_seconds": clip(params.get(dt, "call_seconds"), 0.25e-9, 16e-9),
-            "edge_frac": clip(params.get(dt, "edge_frac"), 0.003, 0.3),
-        }
-        if tunes_threads:
-            out["thread_flops"] = clip(params.thread_flops, 1e5, 1e8)
-        return out
-    return {
-        "blk_m": clip_step(params.get(dt, "blk_m"), 16, 512, 16),
-        "blk_n": clip_step(params.get(dt, "blk_n"), 16, 1024, 16),
-        "blk_k": clip_step(params.get(dt, "blk_k"), 32, 1024, 16),
-        "pack_flops": clip(params.get(dt, "pack_flops"), 1e5, 1e9),
-        "pack_seconds": clip(params.get(dt, "pack_seconds"), 0.03e-9, 3e-9),
-        "grid": int(params.get(dt, "grid")),
-    }
-
-
 class HopelessPruner(optuna.pruners.BasePruner):
     """Stop a trial whose partial suite time is already ``factor`` x a good trial's.
 
@@ -301,16 +185,6 @@ class SuiteRunner(Protocol):
     def set_params(self, params: PlannerParams) -> None: ...
     def time_shape(self, shape: SuiteShape) -> float: ...  # seconds per call
     def close(self) -> None: ...
-
-
-def _struct(params: PlannerParams) -> at_tune_params:
-    s = at_tune_params()
-    for key in PlannerParams.PER_DTYPE:
-        arr = getattr(s, key)
-        for i, v in enumerate(getattr(params, key)):
-            arr[i] = v
-    s.thread_flops = params.thread_flops
-    return s
 
 
 @dataclass(frozen=True)
@@ -357,13 +231,13 @@ class LibraryRunner:
         a = self._rng.standard_normal(sa * shape.batch).astype(dtype)
         b = self._rng.standard_normal(sb * shape.batch).astype(dtype)
         c = np.zeros(sc * shape.batch, dtype=dtype)
-        args = (_DT_INDEX[shape.dtype], 0, ta, tb, shape.m, shape.n, shape.k, ra, rb, shape.m)
+        args = (DTYPE_INDEX[shape.dtype], 0, ta, tb, shape.m, shape.n, shape.k, ra, rb, shape.m)
         buf = _Buffers(args, a, b, c, (sa, sb, sc))
         self._buffers[shape] = buf
         return buf
 
     def set_params(self, params: PlannerParams) -> None:
-        rc = self.lib.at_params_set(ctypes.byref(_struct(params)))
+        rc = self.lib.at_params_set(ctypes.byref(params.to_struct()))
         if rc != 0:
             raise TuningError(f"at_params_set rejected {params}: {self.lib.at_last_error().decode()}")
 
@@ -696,12 +570,12 @@ def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
                                     sampler=sampler, pruner=HopelessPruner(),
                                     direction="minimize", load_if_exists=True)
         before = len(study.trials)
-        start_point = _space_values(incumbent, spec, tunes_threads)
+        start_point = space_point(incumbent, spec.dtype, spec.regime, tunes_threads)
         study.enqueue_trial(start_point, skip_if_exists=True)
         offset = sum(v for k, v in incumbent_obj.items() if k != key)
 
         def objective(trial: optuna.Trial) -> float:
-            values = suggest(trial, spec, tunes_threads)
+            values = suggest(trial, spec.regime, tunes_threads)
             candidate = incumbent.with_values(spec.dtype, values)
 
             def report(step: int, partial: float) -> None:

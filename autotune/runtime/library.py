@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 from ..home import kernels_src
 from ..host import HostInfo
 from ..models import analytic_params
+from ..params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from ..specs import DTYPE_CTYPE, KernelSpec
 from ..toolchain import Target
 
@@ -83,13 +84,6 @@ def _c_double(value: float) -> str:
     return repr(value) if "e" in repr(value) or "." in repr(value) else repr(value) + ".0"
 
 
-def _per_dtype(params: Mapping, key: str, default: float) -> tuple[float, float]:
-    value = params.get(key, default)
-    if isinstance(value, Mapping):
-        return (value.get("f32", default), value.get("f64", default))
-    return (value, value)
-
-
 def emit_kernel_table_c(
     kernels: Sequence[tuple[KernelSpec, Mapping[int, float]]],
     params: Mapping,
@@ -98,11 +92,12 @@ def emit_kernel_table_c(
     """The generated ``at_table.c`` (format: ``kernels_src/runtime/at_table.h``).
 
     ``kernels`` pairs each selected kernel with its median GFLOPS by K (at most
-    eight points; more are thinned evenly).  ``params`` holds ``blk_m``, ``blk_n``,
-    ``blk_k`` and ``pack_flops`` (per dtype, as ``{"f32": .., "f64": ..}`` or one
-    number), ``thread_flops``, ``provenance`` (``measured``, ``model`` or
-    ``emulated``: the last two make the tiler rank by its analytic model) and
-    ``simd_bytes``.  The output depends only on the arguments.
+    eight points; more are thinned evenly).  ``params`` is a table's ``params``:
+    the planner parameters of :mod:`autotune.params` (one number or
+    ``{"f32": .., "f64": ..}`` each; absent ones take their declared default) and
+    two kernel facts, ``provenance`` (``measured``, ``model`` or ``emulated``: the
+    last two make the tiler rank by its analytic model) and ``simd_bytes``.  The
+    output depends only on the arguments.
     """
     provenance = params.get("provenance", "measured")
     if provenance not in PROVENANCE_CODE:
@@ -148,28 +143,16 @@ def emit_kernel_table_c(
     lines.append(f"const int at_kernel_table_count = {len(entries)};")
     lines.append("")
 
-    def pair(key: str, default: float, integer: bool) -> str:
-        a, b = _per_dtype(params, key, default)
-        return f"{{{int(a)}, {int(b)}}}" if integer else f"{{{_c_double(a)}, {_c_double(b)}}}"
-
     lines += [
-        "const at_planner_params at_params = {",
+        "const at_kernel_facts at_facts = {",
         "    .format = AT_TABLE_FORMAT,",
         f"    .provenance = {PROVENANCE_CODE[provenance]}, /* {provenance} */",
-        f"    .blk_m = {pair('blk_m', 128, True)},",
-        f"    .blk_n = {pair('blk_n', 2048, True)},",
-        f"    .blk_k = {pair('blk_k', 256, True)},",
-        f"    .pack_flops = {pair('pack_flops', 2.0 * 160**3, False)},",
-        f"    .thread_flops = {_c_double(params.get('thread_flops', 4.0e6))},",
         f"    .peak_gflops = {{{_c_double(peak_gflops.get('f32', 0.0))}, "
         f"{_c_double(peak_gflops.get('f64', 0.0))}}},",
         f"    .simd_bytes = {int(params.get('simd_bytes', 64))},",
-        # Zero keeps the runtime's built-in value (at_table.h); the tuner may set them.
-        f"    .call_seconds = {pair('call_seconds', 0.0, False)},",
-        f"    .edge_frac = {pair('edge_frac', 0.0, False)},",
-        f"    .pack_seconds = {pair('pack_seconds', 0.0, False)},",
-        f"    .grid = {pair('grid', 0, True)},",
         "};",
+        emit_params_c("at_params", PlannerParams.from_mapping(params)),
+        emit_params_c("at_params_builtin", PARAMS_DEFAULTS),
         "",
     ]
     return "\n".join(lines)

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..home import home
+from ..params import CTuneParams as at_tune_params  # the C name, for the prototypes below
 from .library import LIBRARY_NAME
 
 c_int64 = ctypes.c_int64
@@ -46,17 +47,6 @@ class at_kernel_info(ctypes.Structure):
     _fields_ = [
         ("name", ctypes.c_char_p), ("dtype", c_int32), ("trans_a", c_int32),
         ("trans_b", c_int32), ("mr", c_int32), ("nr", c_int32),
-    ]
-
-
-class at_tune_params(ctypes.Structure):
-    """autotune.h's at_tune_params: the planner parameters at_params_get/set exchange."""
-
-    _fields_ = [
-        ("blk_m", c_int64 * 2), ("blk_n", c_int64 * 2), ("blk_k", c_int64 * 2),
-        ("pack_flops", ctypes.c_double * 2), ("thread_flops", ctypes.c_double),
-        ("call_seconds", ctypes.c_double * 2), ("edge_frac", ctypes.c_double * 2),
-        ("pack_seconds", ctypes.c_double * 2), ("grid", c_int32 * 2),
     ]
 
 

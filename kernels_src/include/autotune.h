@@ -115,7 +115,8 @@ void at_plan_cache_stats(int64_t *created, int64_t *hits);
 
 /* The planner's parameters, replaceable at run time so that a tuner can try a
  * setting without rebuilding the library.  Index [0] is f32, [1] f64.  Zero in a
- * cost weight selects the built-in value. */
+ * cost weight selects the built-in value.  Declared, with defaults and search
+ * ranges, in autotune/params.py; a test checks this layout against it. */
 typedef struct {
     int64_t blk_m[2], blk_n[2], blk_k[2]; /* Goto blocks of the packed path */
     double pack_flops[2];     /* 2MNK at or above which the packed path is used */

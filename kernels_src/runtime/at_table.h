@@ -2,7 +2,7 @@
  *
  * `autotune install` writes one at_table.c per library with
  * autotune.runtime.library.emit_kernel_table_c(): a declaration of every selected
- * kernel, an array of descriptors and the planner's parameters.  The runtime
+ * kernel, an array of descriptors, the kernels' facts and the planner's parameters.  The runtime
  * reads nothing else; the hot path never opens a file.
  */
 #ifndef AT_TABLE_H
@@ -10,8 +10,10 @@
 
 #include <stdint.h>
 
+#include "autotune.h"
+
 #define AT_KGRID_MAX 8
-#define AT_TABLE_FORMAT 1
+#define AT_TABLE_FORMAT 2
 
 /* Every kernel has the ABI of docs/architecture.md; the descriptor stores it
  * type-erased and the executor casts it back by dtype. */
@@ -34,26 +36,23 @@ typedef struct {
 
 enum { AT_PROVENANCE_MEASURED = 0, AT_PROVENANCE_MODEL = 1 };
 
+/* What the install knows about the kernels it baked in: facts, not parameters
+ * (the tuner never changes them, at_params_set leaves them alone). */
 typedef struct {
     int32_t format;           /* AT_TABLE_FORMAT */
     int32_t provenance;       /* MODEL: rank kernels by the analytic model */
-    int64_t blk_m[2], blk_n[2], blk_k[2]; /* Goto blocks per dtype */
-    double pack_flops[2];     /* 2MNK at or above which the packed path is used */
-    double thread_flops;      /* 2MNK below which a plan runs on one thread */
     double peak_gflops[2];    /* one core's measured FMA peak per dtype */
     int32_t simd_bytes;       /* vector width for the analytic model */
     int32_t reserved;
-    /* The tiler's cost weights and thread grid, per dtype (autotune.tune owns
-     * them).  Zero means the built-in value, so a table that leaves them out
-     * plans exactly as before they existed. */
-    double call_seconds[2];   /* charged per kernel call besides its flops (2e-9) */
-    double edge_frac[2];      /* portable edge code speed as a fraction of peak (0.03) */
-    double pack_seconds[2];   /* charged per element copied into a packed panel (0.25e-9) */
-    int32_t grid[2];          /* thread grid: 0 least predicted load, 1 split M, 2 split N */
-} at_planner_params;
+} at_kernel_facts;
 
 extern const at_kernel_desc at_kernel_table[];
 extern const int at_kernel_table_count;
-extern const at_planner_params at_params;
+extern const at_kernel_facts at_facts;
+/* The planner's parameters (autotune.h's at_tune_params, declared once in
+ * autotune/params.py): the table's, and the built-in values a zero cost weight
+ * stands for. */
+extern const at_tune_params at_params;
+extern const at_tune_params at_params_builtin;
 
 #endif

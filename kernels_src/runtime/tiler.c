@@ -26,17 +26,9 @@
 #include "at_internal.h"
 
 #define AT_EDGE (-1)
-/* Time charged per kernel call besides its flops: favours bigger blocks when
- * the measurements tie.  The table or at_params_set may replace it. */
-#define AT_CALL_SECONDS 2e-9
-/* Predicted speed of portable edge code relative to peak: poor on purpose, so
- * edges are used only where kernels cannot cover C exactly. */
-#define AT_EDGE_FRAC 0.03
 /* The grid of block sizes is at least this big, so tiny problems can be
  * covered by one portable edge block rather than many kernel calls. */
 #define AT_GRID_MIN 8
-/* Seconds per element copied into a packed panel. */
-#define AT_PACK_SECONDS 0.25e-9
 
 static _Thread_local char at_error_text[256];
 
@@ -47,46 +39,42 @@ static _Thread_local char at_error_text[256];
  * plan and planning itself needs no lock. */
 
 static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
-static at_planner_params params_live;
+static at_tune_params params_live;
 static int params_replaced;
 _Atomic uint64_t at__params_gen;
-static _Thread_local at_planner_params tp;
+static _Thread_local at_tune_params tp;
 
-static void params_snapshot(at_planner_params *out)
+static void params_snapshot(at_tune_params *out)
 {
     pthread_mutex_lock(&params_lock);
     *out = params_replaced ? params_live : at_params;
     pthread_mutex_unlock(&params_lock);
 }
 
+/* A cost weight of zero stands for the built-in value (a table or caller that
+ * leaves it out plans as before the weight existed). */
+static double weight(double value, double builtin) { return value > 0 ? value : builtin; }
+
 static double call_seconds(int dtype)
 {
-    return tp.call_seconds[dtype] > 0 ? tp.call_seconds[dtype] : AT_CALL_SECONDS;
+    return weight(tp.call_seconds[dtype], at_params_builtin.call_seconds[dtype]);
 }
 
 static double pack_seconds(int dtype)
 {
-    return tp.pack_seconds[dtype] > 0 ? tp.pack_seconds[dtype] : AT_PACK_SECONDS;
+    return weight(tp.pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
 }
 
 int at_params_get(at_tune_params *out)
 {
     if (!out) return AT_EINVAL;
-    at_planner_params s;
-    params_snapshot(&s);
-    memset(out, 0, sizeof *out);
+    params_snapshot(out);
+    /* The values in force, not the zeros that stand for them. */
     for (int d = 0; d < 2; d++) {
-        out->blk_m[d] = s.blk_m[d];
-        out->blk_n[d] = s.blk_n[d];
-        out->blk_k[d] = s.blk_k[d];
-        out->pack_flops[d] = s.pack_flops[d];
-        /* The values in force, not the zeros that stand for them. */
-        out->call_seconds[d] = s.call_seconds[d] > 0 ? s.call_seconds[d] : AT_CALL_SECONDS;
-        out->edge_frac[d] = s.edge_frac[d] > 0 ? s.edge_frac[d] : AT_EDGE_FRAC;
-        out->pack_seconds[d] = s.pack_seconds[d] > 0 ? s.pack_seconds[d] : AT_PACK_SECONDS;
-        out->grid[d] = s.grid[d];
+        out->call_seconds[d] = weight(out->call_seconds[d], at_params_builtin.call_seconds[d]);
+        out->edge_frac[d] = weight(out->edge_frac[d], at_params_builtin.edge_frac[d]);
+        out->pack_seconds[d] = weight(out->pack_seconds[d], at_params_builtin.pack_seconds[d]);
     }
-    out->thread_flops = s.thread_flops;
     return AT_OK;
 }
 
@@ -108,22 +96,7 @@ int at_params_set(const at_tune_params *in)
         }
     }
     pthread_mutex_lock(&params_lock);
-    if (in) {
-        /* Provenance, peak and SIMD width describe the kernels, not the planner:
-         * they stay the table's. */
-        params_live = at_params;
-        for (int d = 0; d < 2; d++) {
-            params_live.blk_m[d] = in->blk_m[d];
-            params_live.blk_n[d] = in->blk_n[d];
-            params_live.blk_k[d] = in->blk_k[d];
-            params_live.pack_flops[d] = in->pack_flops[d];
-            params_live.call_seconds[d] = in->call_seconds[d];
-            params_live.edge_frac[d] = in->edge_frac[d];
-            params_live.pack_seconds[d] = in->pack_seconds[d];
-            params_live.grid[d] = in->grid[d];
-        }
-        params_live.thread_flops = in->thread_flops;
-    }
+    if (in) params_live = *in;
     params_replaced = in != NULL;
     atomic_fetch_add(&at__params_gen, 1);
     pthread_mutex_unlock(&params_lock);
@@ -145,7 +118,7 @@ const char *at_last_error(void) { return at_error_text; }
 
 static double peak_of(int dtype)
 {
-    double p = tp.peak_gflops[dtype];
+    double p = at_facts.peak_gflops[dtype];
     return p > 0 ? p : 10.0;
 }
 
@@ -155,7 +128,7 @@ static double peak_of(int dtype)
 static double model_gflops(const at_kernel_desc *d)
 {
     int elem = d->dtype == AT_F64 ? 8 : 4;
-    int lanes = (tp.simd_bytes > 0 ? tp.simd_bytes : 16) / elem;
+    int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
     if (lanes < 1) lanes = 1;
     int v = d->trans_a ? (d->trans_b ? d->nr : 1) : d->mr;
     double simd = (double)v / (double)(((v + lanes - 1) / lanes) * lanes);
@@ -169,7 +142,7 @@ static double model_gflops(const at_kernel_desc *d)
 /* Median GFLOPS interpolated linearly in log K between grid points. */
 static double kernel_gflops(const at_kernel_desc *d, int64_t K)
 {
-    if (tp.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(d);
+    if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(d);
     int n = d->nk;
     double lk = log((double)(K > 0 ? K : 1));
     double g;
@@ -189,7 +162,7 @@ static double kernel_gflops(const at_kernel_desc *d, int64_t K)
 
 static double edge_gflops(int dtype)
 {
-    double f = tp.edge_frac[dtype] > 0 ? tp.edge_frac[dtype] : AT_EDGE_FRAC;
+    double f = weight(tp.edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
     double g = f * peak_of(dtype);
     return g > 0.5 ? g : 0.5;
 }
@@ -740,14 +713,14 @@ static int build_packed(at_plan *p, int T)
     }
     p->ktrans_a = fa;
     p->ktrans_b = fb;
-    int64_t bm = round_down(tp.blk_m[dt] > 0 ? tp.blk_m[dt] : 128, h);
-    int64_t bn = round_down(tp.blk_n[dt] > 0 ? tp.blk_n[dt] : 256, w);
-    int64_t bk = tp.blk_k[dt] > 0 ? tp.blk_k[dt] : 256;
+    int64_t bm = round_down(tp.blk_m[dt] > 0 ? tp.blk_m[dt] : at_params_builtin.blk_m[dt], h);
+    int64_t bn = round_down(tp.blk_n[dt] > 0 ? tp.blk_n[dt] : at_params_builtin.blk_n[dt], w);
+    int64_t bk = tp.blk_k[dt] > 0 ? tp.blk_k[dt] : at_params_builtin.blk_k[dt];
     /* The same number of blocks, as even as the kernel sizes allow: 256 rows in
      * blocks of at most 120 become 96 + 96 + 64, not 120 + 120 + 16.  Blocks are
      * the unit of the thread split, and a sliver block is a sliver of work that
      * no assignment can balance; the caps stay caps (the caches' limits). */
-    int lanes = (tp.simd_bytes > 0 ? tp.simd_bytes : 16) / (dt == AT_F64 ? 8 : 4);
+    int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / (dt == AT_F64 ? 8 : 4);
     if (lanes < 1) lanes = 1;
     /* NN and NT kernels vectorise along M, TT along N, TN along K (docs/kernels.md). */
     bm = even_blocks(p->M, bm, h, fa ? 1 : lanes);
