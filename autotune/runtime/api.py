@@ -123,9 +123,10 @@ def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
             _warn_once(f"dtype-{A.dtype}-{B.dtype}",
                        f"autotune: no kernels for dtype {A.dtype}/{B.dtype}; numpy computes gemm")
         return _numpy_gemm(A, B, C, alpha, beta, bool(trans_a), bool(trans_b))
-    # Operands with no unit stride (or negative strides): contiguous copies.
-    A2 = A if (A.flags.c_contiguous or A.flags.f_contiguous) else np.ascontiguousarray(A)
-    B2 = B if (B.flags.c_contiguous or B.flags.f_contiguous) else np.ascontiguousarray(B)
+    # Operands with no unit stride (or negative strides), and operands C overlaps
+    # (C would be read after it was written): contiguous copies, numpy's answer.
+    A2 = A if (A.flags.c_contiguous or A.flags.f_contiguous) and not _overlaps(A, C) else np.array(A, order="C")
+    B2 = B if (B.flags.c_contiguous or B.flags.f_contiguous) and not _overlaps(B, C) else np.array(B, order="C")
     fast = runtime.fast.gemm
     if C is None:
         return fast(A2, B2, alpha=alpha, trans_a=trans_a, trans_b=trans_b)
@@ -135,6 +136,21 @@ def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
     fast(A2, B2, tmp, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
     C[...] = tmp
     return C
+
+
+def _overlaps(X: np.ndarray, C: np.ndarray | None) -> bool:
+    return C is not None and np.may_share_memory(X, C)
+
+
+def _items_overlap(C: np.ndarray) -> bool:
+    """Whether two items of a 3-D stack share an element (exact; only the slow path asks)."""
+    batch, m, n = C.shape
+    if batch < 2 or m == 0 or n == 0 or C.flags.c_contiguous or C.flags.f_contiguous:
+        return False
+    s0, s1, s2 = C.strides
+    item = (np.arange(m)[:, None] * s1 + np.arange(n)[None, :] * s2).ravel()
+    offsets = np.sort((np.arange(batch)[:, None] * s0 + item[None, :]).ravel())
+    return bool(np.any(np.diff(offsets) < C.itemsize))
 
 
 def numpy_gemm(A: Any, B: Any, C: np.ndarray | None = None, *, alpha: float = 1.0,
@@ -212,7 +228,7 @@ def gemm_batch(A: Any, B: Any, C: Any = None, *, alpha: float = 1.0, beta: float
 def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
                      trans_b: int) -> Any:
     """gemm_batch for what _atfast declined: lists, mixed dtypes, items with no
-    unit stride, overlapping C items, errors, and no library at all."""
+    unit stride, C overlapping A, B or itself, errors, and no library at all."""
     from . import gemm as _gemm  # the entry bound to the current library
 
     if isinstance(A, (list, tuple)) or isinstance(B, (list, tuple)):
@@ -244,12 +260,20 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
         C = np.empty((batch, M, N), dtype=np.result_type(A, B))
     elif not isinstance(C, np.ndarray) or C.shape != (batch, M, N):
         raise ValueError(f"gemm_batch: C must be an array of shape {(batch, M, N)}")
+    elif _items_overlap(C):
+        # Each item would be written by another at once (and by other threads):
+        # numpy leaves matmul into such an out undefined; refuse rather than guess.
+        raise ValueError("gemm_batch: the items of C overlap in memory; pass a C whose items are distinct")
+    if _overlaps(A, C):
+        A = np.array(A, order="C")
+    if _overlaps(B, C):
+        B = np.array(B, order="C")
     runtime = _state.runtime
     views = None
     if (runtime is not None and A.dtype in _SUPPORTED and A.dtype == B.dtype == C.dtype
             and C.flags.writeable):
         views = [_batch_view(X, batch) for X in (A, B, C)]
-    if views is None or any(v is None for v in views) or (views[2][0] <= 0 and batch > 1):
+    if views is None or any(v is None for v in views):
         for i in range(batch):
             _gemm(A[i] if A.ndim == 3 else A, B[i] if B.ndim == 3 else B, C[i],
                   alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)

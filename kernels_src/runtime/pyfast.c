@@ -73,6 +73,34 @@ static int classify(const Py_buffer *v, at_view *o)
     return classify_item(r, c, s0, s1, v->itemsize, o);
 }
 
+/* The bytes [lo, hi) a buffer's elements can touch: numpy's may_share_memory
+ * bound.  An empty buffer touches nothing (lo == hi). */
+static void extent(const Py_buffer *v, int from_dim, const char **lo, const char **hi)
+{
+    const char *l = v->buf, *h = v->buf;
+    for (int i = from_dim; i < v->ndim; i++) {
+        if (v->shape[i] == 0) {
+            *lo = *hi = v->buf;
+            return;
+        }
+        Py_ssize_t span = (v->shape[i] - 1) * v->strides[i];
+        if (span < 0) l += span; else h += span;
+    }
+    *lo = l;
+    *hi = h + v->itemsize;
+}
+
+/* C overlapping an operand would be read after it was written (gemm(A, B, B) or
+ * gemm(A, A, A)): such calls go to the slow path, which copies the operand and
+ * gives numpy's answer.  Bounds only: rarely a false alarm, never a miss. */
+static int overlaps(const Py_buffer *x, const Py_buffer *y)
+{
+    const char *xl, *xh, *yl, *yh;
+    extent(x, 0, &xl, &xh);
+    extent(y, 0, &yl, &yh);
+    return xl < yh && yl < xh;
+}
+
 /* The flag and leading dimension of an operand read in `layout`. */
 static void orient(const at_view *v, int layout, int *trans, int64_t *ld)
 {
@@ -201,7 +229,7 @@ static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(out);
         return call_slow(A, B, C, alpha, beta, ta, tb);
     }
-    if (classify(&vc, &c) || c.dtype != a.dtype) {
+    if (classify(&vc, &c) || c.dtype != a.dtype || (C && (overlaps(&vc, &va) || overlaps(&vc, &vb)))) {
         PyBuffer_Release(&va);
         PyBuffer_Release(&vb);
         PyBuffer_Release(&vc);
@@ -329,11 +357,18 @@ static PyObject *at_py_gemm_batch(PyObject *self, PyObject *const *args, Py_ssiz
         goto slow;
     }
     held = 3;
-    /* C items must not overlap: a zero (or negative) batch stride only for one item. */
+    /* C items must not overlap one another (the threads would race on them) nor
+     * A or B: the slow path copies an overlapped operand or names the overlap. */
     if (vb[2].ndim != 3 || vb[2].shape[0] != batch ||
         batch_item(&vb[2], batch, &v[2], &stride[2]) || v[2].dtype != v[0].dtype ||
-        v[2].rows != M || v[2].cols != N || (stride[2] <= 0 && batch > 1))
+        v[2].rows != M || v[2].cols != N)
         goto slow;
+    if (batch > 1) {
+        const char *lo, *hi;
+        extent(&vb[2], 1, &lo, &hi);
+        if (lo != hi && stride[2] * (Py_ssize_t)vb[2].itemsize < hi - lo) goto slow;
+    }
+    if (C && (overlaps(&vb[2], &vb[0]) || overlaps(&vb[2], &vb[1]))) goto slow;
     int c_col = v[2].col_ok;
     int layout = c_col ? AT_COL_MAJOR : AT_ROW_MAJOR;
     int64_t lda, ldb, ldc = c_col ? v[2].ld_col : v[2].ld_row;
