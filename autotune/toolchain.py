@@ -57,6 +57,9 @@ X86_REQUIRES = {
     "avx2": ("avx2", "fma"),
     "generic": (),
 }
+# What each family needs of the CPU, as HostInfo feature names: a library
+# records the union for its kernels and checks it when it loads (cpu.c).
+REQUIRES = {**X86_REQUIRES, "neon": ("asimd",), "sme2": ("sme2",)}
 
 
 def find_cc() -> tuple[str, ...]:

@@ -33,10 +33,11 @@ def use_library(path: Path | str | None = None) -> loader.Runtime | None:
 def _initial() -> None:
     try:
         use_library()
-    except OSError:
-        # A library that exists but does not load must not break `import autotune`;
-        # gemm falls back to numpy and says so on first use.
-        api.use(None)
+    except OSError as exc:
+        # A library that exists but does not load, or was built for another CPU,
+        # must not break `import autotune`: gemm falls back to numpy and says why
+        # on first use.
+        api.use(None, reason=str(exc))
 
 
 _initial()

@@ -34,10 +34,15 @@ def _warn_once(key: str, message: str) -> None:
     warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
+#: Why gemm computes with numpy when no library is in use.
+NO_LIBRARY = "no libautotune installed (run `autotune install`)"
+
+
 class _State:
     """The library in use; replaced as a whole so readers never see half of one."""
 
     runtime: loader.Runtime | None = None
+    reason: str = NO_LIBRARY
     # runtime.fast.gemm_batch when the extension has it; None: the Python path.
     batch: Any = None
 
@@ -117,8 +122,7 @@ def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
         raise TypeError(f"gemm: C is {C.dtype} but A and B are {A.dtype}")
     if runtime is None or runtime.fast is None or not floats:
         if runtime is None or runtime.fast is None:
-            _warn_once("nolib", "autotune: no libautotune installed (run `autotune install`); "
-                                "numpy computes gemm instead")
+            _warn_once(f"nolib-{_state.reason}", f"autotune: {_state.reason}; numpy computes gemm instead")
         else:
             _warn_once(f"dtype-{A.dtype}-{B.dtype}",
                        f"autotune: no kernels for dtype {A.dtype}/{B.dtype}; numpy computes gemm")
@@ -159,21 +163,25 @@ def numpy_gemm(A: Any, B: Any, C: np.ndarray | None = None, *, alpha: float = 1.
     return _slow_path(A, B, C, alpha, beta, int(trans_a), int(trans_b))
 
 
-def use(runtime: loader.Runtime | None) -> None:
-    """Make ``runtime`` the library behind gemm (None: the numpy fallback)."""
+def _entry_points(lib: ctypes.CDLL) -> tuple[int, int, int]:
+    """Addresses of the three functions the extension calls, from this very library."""
+    return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value  # type: ignore[return-value]
+                 for name in ("at_gemm", "at_gemm_batch_strided", "at_last_error"))
+
+
+def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
+    """Make ``runtime`` the library behind gemm (None: the numpy fallback, warning ``reason``)."""
     batch = None
     if runtime is not None and runtime.fast is not None:
         fast = runtime.fast
-        batch = getattr(fast, "gemm_batch", None)
-        if batch is not None:
-            fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path,
-                       _batch_slow_path, np.ndarray)
-        else:
-            # An extension built before gemm_batch moved to C (an install not yet
-            # relinked): its gemm only, gemm_batch stays in Python.
-            fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path)
+        fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path,
+                   _batch_slow_path, np.ndarray, *_entry_points(runtime.lib))
+        batch = fast.gemm_batch
+    elif runtime is not None:
+        reason = f"libautotune's extension beside {runtime.path} is unusable (run `autotune install --force`)"
     _state.batch = batch
     _state.runtime = runtime
+    _state.reason = reason
 
 
 def current() -> loader.Runtime | None:

@@ -203,7 +203,7 @@ def build_arm_runtime(
         if ext and extension is not None:
             ext_tmp = tmp / extension.name
             _run([*target.cc, *base, *includes, *ext[0], "-shared", str(runtime_dir / EXTENSION_SOURCE),
-                  "-o", str(ext_tmp), f"-L{tmp}", "-l:" + LIBRARY_NAME, "-Wl,-rpath,$ORIGIN"])
+                  "-o", str(ext_tmp)])
         header_tmp = tmp / "autotune.h"
         shutil.copyfile(header, header_tmp)
         _replace_atomic(lib_tmp, library)

@@ -26,10 +26,10 @@ from ..host import HostInfo
 from ..models import analytic_params
 from ..params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from ..specs import DTYPE_CTYPE, KernelSpec
-from ..toolchain import Target
+from ..toolchain import REQUIRES, Target
 
 #: The runtime's translation units, in kernels_src/runtime/.
-RUNTIME_SOURCES = ("tiler.c", "exec.c", "pool.c", "cache.c", "blas.c")
+RUNTIME_SOURCES = ("tiler.c", "exec.c", "pool.c", "cache.c", "blas.c", "cpu.c")
 RUNTIME_HEADERS = ("at_internal.h", "at_table.h", "exec_t.h")
 EXTENSION_SOURCE = "pyfast.c"
 LIBRARY_NAME = "libautotune.so"
@@ -143,7 +143,9 @@ def emit_kernel_table_c(
     lines.append(f"const int at_kernel_table_count = {len(entries)};")
     lines.append("")
 
+    features = sorted({f for spec, _ in kernels for f in REQUIRES.get(spec.isa, ())})
     lines += [
+        f"const char at_library_features[] = {_c_str(' '.join(features))};",
         "const at_kernel_facts at_facts = {",
         "    .format = AT_TABLE_FORMAT,",
         f"    .provenance = {PROVENANCE_CODE[provenance]}, /* {provenance} */",
@@ -189,10 +191,11 @@ def runtime_cflags(target: Target) -> list[str]:
     for flag in ("-std=c11", "-fPIC", "-pthread"):
         if flag not in flags:
             flags.append(flag)
-    if target.arch == "x86_64":
-        # TLS descriptors: the plan cache's thread-local pointer is then read
-        # without a call to __tls_get_addr (aarch64 uses descriptors already).
-        flags.append("-mtls-dialect=gnu2")
+    # No -mtls-dialect=gnu2: glibc's resolver of TLS descriptors for a library
+    # that did not get static TLS (the second one dlopen'ed in a process) does
+    # not preserve the vector registers the compiler keeps live across it before
+    # glibc 2.39 (2.36 here): the second library computed wrong results.  The
+    # hot thread-local, the front cache, is initial-exec instead (at_internal.h).
     return flags
 
 
@@ -228,7 +231,7 @@ def build_runtime(
     """Link ``libautotune.so`` from the runtime C, ``table_c`` and the kernels' objects.
 
     Copies ``autotune.h`` beside it and builds the ``_atfast`` Python extension
-    (linked to the library through ``$ORIGIN``).  Nothing is compiled when the
+    (not linked to the library: the loader hands it the library's entry points).  Nothing is compiled when the
     hash of the sources, the objects, the compiler and the flags is unchanged.
     Raises :class:`LibraryError` with the compiler's output on failure.
     """
@@ -284,7 +287,7 @@ def build_runtime(
             ext_tmp = tmp / extension.name
             _run(
                 [*target.cc, *cflags, *includes, *ext[0], "-shared", str(runtime_dir / EXTENSION_SOURCE),
-                 "-o", str(ext_tmp), f"-L{tmp}", "-l:" + LIBRARY_NAME, "-Wl,-rpath,$ORIGIN"]
+                 "-o", str(ext_tmp)]
             )
         header_tmp = tmp / "autotune.h"
         shutil.copyfile(header, header_tmp)

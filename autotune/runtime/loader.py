@@ -1,7 +1,8 @@
 """Finding and loading libautotune: ctypes for the C API, _atfast for the hot path.
 
-The library of an install lives in ``$AUTOTUNE_HOME/lib/<target>/``;
-``$AUTOTUNE_LIBRARY`` names one explicitly.  Loading it never detects, builds or
+The library of the native install lives in ``$AUTOTUNE_HOME/lib/host/`` (cross
+builds for other machines beside it are never loaded); ``$AUTOTUNE_LIBRARY``
+names one explicitly.  Loading it never detects, builds or
 reads a table: everything the hot path needs is baked into the library.
 """
 
@@ -11,8 +12,10 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
+import struct
 import sysconfig
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -59,17 +62,22 @@ class Runtime:
     fast: ModuleType | None
 
 
+class LibraryRefused(OSError):
+    """A library exists but must not be used here; the message says why and what to run."""
+
+
+#: The target whose library ``autotune.gemm`` loads: the native install.  Cross
+#: builds (``--target neon|sme2``) live beside it, for another machine.
+HOST_TARGET = "host"
+
+
 def find_library() -> Path | None:
-    """$AUTOTUNE_LIBRARY, else the newest ``$AUTOTUNE_HOME/lib/*/libautotune.so``."""
+    """$AUTOTUNE_LIBRARY, else ``$AUTOTUNE_HOME/lib/host/libautotune.so`` when it exists."""
     explicit = os.environ.get("AUTOTUNE_LIBRARY")
     if explicit:
         return Path(explicit)
-    root = home() / "lib"
-    try:
-        found = sorted(root.glob(f"*/{LIBRARY_NAME}"), key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
-        return None
-    return found[0] if found else None
+    path = home() / "lib" / HOST_TARGET / LIBRARY_NAME
+    return path if path.exists() else None
 
 
 def _prototypes(lib: ctypes.CDLL) -> None:
@@ -91,6 +99,9 @@ def _prototypes(lib: ctypes.CDLL) -> None:
     lib.at_kernel_count.argtypes = []
     lib.at_kernel_get.restype = ctypes.c_int
     lib.at_kernel_get.argtypes = [ctypes.c_int, ctypes.POINTER(at_kernel_info)]
+    if hasattr(lib, "at_cpu_check"):
+        lib.at_cpu_check.restype = ctypes.c_int
+        lib.at_cpu_check.argtypes = []
     lib.at_last_error.restype = ctypes.c_char_p
     lib.at_last_error.argtypes = []
     lib.at_set_num_threads.restype = None
@@ -121,18 +132,78 @@ def _prototypes(lib: ctypes.CDLL) -> None:
     )
 
 
+#: The extension's calling convention with api.use (pyfast.c's AT_FAST_ABI).
+FAST_ABI = 2
+
+
+def damage(path: Path) -> str | None:
+    """Why an ELF shared object is unusable (truncated, not ELF), or None when it looks whole.
+
+    dlopen of a truncated library maps segments past the end of the file and
+    the process dies of SIGBUS when it touches them, so a file whose headers
+    point beyond its end is refused before it is opened.  Other formats
+    (Mach-O) are left to the dynamic loader.
+    """
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            size = os.fstat(f.fileno()).st_size
+            if head[:4] != b"\x7fELF":
+                return None if head[:4] in _MACHO_MAGIC else "not a shared library"
+            if len(head) < 64 or head[4] != 2:
+                return "truncated" if len(head) < 64 else None  # 32-bit: not ours to judge
+            order = "<" if head[5] == 1 else ">"
+            phoff, shoff = struct.unpack_from(order + "QQ", head, 0x20)
+            phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 0x36)
+            if shoff + shnum * shentsize > size or phoff + phnum * phentsize > size:
+                return "truncated"
+            f.seek(phoff)
+            table = f.read(phnum * phentsize)
+            for i in range(phnum):
+                ptype, _, offset, _, _, filesz = struct.unpack_from(order + "IIQQQQ", table, i * phentsize)
+                if ptype == 1 and offset + filesz > size:  # PT_LOAD
+                    return "truncated"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+_MACHO_MAGIC = (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf", b"\xca\xfe\xba\xbe")
+
+
 def _load_extension(directory: Path) -> ModuleType | None:
+    """The ``_atfast`` beside the library; None, and the ctypes path, when absent or unusable.
+
+    A damaged or outdated extension costs speed, never the library: gemm then
+    runs through the Python path with a warning saying what to run.
+    """
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     path = directory / f"_atfast{suffix}"
     if not path.exists():
         return None
-    loader = importlib.machinery.ExtensionFileLoader("_atfast", str(path))
-    spec = importlib.util.spec_from_file_location("_atfast", str(path), loader=loader)
-    if spec is None:
+    try:
+        problem = damage(path)
+        if problem:
+            raise ImportError(problem)
+        loader = importlib.machinery.ExtensionFileLoader("_atfast", str(path))
+        spec = importlib.util.spec_from_file_location("_atfast", str(path), loader=loader)
+        if spec is None:
+            raise ImportError("no module spec")
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except ImportError as exc:
+        _warn(f"autotune: the extension {path} does not load ({exc}); gemm runs slower through "
+              "ctypes until `autotune install --force` rebuilds it")
         return None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
+    if getattr(module, "ABI", None) != FAST_ABI:
+        _warn(f"autotune: the extension {path} was built by another version of autotune; gemm runs "
+              "slower through ctypes until `autotune install --force` rebuilds it")
+        return None
     return module
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 _lock = threading.Lock()
@@ -142,8 +213,12 @@ _loaded: dict[Path, Runtime] = {}
 def load(path: Path | str | None = None) -> Runtime | None:
     """Load (once per path) the library at ``path`` or :func:`find_library`'s; None if absent.
 
-    Raises OSError when a library exists but cannot be loaded: a broken install
-    must be seen, not silently replaced by the fallback.
+    The library is opened RTLD_LOCAL: its BLAS symbols (``sgemm_``, ``xerbla_``)
+    never bind other code loaded later, and two libraries can live in one process
+    (the extension reaches its own through the entry points api.use hands it).
+    Raises OSError when a library exists but cannot be loaded (damaged), and
+    :class:`LibraryRefused` when this CPU lacks an instruction set its kernels
+    need: a broken install must be seen, not silently replaced by the fallback.
     """
     resolved = Path(path) if path is not None else find_library()
     if resolved is None or not resolved.exists():
@@ -152,10 +227,17 @@ def load(path: Path | str | None = None) -> Runtime | None:
     with _lock:
         if resolved in _loaded:
             return _loaded[resolved]
-        # RTLD_GLOBAL: the extension's dependency on libautotune.so resolves to
-        # this very copy, so ctypes and the hot path share one plan cache.
-        lib = ctypes.CDLL(str(resolved), mode=ctypes.RTLD_GLOBAL)
+        try:
+            problem = damage(resolved)
+            if problem:
+                raise OSError(problem)
+            lib = ctypes.CDLL(str(resolved), mode=ctypes.RTLD_LOCAL)
+        except OSError as exc:
+            raise OSError(f"{resolved} does not load ({exc}): run `autotune install --force`") from exc
         _prototypes(lib)
+        # Before anything can run a kernel: a library built for another CPU.
+        if hasattr(lib, "at_cpu_check") and lib.at_cpu_check() != 0:
+            raise LibraryRefused(f"{resolved}: {lib.at_last_error().decode(errors='replace')}")
         runtime = Runtime(resolved, lib, _load_extension(resolved.parent))
         _loaded[resolved] = runtime
         return runtime

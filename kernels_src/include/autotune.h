@@ -28,7 +28,8 @@ enum {
     AT_OK = 0,
     AT_EINVAL = -1,   /* an argument is invalid (dtype, dims, leading dims) */
     AT_ENOMEM = -2,   /* allocation failed */
-    AT_ENOKERNEL = -3 /* no kernel of that dtype in the library */
+    AT_ENOKERNEL = -3, /* no kernel of that dtype in the library */
+    AT_ENOCPU = -4    /* this CPU lacks an instruction set the library's kernels need */
 };
 
 typedef struct at_plan at_plan;
@@ -133,6 +134,12 @@ int at_params_get(at_tune_params *out);
  * plans created before stay valid and keep their own decisions.  AT_EINVAL for
  * a negative block or threshold, or a grid mode outside 0..2. */
 int at_params_set(const at_tune_params *params);
+
+/* Whether this CPU has every instruction set the library's kernels were built
+ * for: AT_OK, or AT_ENOCPU with at_last_error() naming what is missing.  Every
+ * entry point checks it before its first plan, so a library moved to an older
+ * CPU reports the error instead of dying of SIGILL. */
+int at_cpu_check(void);
 
 /* Threads: AUTOTUNE_NUM_THREADS at first use, else the online CPUs. */
 void at_set_num_threads(int n);

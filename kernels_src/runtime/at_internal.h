@@ -137,7 +137,12 @@ typedef struct at_tcache {
     struct at_tcache *prev, *next;
 } at_tcache;
 
-extern _Thread_local at_tcache *at__tcache;
+/* The front cache's pointer is read on every call: initial-exec, a load from a
+ * fixed offset of the thread pointer, in the static TLS glibc sets aside for
+ * libraries opened later (8 bytes of it; when none is left dlopen fails with a
+ * message, never a wrong result). */
+#define AT_TLS_FAST __attribute__((tls_model("initial-exec")))
+extern _Thread_local at_tcache *at__tcache AT_TLS_FAST;
 /* Bumped by at_plan_cache_clear: a front cache stamped with an older epoch is
  * emptied on its next use, since its owner is the only thread allowed to. */
 extern _Atomic uint64_t at__clear_epoch;

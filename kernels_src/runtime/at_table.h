@@ -49,6 +49,9 @@ typedef struct {
 extern const at_kernel_desc at_kernel_table[];
 extern const int at_kernel_table_count;
 extern const at_kernel_facts at_facts;
+/* HostInfo names of the CPU features the kernels need, separated by spaces
+ * ("avx512f avx512vl ... fma"); cpu.c checks them before the first plan. */
+extern const char at_library_features[];
 /* The planner's parameters (autotune.h's at_tune_params, declared once in
  * autotune/params.py): the table's, and the built-in values a zero cost weight
  * stands for. */

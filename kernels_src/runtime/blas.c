@@ -17,6 +17,16 @@
  * Out of line, and with dtype, layout and transpositions packed into one word:
  * with its arguments in six registers and four stack slots the typed entries
  * below reach it by a jump, so their common case saves no registers. */
+/* Why no plan came back: the CPU check's verdict, else memory. */
+static int plan_failure(void) { return at_cpu_check() == AT_OK ? AT_ENOMEM : AT_ENOCPU; }
+
+/* The BLAS entries return nothing: a call that could not compute must not be
+ * silent, so it says why C was left as it was (as xerbla does for arguments). */
+static __attribute__((noinline, cold)) void report_failure(const char *routine)
+{
+    fprintf(stderr, "libautotune: %s: %s; C is unchanged\n", routine, at_last_error());
+}
+
 #define AT_FLAGS(dtype, layout, ta, tb) ((dtype) | (layout) << 1 | (ta) << 2 | (tb) << 3)
 static __attribute__((noinline)) int gemm_checked(int flags, int64_t M, int64_t N, int64_t K,
                                                   const void *A, int64_t lda, const void *B,
@@ -28,7 +38,7 @@ static __attribute__((noinline)) int gemm_checked(int flags, int64_t M, int64_t 
     int trans_b = flags >> 3 & 1;
     int owned;
     at_plan *p = at__plan_lookup(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, &owned);
-    if (!p) return AT_ENOMEM;
+    if (!p) return plan_failure();
     int rc = at__execute_one(p, alpha, A, B, beta, C);
     if (owned) at__plan_release(p);
     return rc;
@@ -99,7 +109,7 @@ int at_gemm_batch_strided(int dtype, int layout, int trans_a, int trans_b, int64
     if (M == 0 || N == 0 || batch == 0) return AT_OK;
     int owned;
     at_plan *p = at__plan_lookup(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, &owned);
-    if (!p) return AT_ENOMEM;
+    if (!p) return plan_failure();
     rc = at__execute(p, batch, alpha, NULL, NULL, beta, NULL, A, stride_a, B, stride_b, C,
                      stride_c);
     if (owned) at__plan_release(p);
@@ -196,8 +206,9 @@ void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRA
         cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_sgemm");
         return;
     }
-    gemm_f32(order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha, A, lda,
-             B, ldb, beta, C, ldc);
+    if (__builtin_expect(gemm_f32(order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N,
+                               K, alpha, A, lda, B, ldb, beta, C, ldc) != AT_OK, 0))
+        report_failure("cblas_sgemm");
 }
 
 void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int M,
@@ -208,8 +219,9 @@ void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRA
         cblas_check((int)order, (int)ta, (int)tb, M, N, K, lda, ldb, ldc, "cblas_dgemm");
         return;
     }
-    gemm_f64(order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N, K, alpha, A, lda,
-             B, ldb, beta, C, ldc);
+    if (__builtin_expect(gemm_f64(order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans, M, N,
+                               K, alpha, A, lda, B, ldb, beta, C, ldc) != AT_OK, 0))
+        report_failure("cblas_dgemm");
 }
 
 /* ---- Fortran BLAS ------------------------------------------------------------- */
@@ -247,8 +259,9 @@ void sgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
         xerbla_("SGEMM ", &info, 6);
         return;
     }
-    gemm_f32(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B, *ldb,
-             *beta, C, *ldc);
+    if (__builtin_expect(gemm_f32(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
+                               *lda, B, *ldb, *beta, C, *ldc) != AT_OK, 0))
+        report_failure("sgemm_");
 }
 
 void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
@@ -260,6 +273,7 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
         xerbla_("DGEMM ", &info, 6);
         return;
     }
-    gemm_f64(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A, *lda, B, *ldb,
-             *beta, C, *ldc);
+    if (__builtin_expect(gemm_f64(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
+                               *lda, B, *ldb, *beta, C, *ldc) != AT_OK, 0))
+        report_failure("dgemm_");
 }

@@ -34,7 +34,7 @@ static uint64_t cache_tick;
 static int64_t cache_created, cache_hits;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
-_Thread_local at_tcache *at__tcache;
+_Thread_local at_tcache *at__tcache AT_TLS_FAST;
 _Atomic uint64_t at__clear_epoch;
 static at_tcache *tcache_list;  /* every live thread's front cache, under cache_lock */
 static int64_t retired_hits;    /* hits of front caches whose thread has exited */

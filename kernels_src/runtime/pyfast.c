@@ -19,6 +19,21 @@
 
 static PyObject *np_empty, *np_dtype[2], *slow_path, *batch_slow_path, *np_ndarray;
 
+/* The library's entry points, given by _init from the ctypes handle the loader
+ * opened.  The extension does not link against libautotune: the dynamic linker
+ * would bind it to whichever libautotune.so (same soname) was loaded first, so
+ * a second library in the process would run the first one's kernels and plan
+ * cache.  Through these pointers each extension reaches its own copy. */
+static int (*lib_gemm)(int, int, int, int, int64_t, int64_t, int64_t, double, const void *,
+                       int64_t, const void *, int64_t, double, void *, int64_t);
+static int (*lib_gemm_batch)(int, int, int, int, int64_t, int64_t, int64_t, double, const void *,
+                             int64_t, int64_t, const void *, int64_t, int64_t, double, void *,
+                             int64_t, int64_t, int64_t);
+static const char *(*lib_last_error)(void);
+
+/* What _init expects; the loader refuses an extension built for another. */
+#define AT_FAST_ABI 2
+
 /* Releasing the GIL costs more than a tiny product takes. */
 #define AT_NOGIL_FLOPS 2.0e5
 
@@ -184,6 +199,7 @@ static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t na
 
     Py_buffer va, vb, vc;
     at_view a, b, c;
+    if (!lib_gemm) return call_slow(A, B, C, alpha, beta, ta, tb);
     if (PyObject_GetBuffer(A, &va, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         return call_slow(A, B, C, alpha, beta, ta, tb);
@@ -248,11 +264,11 @@ static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t na
     int rc;
     if (2.0 * (double)M * (double)N * (double)K > AT_NOGIL_FLOPS) {
         Py_BEGIN_ALLOW_THREADS
-        rc = at_gemm(a.dtype, layout, ta, tb, M, N, K, alpha, va.buf, lda, vb.buf, ldb, beta,
+        rc = lib_gemm(a.dtype, layout, ta, tb, M, N, K, alpha, va.buf, lda, vb.buf, ldb, beta,
                      vc.buf, ldc);
         Py_END_ALLOW_THREADS
     } else {
-        rc = at_gemm(a.dtype, layout, ta, tb, M, N, K, alpha, va.buf, lda, vb.buf, ldb, beta,
+        rc = lib_gemm(a.dtype, layout, ta, tb, M, N, K, alpha, va.buf, lda, vb.buf, ldb, beta,
                      vc.buf, ldc);
     }
     if (rc == AT_ENOMEM) {
@@ -260,7 +276,7 @@ static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t na
         goto fail;
     }
     if (rc) {
-        PyErr_Format(PyExc_RuntimeError, "libautotune: %s", at_last_error());
+        PyErr_Format(PyExc_RuntimeError, "libautotune: %s", lib_last_error());
         goto fail;
     }
     PyBuffer_Release(&va);
@@ -323,6 +339,7 @@ static PyObject *at_py_gemm_batch(PyObject *self, PyObject *const *args, Py_ssiz
     int64_t stride[3];
     PyObject *out = NULL;
     PyObject *ops[2] = {A, B};
+    if (!lib_gemm_batch) goto slow;
     for (; held < 2; held++) {
         if (PyObject_GetBuffer(ops[held], &vb[held], PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
             PyErr_Clear();
@@ -377,21 +394,21 @@ static PyObject *at_py_gemm_batch(PyObject *self, PyObject *const *args, Py_ssiz
     int rc;
     if (2.0 * (double)M * (double)N * (double)K * (double)batch > AT_NOGIL_FLOPS) {
         Py_BEGIN_ALLOW_THREADS
-        rc = at_gemm_batch_strided(v[0].dtype, layout, ta, tb, M, N, K, alpha, vb[0].buf, lda,
+        rc = lib_gemm_batch(v[0].dtype, layout, ta, tb, M, N, K, alpha, vb[0].buf, lda,
                                    stride[0], vb[1].buf, ldb, stride[1], beta, vb[2].buf, ldc,
                                    stride[2], batch);
         Py_END_ALLOW_THREADS
     } else {
-        rc = at_gemm_batch_strided(v[0].dtype, layout, ta, tb, M, N, K, alpha, vb[0].buf, lda,
+        rc = lib_gemm_batch(v[0].dtype, layout, ta, tb, M, N, K, alpha, vb[0].buf, lda,
                                    stride[0], vb[1].buf, ldb, stride[1], beta, vb[2].buf, ldc,
                                    stride[2], batch);
     }
     if (rc == AT_ENOMEM) {
-        PyErr_SetString(PyExc_MemoryError, at_last_error());
+        PyErr_SetString(PyExc_MemoryError, lib_last_error());
         goto fail;
     }
     if (rc) {
-        PyErr_Format(PyExc_RuntimeError, "libautotune: %s", at_last_error());
+        PyErr_Format(PyExc_RuntimeError, "libautotune: %s", lib_last_error());
         goto fail;
     }
     for (int i = 0; i < held; i++) PyBuffer_Release(&vb[i]);
@@ -414,10 +431,20 @@ fail:
 static PyObject *at_py_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 6 || !PyType_Check(args[5])) {
+    if (nargs != 9 || !PyType_Check(args[5])) {
         PyErr_SetString(PyExc_TypeError,
-                        "_init(empty, float32, float64, slow_path, batch_slow_path, ndarray)");
+                        "_init(empty, float32, float64, slow_path, batch_slow_path, ndarray, "
+                        "at_gemm, at_gemm_batch_strided, at_last_error)");
         return NULL;
+    }
+    void *entry[3];
+    for (int i = 0; i < 3; i++) {
+        entry[i] = PyLong_AsVoidPtr(args[6 + i]);
+        if (!entry[i]) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "_init: a library entry point is NULL");
+            return NULL;
+        }
     }
     PyObject **slots[6] = {&np_empty,  &np_dtype[0],     &np_dtype[1],
                            &slow_path, &batch_slow_path, &np_ndarray};
@@ -425,6 +452,12 @@ static PyObject *at_py_init(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_INCREF(args[i]);
         Py_XSETREF(*slots[i], args[i]);
     }
+    lib_gemm = (int (*)(int, int, int, int, int64_t, int64_t, int64_t, double, const void *,
+                        int64_t, const void *, int64_t, double, void *, int64_t))entry[0];
+    lib_gemm_batch = (int (*)(int, int, int, int, int64_t, int64_t, int64_t, double, const void *,
+                              int64_t, int64_t, const void *, int64_t, int64_t, double, void *,
+                              int64_t, int64_t, int64_t))entry[1];
+    lib_last_error = (const char *(*)(void))entry[2];
     Py_RETURN_NONE;
 }
 
@@ -433,7 +466,8 @@ static PyMethodDef methods[] = {
     {"gemm_batch", (PyCFunction)(void (*)(void))at_py_gemm_batch, METH_FASTCALL | METH_KEYWORDS,
      gemm_batch_doc},
     {"_init", (PyCFunction)(void (*)(void))at_py_init, METH_FASTCALL,
-     "Register numpy.empty, the two dtypes, the two slow paths and numpy.ndarray."},
+     "Register numpy.empty, the two dtypes, the two slow paths, numpy.ndarray and the library's\n"
+     "at_gemm, at_gemm_batch_strided and at_last_error (addresses)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -442,4 +476,9 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__atfast(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__atfast(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "ABI", AT_FAST_ABI) < 0) Py_CLEAR(m);
+    return m;
+}

@@ -873,6 +873,7 @@ static int choose_vector_flags(at_plan *p, int dtype)
 at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads)
 {
+    if (at_cpu_check() != AT_OK) return NULL;
     at_plan *p = calloc(1, sizeof *p);
     if (!p) {
         at__set_error("out of memory");
