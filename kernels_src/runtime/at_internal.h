@@ -57,6 +57,10 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads);
 void at__plan_free(at_plan *plan);
 void at__set_error(const char *fmt, ...);
+/* fork(): the planner's parameter lock, taken before the fork and released
+ * (parent) or reset (child) after; cache.c registers the handlers. */
+enum { AT_FORK_PREPARE, AT_FORK_PARENT, AT_FORK_CHILD };
+void at__params_fork(int phase);
 /* Bumped by at_params_set: part of the cache key, so no plan made with older
  * parameters is found again even if it was being built during the change.
  * Read inline: a call per lookup is a measurable share of a 2x2x2 product. */

@@ -42,6 +42,38 @@ static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 static int tcache_key_ok;
 
+/* ---- fork ------------------------------------------------------------------
+ * A lock another thread holds at fork() stays held forever in the child, which
+ * has only the forking thread: the child's next plan would wait on it.  Before
+ * the fork the forking thread takes every lock of the library (in one order;
+ * no code path nests them), so the child copies them unlocked and the data
+ * they guard consistent; the parent releases them, the child starts them anew.
+ * The thread pool resets itself (pool.c).  glibc forgets the handlers of a
+ * library that is dlclose'd. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    at__params_fork(AT_FORK_PREPARE);
+}
+
+static void fork_parent(void)
+{
+    at__params_fork(AT_FORK_PARENT);
+    pthread_mutex_unlock(&cache_lock);
+}
+
+static void fork_child(void)
+{
+    at__params_fork(AT_FORK_CHILD);
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    cache_lock = fresh;
+}
+
+__attribute__((constructor)) static void register_fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 static uint64_t key_hash(const at_key *k)
 {
     uint64_t h = 1469598103934665603ull;

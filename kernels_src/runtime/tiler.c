@@ -44,6 +44,18 @@ static int params_replaced;
 _Atomic uint64_t at__params_gen;
 static _Thread_local at_tune_params tp;
 
+void at__params_fork(int phase)
+{
+    if (phase == AT_FORK_PREPARE) {
+        pthread_mutex_lock(&params_lock);
+    } else if (phase == AT_FORK_PARENT) {
+        pthread_mutex_unlock(&params_lock);
+    } else {
+        pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+        params_lock = fresh;
+    }
+}
+
 static void params_snapshot(at_tune_params *out)
 {
     pthread_mutex_lock(&params_lock);
