@@ -15,7 +15,7 @@ from rich.table import Table
 
 from . import __version__
 from .home import HomeError, home
-from .host import describe, detect
+from .host import IsaCapError, describe, detect
 from .install import InstallError, InstallOptions, install, library_dir
 from .plans import PlanError
 from .table import TableError, TunedTable, kernel_score, load, table_path
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "clean":
             return cmd_clean(args, out)
-    except (ToolchainError, TableError, HomeError, InstallError, PlanError) as exc:
+    except (ToolchainError, TableError, HomeError, InstallError, PlanError, IsaCapError) as exc:
         err.print(f"[bold red]error:[/] {exc}")
         return 2
     except KeyboardInterrupt:

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, asdict, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 
@@ -550,7 +550,7 @@ def host_compiler() -> str:
 
 # --- the running machine --------------------------------------------------
 
-def _normalized_arch(machine: str) -> str:
+def normalized_arch(machine: str) -> str:
     machine = machine.lower()
     return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
@@ -606,15 +606,59 @@ def _detect_other(arch: str, os_name: str) -> HostInfo:
                     compiler=host_compiler())
 
 
+class IsaCapError(ValueError):
+    """AUTOTUNE_ISA names no instruction set of this architecture."""
+
+
+#: AUTOTUNE_ISA, best first per architecture, with the feature-name prefixes each
+#: level hides (those of every family above it).  As MKL_ENABLE_INSTRUCTIONS or
+#: LIBXSMM_TARGET: an AVX-512 machine installs and tests as an AVX2-only or a
+#: portable-C host, and a library can be built for the smaller machines it will meet.
+ISA_CAPS: Mapping[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "x86_64": (("avx512", ()), ("avx2", ("avx512", "amx")),
+               ("generic", ("avx512", "amx", "avx", "fma", "f16c"))),
+    "aarch64": (("sme2", ()), ("neon", ("sme", "sve")), ("generic", ("sme", "sve", "asimd"))),
+}
+ISA_CAP_VARIABLE = "AUTOTUNE_ISA"
+
+
+def apply_isa_cap(info: HostInfo, cap: str | None) -> HostInfo:
+    """``info`` with the features above ``cap`` removed (None or "": unchanged).
+
+    The fingerprint covers the features, so a capped host keys its own tables.
+    Raises :class:`IsaCapError` for a name this architecture does not have.
+    """
+    hidden = above_cap(info.arch, info.features, cap)
+    if not hidden:
+        return info
+    features = tuple(f for f in info.features if f not in hidden)
+    svl_bits = info.svl_bits if "sme" in features else 0
+    return replace(info, features=features, svl_bits=svl_bits)
+
+
+def above_cap(arch: str, features: Iterable[str], cap: str | None) -> tuple[str, ...]:
+    """The ``features`` that AUTOTUNE_ISA=``cap`` hides on ``arch`` (none without a cap)."""
+    if not cap:
+        return ()
+    levels = dict(ISA_CAPS.get(arch, (("generic", ()),)))
+    hidden = levels.get(cap.strip().lower())
+    if hidden is None:
+        raise IsaCapError(f"{ISA_CAP_VARIABLE}={cap!r} is not an instruction set of {arch}: "
+                          f"use one of {', '.join(levels)}")
+    return tuple(f for f in features if hidden and f.startswith(hidden))
+
+
 @functools.lru_cache(maxsize=1)
 def detect() -> HostInfo:
-    """The running machine, detected once per process."""
-    arch = _normalized_arch(platform.machine())
+    """The running machine, detected once per process, capped by $AUTOTUNE_ISA."""
+    arch = normalized_arch(platform.machine())
     if sys.platform.startswith("linux"):
-        return _detect_linux(arch)
-    if sys.platform == "darwin":
-        return _detect_darwin(arch)
-    return _detect_other(arch, platform.system().lower() or sys.platform)
+        info = _detect_linux(arch)
+    elif sys.platform == "darwin":
+        info = _detect_darwin(arch)
+    else:
+        info = _detect_other(arch, platform.system().lower() or sys.platform)
+    return apply_isa_cap(info, os.environ.get(ISA_CAP_VARIABLE))
 
 
 # --- presentation ---------------------------------------------------------

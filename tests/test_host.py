@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import random
 import subprocess
@@ -345,3 +346,50 @@ def test_detect_on_this_x86_machine():
     l1d = host.cache(1, "data")
     assert l1d.kind == "data" and l1d.size > 0 and l1d.size == l1d.line * l1d.ways * l1d.sets
     assert host.svl_bits == 0
+
+
+# -- AUTOTUNE_ISA ---------------------------------------------------------------
+
+AVX512_HOST = HostInfo(arch="x86_64", os="linux", cpu="test",
+                       features=("avx", "avx2", "avx512_bf16", "avx512bw", "avx512dq", "avx512f",
+                                 "avx512vl", "f16c", "fma", "sse2"))
+SME2_HOST = HostInfo(arch="aarch64", os="linux", cpu="test", svl_bits=512,
+                     features=("asimd", "asimddp", "fp", "sme", "sme2", "sve", "sve2"))
+
+
+@pytest.mark.parametrize("host, cap, families", [
+    (AVX512_HOST, "", ("avx512", "avx2", "generic")),
+    (AVX512_HOST, "avx512", ("avx512", "avx2", "generic")),
+    (AVX512_HOST, "avx2", ("avx2", "generic")),
+    (AVX512_HOST, "AVX2", ("avx2", "generic")),
+    (AVX512_HOST, "generic", ("generic",)),
+    (SME2_HOST, "sme2", ("sme2", "neon", "generic")),
+    (SME2_HOST, "neon", ("neon", "generic")),
+    (SME2_HOST, "generic", ("generic",)),
+])
+def test_isa_cap_hides_the_families_above_it(host, cap, families):
+    from autotune import toolchain
+
+    capped = H.apply_isa_cap(host, cap)
+    assert toolchain.native_isas(capped) == families
+    assert "sse2" in capped.features or host.arch != "x86_64"
+    assert (capped.fingerprint == host.fingerprint) == (capped.features == host.features)
+    if "sme2" not in families:
+        assert capped.svl_bits == 0
+
+
+def test_unknown_isa_cap_names_the_allowed_ones():
+    with pytest.raises(H.IsaCapError, match="avx512, avx2, generic"):
+        H.apply_isa_cap(AVX512_HOST, "avx1024")
+    with pytest.raises(H.IsaCapError, match="sme2, neon, generic"):
+        H.apply_isa_cap(SME2_HOST, "avx2")
+
+
+def test_detection_honours_the_environment(tmp_path):
+    code = "from autotune import host, toolchain; print(*toolchain.native_isas(host.detect()))"
+    env = {**os.environ, "AUTOTUNE_ISA": "generic", "AUTOTUNE_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["generic"], done.stderr
+    bad = subprocess.run([sys.executable, "-m", "autotune.cli", "show", "--host"], capture_output=True,
+                         text=True, env={**env, "AUTOTUNE_ISA": "avx1024"}, timeout=60)
+    assert bad.returncode == 2 and "AUTOTUNE_ISA='avx1024'" in bad.stderr and "Traceback" not in bad.stderr

@@ -171,3 +171,12 @@ def test_the_fallback_warning_says_why(monkeypatch):
         assert any("a test's reason" in str(w.message) for w in seen)
     finally:
         rt.api.use(previous)
+
+
+def test_a_library_above_the_isa_cap_is_refused(built, tmp_path, monkeypatch):
+    needs = loader.load(built.library).lib.at_required_features().decode().split()
+    if not needs:
+        pytest.skip("the session library is portable C: no cap is below it")
+    monkeypatch.setenv("AUTOTUNE_ISA", "generic")
+    with pytest.raises(loader.LibraryRefused, match="above AUTOTUNE_ISA=generic"):
+        loader.load(install_copy(built, tmp_path))

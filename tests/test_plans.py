@@ -93,14 +93,20 @@ def test_small_problem_reads_operands_in_place():
 
 
 def test_bigger_blocks_are_preferred():
-    """IAAT's first principle: the main kernel covers most of C when it fits."""
+    """IAAT's first principle: one main kernel, not tails or edge code, covers most of C.
+
+    Which kernel is main depends on the family (the portable one prefers 3x3 over
+    1x14: one row of a vector leaves lanes idle), so the test asks for a block of
+    at least eight elements covering half of C.
+    """
     p = plans.plan(64, 64, 64, "f32", "nn")
-    counts = p.kernel_counts()
-    biggest = max(counts, key=lambda k: KernelSpec.from_name(k).mr * KernelSpec.from_name(k).nr
-                  if k != "edge" else 0)
-    spec = KernelSpec.from_name(biggest)
-    area = sum(s.mb * s.nb for s in p.steps if s.kernel == biggest)
-    assert area >= 0.5 * 64 * 64, (spec, counts)
+    area: dict[str, int] = {}
+    for s in p.steps:
+        area[s.kernel] = area.get(s.kernel, 0) + s.mb * s.nb
+    main = max(area, key=area.get)
+    assert main != "edge" and area[main] >= 0.5 * 64 * 64, area
+    spec = KernelSpec.from_name(main)
+    assert spec.mr * spec.nr >= 8, (spec, area)
 
 
 def test_explain_and_draw():

@@ -12,6 +12,7 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
+import platform
 import struct
 import sysconfig
 import threading
@@ -21,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 
 from ..home import home
+from ..host import ISA_CAP_VARIABLE, IsaCapError, above_cap, normalized_arch
 from ..params import CTuneParams as at_tune_params  # the C name, for the prototypes below
 from .library import LIBRARY_NAME
 
@@ -102,6 +104,8 @@ def _prototypes(lib: ctypes.CDLL) -> None:
     if hasattr(lib, "at_cpu_check"):
         lib.at_cpu_check.restype = ctypes.c_int
         lib.at_cpu_check.argtypes = []
+        lib.at_required_features.restype = ctypes.c_char_p
+        lib.at_required_features.argtypes = []
     lib.at_last_error.restype = ctypes.c_char_p
     lib.at_last_error.argtypes = []
     lib.at_set_num_threads.restype = None
@@ -238,6 +242,17 @@ def load(path: Path | str | None = None) -> Runtime | None:
         # Before anything can run a kernel: a library built for another CPU.
         if hasattr(lib, "at_cpu_check") and lib.at_cpu_check() != 0:
             raise LibraryRefused(f"{resolved}: {lib.at_last_error().decode(errors='replace')}")
+        if hasattr(lib, "at_required_features"):
+            needs = lib.at_required_features().decode().split()
+            cap = os.environ.get(ISA_CAP_VARIABLE)
+            try:
+                over = above_cap(normalized_arch(platform.machine()), needs, cap)
+            except IsaCapError as exc:
+                raise LibraryRefused(str(exc)) from exc
+            if over:
+                raise LibraryRefused(
+                    f"{resolved} needs {' '.join(over)}, above {ISA_CAP_VARIABLE}={cap}: run "
+                    f"`autotune install` with {ISA_CAP_VARIABLE}={cap} to build a library for it")
         runtime = Runtime(resolved, lib, _load_extension(resolved.parent))
         _loaded[resolved] = runtime
         return runtime

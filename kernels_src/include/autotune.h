@@ -140,6 +140,8 @@ int at_params_set(const at_tune_params *params);
  * entry point checks it before its first plan, so a library moved to an older
  * CPU reports the error instead of dying of SIGILL. */
 int at_cpu_check(void);
+/* The CPU features the library's kernels need, space-separated ("avx2 fma"). */
+const char *at_required_features(void);
 
 /* Threads: AUTOTUNE_NUM_THREADS at first use, else the online CPUs. */
 void at_set_num_threads(int n);

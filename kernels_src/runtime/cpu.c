@@ -43,6 +43,8 @@ static int has_feature(const char *name, size_t len)
 #undef IS
 }
 
+const char *at_required_features(void) { return at_library_features; }
+
 static char missing_text[128];
 static _Atomic int cpu_state; /* 0 not checked, 1 fine, -1 missing features */
 
