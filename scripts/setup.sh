@@ -2,7 +2,7 @@
 # Set up a fresh machine for autotune: system packages, then the Python package.
 #
 #   scripts/setup.sh           what `autotune install` needs (a C compiler, the package)
-#   scripts/setup.sh --test    also what the test suite needs (pytest, hypothesis, and the
+#   scripts/setup.sh --test    also what the test suite needs (pytest, hypothesis, netlib's BLAS testers, the
 #                              aarch64 cross toolchain + QEMU the Arm tests run under)
 #   scripts/setup.sh --arm     the aarch64 cross toolchain + QEMU only (for --target neon|sme2)
 #   scripts/setup.sh --bench   the peers `autotune bench` compares against (OpenBLAS, BLIS,
@@ -39,7 +39,8 @@ apt_install() {
 
 if command -v apt-get >/dev/null 2>&1; then
   apt_install gcc libc6-dev
-  [ "$want_test" = 1 ] && apt_install chromium  # the report test renders HTML headless
+  # The report test renders HTML headless; the reference BLAS testers check the BLAS entries.
+  [ "$want_test" = 1 ] && apt_install chromium libblas-test
 elif ! command -v cc >/dev/null 2>&1; then
   echo "setup: no C compiler and no apt-get; install a C compiler (Xcode command line tools on macOS)" >&2
   exit 1

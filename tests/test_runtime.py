@@ -324,7 +324,7 @@ def test_c_program_links_and_reports_bad_arguments(built, tmp_path):
     assert " ** On entry to SGEMM parameter number  1 had an illegal value" in default.stderr
     assert "Parameter 14 to routine cblas_sgemm was incorrect" in default.stderr
     assert own.returncode == 0 and "ok cblas_own_xerbla_param 14" in own.stdout, own.stdout
-    assert "ok cblas_own_xerbla_row_lda 9" in own.stdout
+    assert "ok cblas_own_xerbla_row_lda 11 1" in own.stdout  # reference CBLAS numbering, RowMajorStrg set
 
 
 def test_table_c_format():

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "at_internal.h"
 
@@ -130,10 +131,34 @@ __attribute__((weak)) void xerbla_(const char *srname, const int *info, size_t l
             srname, *info);
 }
 
+/* Reference CBLAS's globals.  Its cblas_?gemm runs a row-major call as the
+ * Fortran routine with A and B (M and N) exchanged, so the parameter number it
+ * reports for M, N, lda and ldb is the other one's; it sets RowMajorStrg so that
+ * an error handler (the netlib CBLAS tester's among them) can map it back.  This
+ * library reports the same numbers and sets the same flag, so programs and
+ * testers written for the reference see what they expect.  Weak: a program
+ * that links reference CBLAS too keeps its definitions. */
+__attribute__((weak)) int RowMajorStrg;
+__attribute__((weak)) int CBLAS_CallFromC;
+
+/* A row-major gemm's parameter number as reference CBLAS reports it (and back:
+ * the exchange is its own inverse). */
+static int row_major_position(int pos)
+{
+    switch (pos) {
+    case 4: return 5;
+    case 5: return 4;
+    case 9: return 11;
+    case 11: return 9;
+    default: return pos;
+    }
+}
+
 __attribute__((weak)) void cblas_xerbla(int p, const char *rout, const char *form, ...)
 {
     va_list ap;
     va_start(ap, form);
+    if (RowMajorStrg && strstr(rout, "gemm")) p = row_major_position(p);
     if (p) fprintf(stderr, "Parameter %d to routine %s was incorrect\n", p, rout);
     vfprintf(stderr, form, ap);
     va_end(ap);
@@ -147,6 +172,7 @@ static __attribute__((noinline, cold)) int cblas_check(int order, int ta, int tb
                                                       int K, int lda, int ldb, int ldc,
                                                       const char *rout)
 {
+    RowMajorStrg = 0;
     if (order != CblasColMajor && order != CblasRowMajor) {
         cblas_xerbla(1, rout, "Illegal order setting, %d\n", order);
         return 1;
@@ -179,7 +205,12 @@ static __attribute__((noinline, cold)) int cblas_check(int order, int ta, int tb
         pos = 11;
     else if (ldc < (need_c > 1 ? need_c : 1))
         pos = 14;
-    if (pos) cblas_xerbla(pos, rout, "");
+    if (pos) {
+        CBLAS_CallFromC = 1;
+        RowMajorStrg = row;
+        cblas_xerbla(row ? row_major_position(pos) : pos, rout, "");
+        RowMajorStrg = 0;
+    }
     return pos;
 }
 

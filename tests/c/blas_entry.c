@@ -4,7 +4,7 @@
  * would, with hidden string lengths), checks them against a naive loop, then
  * makes bad calls: the library's default xerbla_ / cblas_xerbla print to stderr;
  * this program's own cblas_xerbla (when built with -DOWN_XERBLA) overrides the
- * weak one and records the parameter number instead.
+ * weak one and records the parameter number (reference CBLAS's) instead.
  * Prints one line per check, "ok <name>" or "FAIL <name> ...", then "done <failures>".
  */
 #include <math.h>
@@ -17,12 +17,16 @@
 static int failures;
 
 #ifdef OWN_XERBLA
-static int last_param = -1;
+/* As reference CBLAS, a row-major gemm reports M, N, lda and ldb under each
+ * other's numbers and sets RowMajorStrg so that a handler can map them back. */
+extern int RowMajorStrg;
+static int last_param = -1, last_row_major = -1;
 void cblas_xerbla(int p, const char *rout, const char *form, ...)
 {
     (void)rout;
     (void)form;
     last_param = p;
+    last_row_major = RowMajorStrg;
 }
 #endif
 
@@ -126,8 +130,9 @@ int main(void)
     failures += last_param != 14;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, Af, K - 1, Bf, LDB,
                 0.0f, Cf, LDC);
-    printf("%s cblas_own_xerbla_row_lda %d\n", last_param == 9 ? "ok" : "FAIL", last_param);
-    failures += last_param != 9;
+    printf("%s cblas_own_xerbla_row_lda %d %d\n", last_param == 11 && last_row_major == 1 ? "ok" : "FAIL",
+           last_param, last_row_major);
+    failures += last_param != 11 || last_row_major != 1;
 #endif
     fflush(stdout);
     printf("done %d\n", failures);
