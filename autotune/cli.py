@@ -141,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "clean":
             return cmd_clean(args, out)
     except (ToolchainError, TableError, HomeError, InstallError, PlanError, IsaCapError) as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        # One line however long: a wrapped path or command cannot be copied.
+        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         err.print("[yellow]interrupted:[/] the previous table is unchanged; finished builds and "

@@ -119,22 +119,28 @@ class Journal:
         self.benches: dict[tuple[str, str], list[dict]] = {}
         self.peaks: dict[tuple[str, str], dict[str, float]] = {}
         for entry in self._read():
-            kind = entry.get("kind")
-            if kind == "validate":
-                self.validations[entry["hash"]] = entry
-            elif kind == "bench":
-                self.benches[(entry["hash"], entry["settings"])] = entry["rows"]
-            elif kind == "peak":
-                self.peaks[(entry["isa"], entry["harness"])] = entry["gflops"]
+            try:
+                kind = entry.get("kind")
+                if kind == "validate":
+                    self.validations[entry["hash"]] = entry
+                elif kind == "bench":
+                    self.benches[(entry["hash"], entry["settings"])] = entry["rows"]
+                elif kind == "peak":
+                    self.peaks[(entry["isa"], entry["harness"])] = entry["gflops"]
+            except (KeyError, TypeError):
+                continue  # a line of another shape: measured again, never trusted
 
     def _read(self) -> Iterator[dict]:
+        """Every whole entry; a damaged line (cut short, not UTF-8, not JSON) is skipped."""
         if not self.path.exists():
             return
-        for line in self.path.read_text().splitlines():
+        for line in self.path.read_bytes().splitlines():
             try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
+                entry = json.loads(line)
+            except ValueError:
                 continue
+            if isinstance(entry, dict):
+                yield entry
 
     def append(self, entries: Iterable[dict]) -> None:
         lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)

@@ -235,11 +235,21 @@ def load(target: str = "host", home: Path | None = None, host: HostInfo | None =
     if not path.exists():
         command = "autotune install" + ("" if target == "host" else f" --target {target}")
         raise TableError(f"no tuned table for target {target!r} at {path}: run `{command}`")
+    remedy = "run `autotune install --force` (or `autotune clean --all`)"
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TableError(f"the tuned table at {path} is unreadable ({exc}): run `autotune install --force`") from exc
-    table = TunedTable.from_dict(data)
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:  # unreadable, not UTF-8, not JSON
+        raise TableError(f"the tuned table at {path} is unreadable ({exc}): {remedy}") from exc
+    if not isinstance(data, Mapping):
+        raise TableError(f"the tuned table at {path} is not a table (a JSON {type(data).__name__}): {remedy}")
+    try:
+        table = TunedTable.from_dict(data)
+    except TableError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # A table cut short or edited by hand: name what is wrong, not a traceback.
+        what = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise TableError(f"the tuned table at {path} is damaged ({what}): {remedy}") from exc
     if host is not None and table.provenance != "emulated" and table.fingerprint != host.fingerprint:
         raise TableError(
             f"the tuned table at {path} was measured on another host (fingerprint {table.fingerprint}, "
