@@ -269,9 +269,11 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     from .plans import draw, explain, plan
 
-    made = plan(args.M, args.N, args.K, args.dtype, args.trans, layout=args.layout, threads=args.threads)
+    # Enough steps to draw C and list the first ones; the counts cover the whole plan.
+    made = plan(args.M, args.N, args.K, args.dtype, args.trans, layout=args.layout, threads=args.threads,
+                max_steps=max(args.steps, 10_000))
     out.print(explain(made), highlight=False)
-    steps = Table(title=f"steps ({min(args.steps, len(made.steps))} of {len(made.steps)})",
+    steps = Table(title=f"steps ({min(args.steps, len(made.steps))} of {made.step_count})",
                   title_justify="left")
     for column in ("kernel", "i0", "j0", "mb", "nb", "pack", "thread"):
         steps.add_column(column, justify="left" if column == "kernel" else "right")

@@ -7,6 +7,11 @@ change who runs a step, never the tiling.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -15,6 +20,8 @@ import autotune.runtime as rt
 from autotune import plans
 from autotune.runtime import library
 from autotune.specs import KernelSpec
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -224,3 +231,32 @@ def test_pack_crossover_matches_the_measured_one():
     small = models.Geometry(geo.l1, geo.l2, models.Cache(0, 64, 16), cores=2, simd_bytes=64)
     assert models.pack_crossover_flops(small, "f32") == pytest.approx(
         2 * ((1 << 19) / 12) ** 1.5)
+
+
+def test_a_huge_plan_is_summarised_in_bounded_memory(built, tmp_path):
+    """100000^3 has ~10^8 kernel calls: counted by the library, listed only in part."""
+    code = (
+        "import resource, sys, autotune.runtime as rt\n"
+        "from autotune import plans\n"
+        f"rt.use_library({str(built.library)!r})\n"
+        "p = plans.plan(100000, 100000, 100000, max_steps=5000)\n"
+        "counts, elements = p.kernel_counts(), p.kernel_elements()\n"
+        "assert len(p.steps) == 5000 and p.truncated and sum(counts.values()) == p.step_count > 10**7\n"
+        "assert sum(elements.values()) == 100000 * 100000, elements\n"
+        "assert 'steps: %d' % p.step_count in plans.explain(p) and 'first 5000 steps' in plans.draw(p)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) < 200 * 1024  # KiB
+
+
+def test_usage_agrees_with_the_listed_steps():
+    for shape in ((64, 64, 64), (300, 200, 100), (13, 1000, 7)):
+        p = plans.plan(*shape, "f64", "nt")
+        assert not p.truncated
+        listed: dict[str, int] = {}
+        for s in p.steps:
+            listed[s.kernel] = listed.get(s.kernel, 0) + 1
+        assert listed == p.kernel_counts()

@@ -12,12 +12,19 @@ import ctypes
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..runtime import api, loader
-from ..specs import DTYPES, parse_trans
+from ..specs import DTYPES, KernelSpec, parse_trans
 
 _DTYPE_CODE = {"f32": 0, "f64": 1}
 _TRANS = ("nn", "nt", "tn", "tt")
 _LAYOUTS = {"col": 0, "row": 1}
+
+
+#: Steps a Plan lists at most (~15 MB of Step records); kernel_counts and
+#: explain still cover every step, through the library's summary.
+STEP_LIMIT = 100_000
 
 
 class PlanError(RuntimeError):
@@ -55,7 +62,18 @@ class Plan:
     blocks: tuple[int, int, int]  # (blk_m, blk_n, blk_k); zeros on the small path
     predicted_seconds: float
     memops: float
-    steps: tuple[Step, ...]
+    steps: tuple[Step, ...]       # the first STEP_LIMIT steps (all of them below that)
+    nsteps: int = -1              # every step of the plan; -1: len(steps)
+    usage: tuple[tuple[str, int, int], ...] = ()  # (kernel, calls, elements of C) of every step
+
+    @property
+    def step_count(self) -> int:
+        return self.nsteps if self.nsteps >= 0 else len(self.steps)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether ``steps`` lists only the first STEP_LIMIT of the plan's steps."""
+        return self.step_count > len(self.steps)
 
     @property
     def predicted_gflops(self) -> float:
@@ -63,7 +81,19 @@ class Plan:
         return flops / self.predicted_seconds / 1e9 if self.predicted_seconds > 0 else 0.0
 
     def kernel_counts(self) -> dict[str, int]:
+        """Calls per kernel over the whole plan (listed steps or not)."""
+        if self.usage:
+            return {name: calls for name, calls, _ in self.usage}
         return dict(Counter(step.kernel for step in self.steps))
+
+    def kernel_elements(self) -> dict[str, int]:
+        """Elements of C each kernel computes over the whole plan."""
+        if self.usage:
+            return {name: elements for name, _, elements in self.usage}
+        elements: Counter[str] = Counter()
+        for step in self.steps:
+            elements[step.kernel] += step.mb * step.nb
+        return dict(elements)
 
 
 def _runtime() -> loader.Runtime:
@@ -85,10 +115,12 @@ def plan(
     ldb: int | None = None,
     ldc: int | None = None,
     threads: int = 0,
+    max_steps: int = STEP_LIMIT,
 ) -> Plan:
     """The plan the library would execute for this problem (``threads`` 0: its default).
 
-    Leading dimensions default to the tight ones of ``layout``.
+    Leading dimensions default to the tight ones of ``layout``.  At most
+    ``max_steps`` steps are listed; counts and explain cover them all.
     """
     if dtype not in DTYPES:
         raise PlanError(f"dtype must be one of {DTYPES}, got {dtype!r}")
@@ -107,28 +139,39 @@ def plan(
                                    M, N, K, lda, ldb, ldc, threads)
     if not handle:
         raise PlanError(lib.at_last_error().decode(errors="replace"))
+    names = _kernel_names(lib)
     try:
         info = loader.at_plan_info()
         lib.at_plan_get_info(handle, ctypes.byref(info))
-        count = lib.at_plan_steps(handle, None, 0)
+        total = lib.at_plan_steps(handle, None, 0)
+        # A huge plan (10^8 kernel calls) is summarised, never listed whole.
+        count = max(0, min(total, max_steps))
         raw = (loader.at_step * max(1, count))()
         lib.at_plan_steps(handle, raw, count)
+        usage: tuple[tuple[str, int, int], ...] = ()
+        if hasattr(lib, "at_plan_usage"):
+            slots = len(names) + 1
+            calls, elements = (ctypes.c_int64 * slots)(), (ctypes.c_int64 * slots)()
+            lib.at_plan_usage(handle, calls, elements)
+            usage = tuple((name, calls[i], elements[i]) for i, name in enumerate([*names, "edge"])
+                          if calls[i])
     finally:
         lib.at_plan_destroy(handle)
-    names = _kernel_names(lib)
     steps = []
-    for s in raw[:count]:
-        i0, j0, mb, nb = s.i0, s.j0, s.mb, s.nb
+    # Through numpy: reading ctypes fields one by one costs microseconds a step.
+    records = np.frombuffer(raw, dtype=np.dtype(loader.at_step), count=count).tolist() if count else []
+    for kernel, thread, i0, j0, mb, nb, pack in records:
         if row:
             # The plan tiles C^T (row-major C is column-major C^T): back to C.
             i0, j0, mb, nb = j0, i0, nb, mb
-        steps.append(Step(names[s.kernel] if s.kernel >= 0 else "edge", i0, j0, mb, nb,
-                          bool(s.pack & 1), bool(s.pack & 2), s.thread))
+        steps.append(Step(names[kernel] if kernel >= 0 else "edge", i0, j0, mb, nb,
+                          bool(pack & 1), bool(pack & 2), thread))
     return Plan(
         dtype=dtype, trans=trans.lower(), layout=layout, M=M, N=N, K=K, lda=lda, ldb=ldb, ldc=ldc,
         path="packed" if info.path == 1 else "small", threads=info.threads,
         kernel_trans=_TRANS[info.kernel_trans], blocks=(info.blk_m, info.blk_n, info.blk_k),
         predicted_seconds=info.predicted_seconds, memops=info.memops, steps=tuple(steps),
+        nsteps=total, usage=usage,
     )
 
 
@@ -149,19 +192,20 @@ def explain(p: Plan) -> str:
         f"path: {p.path}" + (
             f" (blk_m={p.blocks[0]} blk_n={p.blocks[1]} blk_k={p.blocks[2]}, panels packed for "
             f"{p.kernel_trans} kernels)" if p.path == "packed" else " (A and B read in place)"),
-        f"threads: {p.threads}   steps: {len(p.steps)}",
+        f"threads: {p.threads}   steps: {p.step_count}",
         f"predicted: {p.predicted_seconds * 1e6:.2f} us ({p.predicted_gflops:.1f} GFLOPS)   "
         f"memops: {p.memops:.0f} elements (sum(mb+nb)*K + 2MN)",
         "kernels:",
     ]
-    flops = Counter()
-    blocks = {}
-    for s in p.steps:
-        flops[s.kernel] += s.mb * s.nb
-        blocks[s.kernel] = (s.mb, s.nb)
+    flops = p.kernel_elements()
+    blocks = {s.kernel: (s.mb, s.nb) for s in p.steps}
+    for name in flops:  # kernels past the listed steps: their block from the name
+        if name not in blocks and name != "edge":
+            spec = KernelSpec.from_name(name)
+            blocks[name] = (spec.mr, spec.nr)
     total = max(1, sum(flops.values()))
     for name, count in sorted(p.kernel_counts().items(), key=lambda kv: -flops[kv[0]]):
-        mb, nb = blocks[name]
+        mb, nb = blocks.get(name, (0, 0))
         lines.append(f"  {name:<40} {mb:>3}x{nb:<3} x{count:<6} {100.0 * flops[name] / total:5.1f}% of C")
     return "\n".join(lines)
 
@@ -185,7 +229,9 @@ def draw(p: Plan, width: int = 64, height: int = 32) -> str:
             for x in range(s.j0 // sx, min(cols, -(-(s.j0 + s.nb) // sx))):
                 grid[y][x] = ch
     scale = "" if sx == sy == 1 else f"  (one character = {sy} x {sx} elements)"
-    out = [f"C {p.M} x {p.N}, {p.path} path, {len(p.steps)} steps{scale}"]
+    out = [f"C {p.M} x {p.N}, {p.path} path, {p.step_count} steps{scale}"]
+    if p.truncated:
+        out.append(f"  (drawn from the first {len(p.steps)} steps; '?' marks blocks not drawn)")
     out += ["  " + "".join(row) for row in grid]
     for kernel, letter in letters.items():
         sample = next(s for s in p.steps if s.kernel == kernel)

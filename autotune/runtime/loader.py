@@ -97,6 +97,11 @@ def _prototypes(lib: ctypes.CDLL) -> None:
     lib.at_plan_get_info.argtypes = [P, ctypes.POINTER(at_plan_info)]
     lib.at_plan_steps.restype = i64
     lib.at_plan_steps.argtypes = [P, ctypes.POINTER(at_step), i64]
+    if hasattr(lib, "at_plan_usage"):
+        lib.at_plan_steps_from.restype = i64
+        lib.at_plan_steps_from.argtypes = [P, i64, ctypes.POINTER(at_step), i64]
+        lib.at_plan_usage.restype = ctypes.c_int
+        lib.at_plan_usage.argtypes = [P, ctypes.POINTER(i64), ctypes.POINTER(i64)]
     lib.at_kernel_count.restype = ctypes.c_int
     lib.at_kernel_count.argtypes = []
     lib.at_kernel_get.restype = ctypes.c_int

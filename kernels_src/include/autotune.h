@@ -88,6 +88,13 @@ void at_plan_destroy(at_plan *plan);
 int at_plan_get_info(const at_plan *plan, at_plan_info *info);
 /* Copies up to cap steps; returns the number of steps of the plan. */
 int64_t at_plan_steps(const at_plan *plan, at_step *out, int64_t cap);
+/* The same from step `first` on: a large plan (10^8 kernel calls for 100000^3)
+ * can be read a window at a time. */
+int64_t at_plan_steps_from(const at_plan *plan, int64_t first, at_step *out, int64_t cap);
+/* Per kernel (index of at_kernel_get; the last slot, at_kernel_count(), is the
+ * portable edge code): its calls and the elements of C it computes, without
+ * listing the steps.  Both arrays hold at_kernel_count() + 1 entries. */
+int at_plan_usage(const at_plan *plan, int64_t *calls, int64_t *elements);
 int at_kernel_count(void);
 int at_kernel_get(int index, at_kernel_info *info);
 /* The last plan-creation error of the calling thread, as text. */

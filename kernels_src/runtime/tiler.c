@@ -1024,28 +1024,71 @@ int at_plan_get_info(const at_plan *plan, at_plan_info *info)
     return AT_OK;
 }
 
-int64_t at_plan_steps(const at_plan *plan, at_step *out, int64_t cap)
+int64_t at_plan_steps_from(const at_plan *plan, int64_t first, at_step *out, int64_t cap)
 {
-    if (!plan) return AT_EINVAL;
+    if (!plan || first < 0 || cap < 0) return AT_EINVAL;
     if (plan->info.path == 0) {
-        for (int64_t k = 0; k < plan->nsteps && k < cap; k++) out[k] = plan->steps[k];
+        for (int64_t k = 0; k < cap && first + k < plan->nsteps; k++) out[k] = plan->steps[first + k];
         return plan->nsteps;
     }
-    int64_t n = 0;
-    for (int64_t b = 0; b < plan->nblocks; b++) {
+    /* A packed plan repeats a few tilings over its blocks: skip whole blocks
+     * to the first step wanted, then copy. */
+    int64_t n = 0, b = 0;
+    for (; b < plan->nblocks; b++) {
+        int64_t count = plan->tilings[plan->blocks[b].tiling].count;
+        if (n + count > first) break;
+        n += count;
+    }
+    int64_t copied = 0;
+    for (; b < plan->nblocks; b++) {
         const at_block *bl = &plan->blocks[b];
         const at_tiling *t = &plan->tilings[bl->tiling];
         for (int64_t s = 0; s < t->count; s++, n++) {
-            if (n >= cap) continue;
+            if (n < first || copied >= cap) continue;
             at_step st = plan->steps[t->first + s];
             st.i0 += bl->i0;
             st.j0 += bl->j0;
             st.thread = bl->thread;
             st.pack = AT_PACK_A | AT_PACK_B;
-            out[n] = st;
+            out[copied++] = st;
+        }
+        if (copied >= cap) {
+            /* The rest only counts: a tiling's size, not its steps. */
+            for (b++; b < plan->nblocks; b++) n += plan->tilings[plan->blocks[b].tiling].count;
+            break;
         }
     }
     return n;
+}
+
+int64_t at_plan_steps(const at_plan *plan, at_step *out, int64_t cap)
+{
+    return at_plan_steps_from(plan, 0, out, cap);
+}
+
+int at_plan_usage(const at_plan *plan, int64_t *calls, int64_t *elements)
+{
+    if (!plan || !calls || !elements) return AT_EINVAL;
+    int slots = at_kernel_table_count + 1; /* the last one: portable edge code */
+    for (int k = 0; k < slots; k++) calls[k] = elements[k] = 0;
+    int64_t nt = plan->info.path == 0 ? 1 : plan->ntilings;
+    for (int64_t ti = 0; ti < nt; ti++) {
+        /* How many blocks use this tiling (the small path: one, the plan itself). */
+        int64_t uses = 1, first = 0, count = plan->nsteps;
+        if (plan->info.path != 0) {
+            uses = 0;
+            for (int64_t b = 0; b < plan->nblocks; b++) uses += plan->blocks[b].tiling == ti;
+            first = plan->tilings[ti].first;
+            count = plan->tilings[ti].count;
+        }
+        for (int64_t s = first; s < first + count; s++) {
+            const at_step *st = &plan->steps[s];
+            int k = st->kernel >= 0 ? st->kernel : slots - 1;
+            calls[k] += uses;
+            elements[k] += uses * (int64_t)st->mb * st->nb;
+        }
+    }
+    return AT_OK;
 }
 
 int at_kernel_count(void) { return at_kernel_table_count; }
