@@ -20,7 +20,7 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,20 +125,46 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+# Ctrl-C during a build: compilers still running are killed, queued units never
+# start, and what a killed compiler said is not mistaken for the source's fault.
+_stop = threading.Event()
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+INTERRUPTED = "interrupted"
+
+
 def _run(argv: Sequence[str], timeout: float) -> tuple[bool, str]:
     """Run a compiler; (succeeded, everything it printed)."""
+    if _stop.is_set():
+        return False, INTERRUPTED
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        out = (exc.stdout or b"") + (exc.stderr or b"")
-        text = out.decode(errors="replace") if isinstance(out, bytes) else str(out)
-        return False, f"timed out after {timeout:.0f} s: {' '.join(argv)}\n{text}"
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     except OSError as exc:
         return False, f"cannot run {argv[0]}: {exc}"
-    output = (proc.stdout + proc.stderr).strip()
+    with _running_lock:
+        _running.add(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        return False, f"timed out after {timeout:.0f} s: {' '.join(argv)}\n{out}{err}"
+    finally:
+        with _running_lock:
+            _running.discard(proc)
+    if proc.returncode < 0 or _stop.is_set():
+        return False, f"{INTERRUPTED}: {argv[0]} ended by signal {-proc.returncode}"
+    output = (out + err).strip()
     if proc.returncode != 0:
         return False, output or f"{argv[0]} exited with status {proc.returncode}"
     return True, output
+
+
+def _interrupt_compilers() -> None:
+    _stop.set()
+    with _running_lock:
+        for proc in _running:
+            proc.kill()
 
 
 def _compile(
@@ -177,7 +203,7 @@ def _compile(
     ok, output = _run([*target.cc, *flags, "-c", str(src), "-o", str(tmp)], COMPILE_TIMEOUT)
     if not ok:
         tmp.unlink(missing_ok=True)
-        if not output.startswith(("timed out", "cannot run")):  # not the source's fault
+        if not output.startswith(("timed out", "cannot run", INTERRUPTED)):  # not the source's fault
             _write_atomic(failed, output)
         return ObjectResult(name, None, digest, False, output)
     os.replace(tmp, obj)
@@ -264,7 +290,7 @@ def build_kernels(
         else:
             unit = _compile(target, _unit_text(members), f"unit_{key}", "c", target.cflags, home,
                             force=force)
-            if unit.ok:
+            if unit.ok or _stop.is_set():
                 results = [(m, unit) for m in members]
             else:
                 results = [(m, _compile(target, m.text, m.spec.name, m.language, target.cflags, home,
@@ -273,24 +299,37 @@ def build_kernels(
                 for m, r in results]
 
     # Threads are enough: the work happens in the compiler subprocesses.
+    _stop.clear()
     with ThreadPoolExecutor(max_workers=max(1, jobs or default_jobs())) as pool:
         futures = {pool.submit(compile_unit, key, members): members for key, members in units.items()}
-        for future in as_completed(futures):
-            members = futures[future]
-            try:
-                results = future.result()
-            except OSError as exc:  # e.g. the home became unwritable mid-build
-                error = f"{type(exc).__name__}: {exc}"
-                results = [(m, ObjectResult(m.spec.name, None, "", False, error, m.spec)) for m in members]
-            for member, result in results:
-                if result.ok:
-                    objects[result.name] = result
-                else:
-                    failures[result.name] = result.error or "compiler produced no object"
-            if progress is not None:
-                progress(advance=len(members), description=members[-1].spec.name)
+        try:
+            _collect(futures, objects, failures, progress)
+        except KeyboardInterrupt:
+            # Leaving the pool waits for its threads: make that a moment.
+            _interrupt_compilers()
+            for future in futures:
+                future.cancel()
+            raise
     # Deterministic order for everything downstream (the registry, reports).
     return BuildResult(dict(sorted(objects.items())), dict(sorted(failures.items())))
+
+
+def _collect(futures: Mapping, objects: dict, failures: dict, progress: Callable | None) -> None:
+    """Results of the compile units as they finish, into ``objects`` and ``failures``."""
+    for future in as_completed(futures):
+        members = futures[future]
+        try:
+            results = future.result()
+        except OSError as exc:  # e.g. the home became unwritable mid-build
+            error = f"{type(exc).__name__}: {exc}"
+            results = [(m, ObjectResult(m.spec.name, None, "", False, error, m.spec)) for m in members]
+        for member, result in results:
+            if result.ok:
+                objects[result.name] = result
+            else:
+                failures[result.name] = result.error or "compiler produced no object"
+        if progress is not None:
+            progress(advance=len(members), description=members[-1].spec.name)
 
 
 # ------------------------------------------------------------------ harness --

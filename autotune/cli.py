@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -44,8 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     install = commands.add_parser(
         "install", help="generate, compile, validate and measure kernels; store the tuned table",
         description="Generate, compile, validate and measure the kernels, then store the tuned "
-                    "table. A re-run rebuilds and re-measures only what changed; Ctrl-C keeps the "
-                    "previous table and the finished measurements.")
+                    "table. A re-run rebuilds and re-measures only what changed. Ctrl-C (once or "
+                    "twice, at any stage) exits with status 130 and leaves the previous table and "
+                    "library as they were; finished compiles, measurements and tuning trials are "
+                    "kept for the next run.")
     install.add_argument("--target", default="host", help=TARGET_HELP)
     install.add_argument("--quick", action="store_true",
                          help="a smaller kernel family and a shorter timing grid (about a minute)")
@@ -145,8 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted:[/] the previous table is unchanged; finished builds and "
-                  "measurements are kept and the next run resumes from them")
+        # The run is over: a second Ctrl-C must not cut the report short.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        err.print("[yellow]interrupted:[/] the previous table and library are unchanged; finished "
+                  "compiles, measurements and tuning trials are kept and the next run resumes from them",
+                  soft_wrap=True)
         return 130
     return 1
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import shutil
+import signal
+import threading
 import time
 from collections import defaultdict
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -315,19 +318,62 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
                   **({"svl_bits": svl_bits} if svl_bits else {})},
     )
-    # The library first, the table last: a failed or interrupted link leaves the
-    # previous library and table in place, and a stored table always has its library.
+    # The library is built and tuned in a staging directory; the table and its
+    # library then replace the previous pair together (commit), so an interrupted
+    # or failed run leaves the previous pair, never a new library beside an old table.
+    staging = staging_dir(options.target, root)
     library: LibraryBuild | None = None
     if chosen and any(isa in ARM_ISAS for isa in targets):
-        library = build_arm_library(stored, targets, all_objects, root)
+        library = build_arm_library(stored, targets, all_objects, root, staging)
     elif chosen:
-        library = build_library(stored, targets, all_objects, root)
+        library = build_library(stored, targets, all_objects, root, staging)
     native = library is not None and not any(t.emulated for t in targets.values())
     if native:
         stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console, show)
-    path = table.save(stored, root)
-    return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes),
-                         library.library if library else None)
+    path, installed = commit(stored, library, root)
+    return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes), installed)
+
+
+def staging_dir(target: str, home: Path | None = None) -> Path:
+    """Where a run builds and tunes its library before the commit (a build cache of its own)."""
+    return (home or default_home()) / "lib" / f".staging-{target}"
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT waits until the block ends (then it interrupts as usual)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple[Path, Path | None]:
+    """Install the staged library's files and the table as one step: (table, library) paths.
+
+    Each file is replaced atomically (a process that loaded the old library keeps
+    its mapping), and Ctrl-C is held off for the few milliseconds the copies and
+    the table take, so a second Ctrl-C cannot leave the pair mixed.
+    """
+    final = library_dir(stored.target, root)
+    with _sigint_held():
+        installed = None
+        if staged is not None:
+            final.mkdir(parents=True, exist_ok=True)
+            files = sorted(p for p in staged.library.parent.iterdir() if p.is_file())
+            # The hash stamp last: it tells a later build that the rest is complete.
+            files.sort(key=lambda p: p.name.endswith(".hash"))
+            for src in files:
+                tmp = final / f".{src.name}.{os.getpid()}.tmp"
+                shutil.copy2(src, tmp)
+                os.replace(tmp, final / src.name)
+            installed = final / staged.library.name
+        path = table.save(stored, root)
+    return path, installed
 
 
 def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping[str, Target],
@@ -344,9 +390,13 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         budget = QUICK_BUDGET_S if options.quick else DEFAULT_BUDGET_S
     result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,
                   console=console if show else None)
+    if result.interrupted:
+        # The trials are in the study database for the next run to resume; this
+        # run ends here and the previous table and library stay.
+        raise KeyboardInterrupt
     stored = replace(stored, params=dict(result.params), tuning=dict(result.record))
     if result.kept:
-        library = build_library(stored, targets, objects, root)
+        library = build_library(stored, targets, objects, root, library.library.parent)
     return stored, library
 
 
@@ -371,8 +421,10 @@ def library_dir(target: str, home: Path | None = None) -> Path:
 
 
 def build_library(stored: TunedTable, targets: Mapping[str, Target],
-                  objects: Mapping[str, build.ObjectResult], root: Path) -> LibraryBuild:
-    """libautotune for this table: the runtime C, the selected kernels, the table as C.
+                  objects: Mapping[str, build.ObjectResult], root: Path,
+                  out_dir: Path | None = None) -> LibraryBuild:
+    """libautotune for this table into ``out_dir`` (default: the target's library directory):
+    the runtime C, the selected kernels, the table as C.
 
     The runtime's own C is compiled with the baseline flags of the target family
     (every x86 target shares them), never with a kernel ISA's.
@@ -382,7 +434,7 @@ def build_library(stored: TunedTable, targets: Mapping[str, Target],
                                   stored.peak_gflops)
     kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
     runtime_target = next(iter(targets.values()))
-    return build_runtime(runtime_target, kernel_objects, table_c, library_dir(stored.target, root))
+    return build_runtime(runtime_target, kernel_objects, table_c, out_dir or library_dir(stored.target, root))
 
 
 def _measured_record(spec: KernelSpec, object_hash: str, frame: pd.DataFrame) -> KernelRecord:

@@ -218,8 +218,9 @@ def build_arm_runtime(
 
 
 def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],
-                      objects: Mapping[str, "ObjectResult"], root: Path) -> ArmLibraryBuild:
-    """libautotune for an Arm table, into ``<root>/lib/<target>/``: what install calls.
+                      objects: Mapping[str, "ObjectResult"], root: Path,
+                      out_dir: Path | None = None) -> ArmLibraryBuild:
+    """libautotune for an Arm table, into ``out_dir`` (default ``<root>/lib/<target>/``).
 
     ``targets`` is install's ``{isa: Target}``; the runtime follows the SME2 target
     when there is one (its library runs NEON kernels too).  Emulated tables have
@@ -235,4 +236,4 @@ def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],
             raise LibraryError(f"{record.name} is selected but has no compiled object")
         kernel_objects.append((record.spec, path))
     return build_arm_runtime(runtime_target, kernels, kernel_objects, stored.params, stored.peak_gflops,
-                             root / "lib" / stored.target)
+                             out_dir or root / "lib" / stored.target)
