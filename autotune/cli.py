@@ -317,7 +317,9 @@ def tuning_summary(table: TunedTable) -> str:
 
 def cmd_clean(args: argparse.Namespace, out: Console) -> int:
     root = home()
-    doomed = [root / "build", root / "journal"] + ([root / "tables", root / "lib"] if args.all else [])
+    # Staged libraries are a build cache too; installed ones go only with --all.
+    staged = sorted((root / "lib").glob(".staging-*")) if (root / "lib").is_dir() else []
+    doomed = [root / "build", root / "journal", *staged] + ([root / "tables", root / "lib"] if args.all else [])
     for path in doomed:
         if path.exists():
             shutil.rmtree(path)
