@@ -147,6 +147,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # One line however long: a wrapped path or command cannot be copied.
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 2
+    except OSError as exc:
+        # A home that became read-only or full, a file another process holds: the file
+        # and the reason, and where to go instead.
+        where = f"{exc.filename}: " if exc.filename else ""
+        err.print(f"[bold red]error:[/] {where}{exc.strerror or exc} (set AUTOTUNE_HOME to a writable "
+                  "directory, or give `report` another -o)", soft_wrap=True)
+        return 2
     except KeyboardInterrupt:
         # The run is over: a second Ctrl-C must not cut the report short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -87,3 +87,21 @@ def test_emulated_table_says_so():
     buffer = io.StringIO()
     cli.print_table(make_table("sme2", "emulated"), Console(file=buffer, width=80))
     assert "EMULATED" in buffer.getvalue()
+
+
+@pytest.mark.parametrize("command", [["clean"], ["report"]])
+def test_an_unwritable_home_is_one_line(tmp_path, monkeypatch, capsys, command):
+    import autotune.reports
+
+    denied = PermissionError(13, "Permission denied", str(tmp_path / "build"))
+
+    def refuse(*args, **kwargs):
+        raise denied
+
+    (tmp_path / "build").mkdir()
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
+    monkeypatch.setattr(cli.shutil, "rmtree", refuse)
+    monkeypatch.setattr(autotune.reports, "report_command", refuse)
+    assert cli.main(command) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{tmp_path / 'build'}: Permission denied" in line and "AUTOTUNE_HOME" in line
