@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import codegen, home as home_mod
-from .specs import KernelSpec
+from .specs import DTYPE_CODE, KernelSpec
 from .toolchain import Target
 
 #: Seconds one compiler or linker run may take before it counts as failed.
@@ -334,7 +334,6 @@ def _collect(futures: Mapping, objects: dict, failures: dict, progress: Callable
 
 # ------------------------------------------------------------------ harness --
 
-_DTYPE_CODE = {"f32": 0, "f64": 1}
 
 
 def registry_source(isa: str, specs: Sequence[KernelSpec], svl_bits: int = 0) -> str:
@@ -359,7 +358,7 @@ def registry_source(isa: str, specs: Sequence[KernelSpec], svl_bits: int = 0) ->
     for spec in specs:
         pack_a, pack_b = codegen.operand_panels(spec, svl_bits)
         lines.append(
-            f'    {{"{spec.name}", {_DTYPE_CODE[spec.dtype]}, {spec.mr}, {spec.nr}, '
+            f'    {{"{spec.name}", {DTYPE_CODE[spec.dtype]}, {spec.mr}, {spec.nr}, '
             f"{int(spec.trans_a)}, {int(spec.trans_b)}, (at_kernel_fn){spec.name}, {pack_a}, {pack_b}}},"
         )
     if not specs:

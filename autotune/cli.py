@@ -20,6 +20,7 @@ from .host import IsaCapError, describe, detect
 from .install import InstallError, InstallOptions, install, library_dir
 from .plans import PlanError
 from .table import TableError, TunedTable, kernel_score, load, table_path
+from .specs import SVL_CHOICES
 from .toolchain import KNOWN_ISAS, ToolchainError
 
 DESCRIPTION = """\
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rebuild and re-measure everything, ignoring caches")
     install.add_argument("--jobs", type=int, default=None, metavar="N",
                          help="parallel compiler processes (default: the number of cores)")
-    install.add_argument("--svl", type=int, choices=(128, 256, 512), default=None, metavar="BITS",
+    install.add_argument("--svl", type=int, choices=SVL_CHOICES, default=None, metavar="BITS",
                          help="SME2 streaming vector length to specialise kernels to: 128, 256 or "
                               "512 (default: the CPU's; 512 when cross-building)")
     install.add_argument("--budget", type=float, default=None, metavar="SECONDS",

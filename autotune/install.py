@@ -30,9 +30,9 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from . import build, codegen, measure, specs, table
 from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
-from .specs import KernelSpec
+from .specs import ARM_ISAS, KernelSpec
 from .table import KernelRecord, TunedTable
-from .runtime.arm import ARM_ISAS, build_arm_library
+from .runtime.arm import build_arm_library
 from .runtime.library import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
 from .toolchain import Target, native_isas, target_for
 

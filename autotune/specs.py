@@ -21,6 +21,8 @@ from dataclasses import dataclass, asdict
 DTYPES = ("f32", "f64")
 DTYPE_BYTES = {"f32": 4, "f64": 8}
 DTYPE_CTYPE = {"f32": "float", "f64": "double"}
+#: The dtype codes of the C side (AT_F32, AT_F64 of autotune.h).
+DTYPE_CODE = {"f32": 0, "f64": 1}
 BLAS_PREFIX = {"f32": "s", "f64": "d"}
 TRANSPOSITIONS = ("nn", "nt", "tn", "tt")
 
@@ -453,7 +455,10 @@ def default_family(
 # (autotune.codegen.neon, autotune.codegen.sme2), whose instruction sequences
 # they describe; this section makes them families like the x86 ones.
 
-ARM_ISAS = ("neon", "sme2")
+#: The Arm families, fastest first.
+ARM_ISAS = ("sme2", "neon")
+#: Streaming vector lengths the SME2 generator specialises to (and QEMU emulates).
+SVL_CHOICES = (128, 256, 512, 1024, 2048)
 # The quick NEON subset: IAAT's most used heights and widths.
 _ARM_QUICK_SIDES = {1, 2, 3, 4, 8, 12, 16}
 

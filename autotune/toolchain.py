@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .host import HostInfo
+from .specs import ARM_ISAS, SVL_CHOICES
 
 
 class ToolchainError(RuntimeError):
@@ -41,7 +42,6 @@ class Target:
 
 
 X86_ISAS = ("avx512", "avx2", "generic")
-ARM_ISAS = ("sme2", "neon")
 KNOWN_ISAS = X86_ISAS + ARM_ISAS
 
 _COMMON = ("-O3", "-std=c11", "-fno-math-errno", "-fPIC")
@@ -128,8 +128,8 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
     """
     if isa not in ARM_ISAS:
         raise ToolchainError(f"{isa!r} is not an Arm target; Arm targets: {', '.join(ARM_ISAS)}")
-    if svl_bits not in _SVL_CHOICES:
-        raise ToolchainError(f"SVL must be one of {_SVL_CHOICES} bits, got {svl_bits}")
+    if svl_bits not in SVL_CHOICES:
+        raise ToolchainError(f"SVL must be one of {SVL_CHOICES} bits, got {svl_bits}")
     flags = _COMMON + (_ARM_MARCH[isa],)
     if host.arch == "aarch64":
         if isa == "sme2" and not host.has("sme2"):
@@ -158,7 +158,6 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
     )
 
 
-_SVL_CHOICES = (128, 256, 512)
 _ARM_MARCH = {"neon": "-march=armv8-a+simd", "sme2": "-march=armv9-a+sme2+sme-f64f64"}
 _CROSS_SYSROOT_LIBC = "/usr/aarch64-linux-gnu/lib/libc.a"
 _CROSS_LIBGCC = "/usr/lib/gcc-cross/aarch64-linux-gnu/*/libgcc.a"

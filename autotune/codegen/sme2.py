@@ -42,12 +42,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..specs import KernelSpec, parse_trans
+from ..specs import SVL_CHOICES, KernelSpec, parse_trans
 from . import GeneratedSource
 
 ISA = "sme2"
 DEFAULT_SVL = 512
-SVL_CHOICES = (128, 256, 512, 1024, 2048)
 VECTOR_REGISTERS = 32
 #: ZA tiles of each element size: SVL x SVL bits of ZA split into tiles.
 ZA_TILES = {"f32": 4, "f64": 8}

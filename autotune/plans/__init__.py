@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..runtime import api, loader
-from ..specs import DTYPES, KernelSpec, parse_trans
+from ..specs import DTYPE_CODE, DTYPES, KernelSpec, parse_trans
 
-_DTYPE_CODE = {"f32": 0, "f64": 1}
 _TRANS = ("nn", "nt", "tn", "tt")
 _LAYOUTS = {"col": 0, "row": 1}
 
@@ -135,7 +134,7 @@ def plan(
     ldc = ldc if ldc is not None else max(1, N if row else M)
     runtime = _runtime()
     lib = runtime.lib
-    handle = lib.at_plan_create_ex(_DTYPE_CODE[dtype], _LAYOUTS[layout], int(ta), int(tb),
+    handle = lib.at_plan_create_ex(DTYPE_CODE[dtype], _LAYOUTS[layout], int(ta), int(tb),
                                    M, N, K, lda, ldb, ldc, threads)
     if not handle:
         raise PlanError(lib.at_last_error().decode(errors="replace"))

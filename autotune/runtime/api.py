@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..specs import DTYPE_CODE
 from . import loader
 
 _SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
-_DTYPE_CODE = {np.dtype(np.float32): 0, np.dtype(np.float64): 1}
+_DTYPE_CODE = {np.dtype(np.float32): DTYPE_CODE["f32"], np.dtype(np.float64): DTYPE_CODE["f64"]}
 
 _warn_lock = threading.Lock()
 _warned: set[str] = set()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ..codegen import operand_panels
 from ..home import kernels_src
-from ..specs import KernelSpec
+from ..specs import ARM_ISAS, KernelSpec
 from ..toolchain import Target, compiler_identity
 from .library import (EXTENSION_SOURCE, LIBRARY_NAME, RUNTIME_HEADERS, RUNTIME_SOURCES, LibraryBuild,
                       LibraryError, _digest, _replace_atomic, _run, emit_kernel_table_c,
@@ -42,7 +42,6 @@ ARCHIVE_NAME = "libautotune.a"
 #: The SME2 executor's own sources (kernels_src/runtime/).
 SME2_SOURCES = ("sme2_exec.c", "sme2_region.S")
 SME2_HEADERS = ("at_sme2.h", "sme2_exec_t.h")
-ARM_ISAS = ("neon", "sme2")
 #: The streaming entry point of every SME2 kernel (autotune.codegen.sme2.STREAMING_SUFFIX).
 STREAMING_SUFFIX = "_s"
 

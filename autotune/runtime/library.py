@@ -25,17 +25,16 @@ from ..home import kernels_src
 from ..host import HostInfo
 from ..models import analytic_params
 from ..params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
-from ..specs import DTYPE_CTYPE, KernelSpec
+from ..specs import DTYPE_CODE, DTYPE_CTYPE, KernelSpec
 from ..toolchain import REQUIRES, Target
 
 #: The runtime's translation units, in kernels_src/runtime/.
 RUNTIME_SOURCES = ("tiler.c", "exec.c", "pool.c", "cache.c", "blas.c", "cpu.c")
-RUNTIME_HEADERS = ("at_internal.h", "at_table.h", "exec_t.h")
+RUNTIME_HEADERS = ("at_internal.h", "at_table.h", "exec_t.h", "edge_t.h")
 EXTENSION_SOURCE = "pyfast.c"
 LIBRARY_NAME = "libautotune.so"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h
 PROVENANCE_CODE = {"measured": 0, "model": 1, "emulated": 1}
-_DTYPE_CODE = {"f32": 0, "f64": 1}
 _COMPILE_TIMEOUT = 300.0
 
 
@@ -127,7 +126,7 @@ def emit_kernel_table_c(
         ks = [k for k, _ in grid] + [0] * (KGRID_MAX - len(grid))
         gs = [g if math.isfinite(g) and g > 0 else 0.0 for _, g in grid] + [0.0] * (KGRID_MAX - len(grid))
         entries.append(
-            f"    {{{_c_str(spec.name)}, {_DTYPE_CODE[spec.dtype]}, {int(spec.trans_a)}, "
+            f"    {{{_c_str(spec.name)}, {DTYPE_CODE[spec.dtype]}, {int(spec.trans_a)}, "
             f"{int(spec.trans_b)}, {spec.mr}, {spec.nr}, (at_kernel_fn){spec.name}, {len(grid)},\n"
             f"     {{{', '.join(map(str, ks))}}},\n"
             f"     {{{', '.join(_c_double(g) for g in gs)}}}}},"

@@ -15,24 +15,11 @@ static void AT_FN(scale)(int64_t m, int64_t n, AT_T *C, int64_t ldc, AT_T beta)
     }
 }
 
-/* Portable code for block sizes no kernel covers, with the kernel ABI's
- * semantics (sequential sum over p, beta == 0 never reads C). */
-static void AT_FN(edge)(int64_t K, const AT_T *A, int64_t lda, int ta, const AT_T *B,
-                        int64_t ldb, int tb, AT_T *C, int64_t ldc, int mb, int nb, AT_T alpha,
-                        AT_T beta)
-{
-    for (int j = 0; j < nb; j++)
-        for (int i = 0; i < mb; i++) {
-            AT_T s = 0;
-            for (int64_t p = 0; p < K; p++) {
-                AT_T a = ta ? A[p + i * lda] : A[i + p * lda];
-                AT_T b = tb ? B[j + p * ldb] : B[p + j * ldb];
-                s += a * b;
-            }
-            AT_T *c = &C[i + j * ldc];
-            *c = beta == (AT_T)0 ? alpha * s : alpha * s + beta * *c;
-        }
-}
+#define AT_EDGE_FN AT_FN(edge)
+#define AT_EDGE_ATTR
+#include "edge_t.h"
+#undef AT_EDGE_FN
+#undef AT_EDGE_ATTR
 
 /* Runs steps [s0, s1) on operands whose block origin is (i_off, j_off).  Inlined
  * into its callers: at 2x2x2 a call and its 14 arguments cost as much as the kernel. */

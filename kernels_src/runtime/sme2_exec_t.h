@@ -32,24 +32,11 @@ static void AT_FN(to_panel)(AT_T *dst, int64_t ldd, const AT_T *src, int64_t ld,
     }
 }
 
-/* Portable code for blocks no kernel covers: exec_t.h's edge semantics
- * (sequential sum over p; beta == 0 never reads C), streaming-legal. */
-static void AT_FN(edge_s)(int64_t K, const AT_T *A, int64_t lda, int ta, const AT_T *B,
-                          int64_t ldb, int tb, AT_T *C, int64_t ldc, int mb, int nb, AT_T alpha,
-                          AT_T beta) __arm_streaming
-{
-    for (int j = 0; j < nb; j++)
-        for (int i = 0; i < mb; i++) {
-            AT_T s = 0;
-            for (int64_t p = 0; p < K; p++) {
-                AT_T a = ta ? A[p + i * lda] : A[i + p * lda];
-                AT_T b = tb ? B[j + p * ldb] : B[p + j * ldb];
-                s += a * b;
-            }
-            AT_T *c = &C[i + j * ldc];
-            *c = beta == (AT_T)0 ? alpha * s : alpha * s + beta * *c;
-        }
-}
+#define AT_EDGE_FN AT_FN(edge_s)
+#define AT_EDGE_ATTR __arm_streaming
+#include "edge_t.h"
+#undef AT_EDGE_FN
+#undef AT_EDGE_ATTR
 
 /* Steps [s0, s1) on operands of formats ta / tb whose origin is the block's.
  * A packed-format kernel gets its panel; a panel is packed again only when the
