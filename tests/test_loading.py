@@ -180,3 +180,14 @@ def test_a_library_above_the_isa_cap_is_refused(built, tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_ISA", "generic")
     with pytest.raises(loader.LibraryRefused, match="above AUTOTUNE_ISA=generic"):
         loader.load(install_copy(built, tmp_path))
+
+
+def test_a_report_plans_without_rebinding_gemm(built, private_home):
+    from autotune.reports.extras import EXAMPLE_SHAPES, example_plans
+
+    install_copy(built, private_home)
+    rt.use_library(built.library)
+    before, gemm_before = rt.api.current(), rt.gemm
+    drawn = example_plans("host", private_home)
+    assert drawn is not None and [(p.M, p.N, p.K, p.dtype) for p in drawn] == list(EXAMPLE_SHAPES)
+    assert rt.api.current() is before and rt.gemm is gemm_before

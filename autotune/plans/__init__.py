@@ -115,11 +115,13 @@ def plan(
     ldc: int | None = None,
     threads: int = 0,
     max_steps: int = STEP_LIMIT,
+    runtime: loader.Runtime | None = None,
 ) -> Plan:
     """The plan the library would execute for this problem (``threads`` 0: its default).
 
     Leading dimensions default to the tight ones of ``layout``.  At most
-    ``max_steps`` steps are listed; counts and explain cover them all.
+    ``max_steps`` steps are listed; counts and explain cover them all.  ``runtime``:
+    the library whose tiler plans (default: the one gemm uses, else the installed one).
     """
     if dtype not in DTYPES:
         raise PlanError(f"dtype must be one of {DTYPES}, got {dtype!r}")
@@ -132,7 +134,7 @@ def plan(
     lda = lda if lda is not None else max(1, a_cols if row else a_rows)
     ldb = ldb if ldb is not None else max(1, b_cols if row else b_rows)
     ldc = ldc if ldc is not None else max(1, N if row else M)
-    runtime = _runtime()
+    runtime = runtime or _runtime()
     lib = runtime.lib
     handle = lib.at_plan_create_ex(DTYPE_CODE[dtype], _LAYOUTS[layout], int(ta), int(tb),
                                    M, N, K, lda, ldb, ldc, threads)

@@ -25,9 +25,13 @@ EXAMPLE_SHAPES = (
 
 def example_plans(target: str, root: Path) -> list[Any] | None:
     """Plans the installed library makes for EXAMPLE_SHAPES; None when it cannot be loaded here
-    (no library yet, or one built for another machine, as an emulated target's is)."""
-    from .. import runtime
+    (no library yet, or one built for another machine, as an emulated target's is).
+
+    The library is opened privately (RTLD_LOCAL, see the loader) and asked for plans
+    only: writing a report never changes which library ``autotune.gemm`` runs.
+    """
     from ..plans import PlanError, plan
+    from ..runtime import loader
 
     library = root / "lib" / target / "libautotune.so"
     if not library.exists():
@@ -35,9 +39,10 @@ def example_plans(target: str, root: Path) -> list[Any] | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if runtime.use_library(library) is None:
-                return None
-        return [plan(M, N, K, dtype) for M, N, K, dtype in EXAMPLE_SHAPES]
+            private = loader.load(library)
+        if private is None:
+            return None
+        return [plan(M, N, K, dtype, runtime=private) for M, N, K, dtype in EXAMPLE_SHAPES]
     except (OSError, PlanError):
         return None
 

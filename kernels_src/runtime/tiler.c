@@ -29,8 +29,16 @@
 /* The grid of block sizes is at least this big, so tiny problems can be
  * covered by one portable edge block rather than many kernel calls. */
 #define AT_GRID_MIN 8
+#define AT_ERROR_TEXT 256
 
-static _Thread_local char at_error_text[256];
+/* Thread-locals stay small: a library opened with dlopen keeps its TLS in
+ * glibc's static reserve (the front cache's pointer is initial-exec), a few
+ * hundred bytes shared by every library loaded later; the error text lives on
+ * the heap, from the thread's first error to its exit. */
+static _Thread_local char *at_error_text;
+static pthread_key_t error_key;
+static pthread_once_t error_once = PTHREAD_ONCE_INIT;
+static void error_key_init(void) { (void)pthread_key_create(&error_key, free); }
 
 /* ---- planner parameters -----------------------------------------------------
  * The baked table's at_params unless at_params_set replaced them.  A plan is
@@ -42,7 +50,8 @@ static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
 static at_tune_params params_live;
 static int params_replaced;
 _Atomic uint64_t at__params_gen;
-static _Thread_local at_tune_params tp;
+/* The parameters of the plan being built: the snapshot on at__plan_build's stack. */
+static _Thread_local const at_tune_params *tp;
 
 void at__params_fork(int phase)
 {
@@ -69,12 +78,12 @@ static double weight(double value, double builtin) { return value > 0 ? value : 
 
 static double call_seconds(int dtype)
 {
-    return weight(tp.call_seconds[dtype], at_params_builtin.call_seconds[dtype]);
+    return weight(tp->call_seconds[dtype], at_params_builtin.call_seconds[dtype]);
 }
 
 static double pack_seconds(int dtype)
 {
-    return weight(tp.pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
+    return weight(tp->pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
 }
 
 int at_params_get(at_tune_params *out)
@@ -118,13 +127,19 @@ int at_params_set(const at_tune_params *in)
 
 void at__set_error(const char *fmt, ...)
 {
+    if (!at_error_text) {
+        pthread_once(&error_once, error_key_init);
+        at_error_text = malloc(AT_ERROR_TEXT);
+        if (!at_error_text) return; /* no memory for the message: the code still says it */
+        (void)pthread_setspecific(error_key, at_error_text);
+    }
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(at_error_text, sizeof at_error_text, fmt, ap);
+    vsnprintf(at_error_text, AT_ERROR_TEXT, fmt, ap);
     va_end(ap);
 }
 
-const char *at_last_error(void) { return at_error_text; }
+const char *at_last_error(void) { return at_error_text ? at_error_text : ""; }
 
 /* ---- predicted kernel speed ------------------------------------------------ */
 
@@ -174,7 +189,7 @@ static double kernel_gflops(const at_kernel_desc *d, int64_t K)
 
 static double edge_gflops(int dtype)
 {
-    double f = weight(tp.edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
+    double f = weight(tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
     double g = f * peak_of(dtype);
     return g > 0.5 ? g : 0.5;
 }
@@ -680,7 +695,7 @@ static int build_nopack(at_plan *p, int T)
     double load = seconds;
     if (T > 1)
         load = split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T,
-                             tp.grid[p->info.dtype]);
+                             tp->grid[p->info.dtype]);
     if (!isfinite(load)) {
         free(it);
         rc = AT_ENOMEM;
@@ -714,7 +729,7 @@ static int build_packed(at_plan *p, int T)
     int order[5][2] = {{p->ta, p->tb}, {0, 1}, {0, 0}, {1, 1}, {1, 0}};
     for (int o = 0; o < 5; o++) {
         int hh = 1, ww = 1;
-        double r = family_rate(dt, order[o][0], order[o][1], tp.blk_k[dt], &hh, &ww);
+        double r = family_rate(dt, order[o][0], order[o][1], tp->blk_k[dt], &hh, &ww);
         if (family_count(dt, order[o][0], order[o][1]) && r > best * 1.02) {
             best = r;
             fa = order[o][0];
@@ -725,9 +740,9 @@ static int build_packed(at_plan *p, int T)
     }
     p->ktrans_a = fa;
     p->ktrans_b = fb;
-    int64_t bm = round_down(tp.blk_m[dt] > 0 ? tp.blk_m[dt] : at_params_builtin.blk_m[dt], h);
-    int64_t bn = round_down(tp.blk_n[dt] > 0 ? tp.blk_n[dt] : at_params_builtin.blk_n[dt], w);
-    int64_t bk = tp.blk_k[dt] > 0 ? tp.blk_k[dt] : at_params_builtin.blk_k[dt];
+    int64_t bm = round_down(tp->blk_m[dt] > 0 ? tp->blk_m[dt] : at_params_builtin.blk_m[dt], h);
+    int64_t bn = round_down(tp->blk_n[dt] > 0 ? tp->blk_n[dt] : at_params_builtin.blk_n[dt], w);
+    int64_t bk = tp->blk_k[dt] > 0 ? tp->blk_k[dt] : at_params_builtin.blk_k[dt];
     /* The same number of blocks, as even as the kernel sizes allow: 256 rows in
      * blocks of at most 120 become 96 + 96 + 64, not 120 + 120 + 16.  Blocks are
      * the unit of the thread split, and a sliver block is a sliver of work that
@@ -799,7 +814,7 @@ static int build_packed(at_plan *p, int T)
     p->info.threads = T;
     double load = 0;
     for (int64_t q = 0; q < p->nblocks; q++) load += it[q].sec;
-    if (T > 1) load = split_threads(it, p->nblocks, p->M, p->N, bm, bn, T, tp.grid[dt]);
+    if (T > 1) load = split_threads(it, p->nblocks, p->M, p->N, bm, bn, T, tp->grid[dt]);
     if (!isfinite(load)) {
         rc = AT_ENOMEM;
         goto done;
@@ -903,8 +918,10 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     in->ldb = ldb;
     in->ldc = ldc;
     atomic_init(&p->refs, 1);
-    params_snapshot(&tp);
-    p->thread_flops = tp.thread_flops;
+    at_tune_params snapshot;
+    params_snapshot(&snapshot);
+    tp = &snapshot;
+    p->thread_flops = tp->thread_flops;
     if (layout == AT_ROW_MAJOR) {
         /* C^T = op(B)^T op(A)^T: a row-major matrix is its transpose in column-major. */
         p->M = N;
@@ -925,7 +942,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     p->ldc = ldc;
     if (threads < 1) threads = 1;
     double flops = 2.0 * (double)M * (double)N * (double)K;
-    if (flops < tp.thread_flops) threads = 1;
+    if (flops < tp->thread_flops) threads = 1;
 
     int rc = AT_OK;
     if (M == 0 || N == 0 || K == 0) {
@@ -937,7 +954,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         int have_exact = family_count(dtype, p->ta, p->tb) > 0;
         int have_any = have_exact || family_count(dtype, 0, 0) || family_count(dtype, 0, 1) ||
                        family_count(dtype, 1, 0) || family_count(dtype, 1, 1);
-        int packed = have_any && (!have_exact || flops >= tp.pack_flops[dtype]);
+        int packed = have_any && (!have_exact || flops >= tp->pack_flops[dtype]);
         rc = packed ? build_packed(p, threads) : build_nopack(p, threads);
     }
     in->kernel_trans = p->ktrans_a * 2 + p->ktrans_b;
