@@ -32,8 +32,7 @@ from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import ARM_ISAS, KernelSpec
 from .table import KernelRecord, TunedTable
-from .runtime.arm import build_arm_library
-from .runtime.library import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
+from .link import LibraryBuild, build_arm_library, build_runtime, default_params, emit_kernel_table_c
 from .toolchain import Target, native_isas, target_for
 
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.

@@ -29,8 +29,8 @@ import pytest
 
 from autotune.codegen import sme2
 from autotune.host import HostInfo
-from autotune.runtime import arm
-from autotune.runtime.library import emit_kernel_table_c
+from autotune import link as arm
+from autotune.link import emit_kernel_table_c
 from autotune.specs import KernelSpec
 from autotune.toolchain import Target, ToolchainError, arm_target
 
@@ -262,7 +262,7 @@ def test_mixed_sme2_and_neon_table(tmp_path):
     around the call, shares with no SME2 kernel skip the region; the suite,
     the FA64-less CPU and the ABI checks still pass."""
     from autotune import build, codegen
-    from autotune.runtime.library import default_params
+    from autotune.link import default_params
 
     sme, neon = _target("sme2"), _target("neon")
     home = tmp_path / "home"

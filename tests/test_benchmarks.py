@@ -19,7 +19,7 @@ import pytest
 
 import benchmarks
 from autotune.reports import data as report_data
-from autotune.runtime import library as rt_library
+from autotune import link as rt_library
 from benchmarks.harness import Config, Point, Shape, build_harness, run_peer
 from benchmarks.peers import Peer, discover
 from benchmarks.results import add_ratios, evaluate_targets, geomean, points_frame, regime, regime_means

@@ -15,7 +15,8 @@ import pytest
 
 import autotune.runtime as rt
 from autotune import build, codegen, host, toolchain
-from autotune.runtime import library, loader
+from autotune import link as library
+from autotune.runtime import loader
 from autotune.specs import KernelSpec, default_family
 
 from .reference import assert_close
@@ -191,3 +192,13 @@ def test_a_report_plans_without_rebinding_gemm(built, private_home):
     drawn = example_plans("host", private_home)
     assert drawn is not None and [(p.M, p.N, p.K, p.dtype) for p in drawn] == list(EXAMPLE_SHAPES)
     assert rt.api.current() is before and rt.gemm is gemm_before
+
+
+def test_the_runtime_imports_no_generator_nor_build_stage():
+    code = ("import sys, autotune.runtime, autotune.plans\n"
+            "bad = sorted(m for m in sys.modules if m.startswith(('autotune.codegen', 'autotune.build',\n"
+            "             'autotune.link', 'autotune.install', 'autotune.tune', 'autotune.measure')))\n"
+            "print(' '.join(bad))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and done.stdout.strip() == "", done.stdout + done.stderr

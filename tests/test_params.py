@@ -11,7 +11,7 @@ import pytest
 
 from autotune import params as P
 from autotune.home import kernels_src
-from autotune.runtime import library
+from autotune import link as library
 
 
 def compile_and_run(tmp_path: Path, source: str) -> str:

@@ -21,7 +21,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import autotune.runtime as rt
-from autotune.runtime import api, library, loader
+from autotune import link as library
+from autotune.runtime import api, loader
 from .untuned import build_untuned, small_selection
 from autotune.specs import KernelSpec
 

@@ -25,7 +25,8 @@ from rich.console import Console
 from autotune import models, tune as tn
 from autotune.params import DEFAULTS, PlannerParams
 from autotune.host import CacheLevel, HostInfo
-from autotune.runtime import library, loader
+from autotune import link as library
+from autotune.runtime import loader
 from autotune.table import TunedTable
 
 HOST = HostInfo(

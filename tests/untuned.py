@@ -13,7 +13,7 @@ from typing import Callable, Iterable
 
 from autotune import build, codegen, host as host_mod, toolchain
 from autotune.specs import KernelSpec, default_family
-from autotune.runtime.library import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
+from autotune.link import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
 
 #: The peak per core of the analytic model when none was measured (GFLOPS f32, f64).
 MODEL_PEAK = {"avx512": (152.4, 76.2), "avx2": (85.8, 42.9), "generic": (16.0, 8.0)}
@@ -44,7 +44,7 @@ def build_untuned(
     """Generate, compile and link a model-provenance library under ``home/lib/<isa>-model``.
 
     ``isa`` defaults to the fastest native one; ``select`` picks from the quick family.
-    Raises :class:`autotune.runtime.library.LibraryError` or ToolchainError on failure.
+    Raises :class:`autotune.link.LibraryError` or ToolchainError on failure.
     """
     info = host_mod.detect()
     isa = isa or toolchain.native_isas(info)[0]

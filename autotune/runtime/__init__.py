@@ -13,7 +13,6 @@ from pathlib import Path
 
 from . import api, loader
 from .api import cache_stats, gemm_batch, get_num_threads, numpy_gemm, set_num_threads
-from .library import build_library, build_runtime, default_params, emit_kernel_table_c
 
 gemm = numpy_gemm
 
@@ -44,5 +43,5 @@ _initial()
 
 __all__ = [
     "gemm", "gemm_batch", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
-    "numpy_gemm", "build_library", "build_runtime", "default_params", "emit_kernel_table_c",
+    "numpy_gemm",
 ]

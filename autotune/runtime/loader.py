@@ -24,7 +24,9 @@ from types import ModuleType
 from ..home import home
 from ..host import ISA_CAP_VARIABLE, IsaCapError, above_cap, normalized_arch
 from ..params import CTuneParams as at_tune_params  # the C name, for the prototypes below
-from .library import LIBRARY_NAME
+
+#: The file every install writes and the loader opens (the link stage names it after this).
+LIBRARY_NAME = "libautotune.so"
 
 c_int64 = ctypes.c_int64
 c_int32 = ctypes.c_int32

@@ -1,7 +1,7 @@
 /* at_table.h: the format of the generated kernel table (at_table.c).
  *
  * `autotune install` writes one at_table.c per library with
- * autotune.runtime.library.emit_kernel_table_c(): a declaration of every selected
+ * autotune.link.emit_kernel_table_c(): a declaration of every selected
  * kernel, an array of descriptors, the kernels' facts and the planner's parameters.  The runtime
  * reads nothing else; the hot path never opens a file.
  */

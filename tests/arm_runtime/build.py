@@ -2,7 +2,7 @@
 
 Used by tests/test_arm_runtime.py.  The kernels go through the same path as an
 install (autotune.build, cached under the given home); the library through
-autotune.runtime.arm.build_arm_runtime; the driver (driver.c, rt_abi.S) and
+autotune.link.build_arm_runtime; the driver (driver.c, rt_abi.S) and
 tests/c/blas_entry.c are cross-built and linked with the library in place of a
 BLAS: statically with libautotune.a, or dynamically with libautotune.so.
 """
@@ -16,8 +16,7 @@ from typing import Sequence
 from autotune import build, codegen, specs
 from autotune.codegen import sme2
 from autotune.home import kernels_src
-from autotune.runtime.arm import ArmLibraryBuild, build_arm_runtime
-from autotune.runtime.library import default_params
+from autotune.link import ArmLibraryBuild, build_arm_runtime, default_params
 from autotune.specs import KernelSpec
 from autotune.toolchain import Target
 
