@@ -293,23 +293,34 @@ def build_runtime(
              *object_paths, *target.ldflags,
              f"-Wl,-soname,{LIBRARY_NAME}", "-lm"]
         )
-        ext_tmp = None
-        if ext and extension is not None:
-            ext_tmp = tmp / extension.name
-            _run(
-                [*target.cc, *cflags, *includes, *ext[0], "-shared", str(runtime_dir / EXTENSION_SOURCE),
-                 "-o", str(ext_tmp)]
-            )
-        header_tmp = tmp / "autotune.h"
-        shutil.copyfile(header, header_tmp)
-        _replace_atomic(lib_tmp, library)
-        _replace_atomic(header_tmp, out_dir / "autotune.h")
-        if ext_tmp is not None and extension is not None:
-            _replace_atomic(ext_tmp, extension)
-        stamp_tmp = tmp / "stamp"
-        stamp_tmp.write_text(digest + "\n")
-        _replace_atomic(stamp_tmp, stamp)
+        outputs = [(lib_tmp, library)]
+        outputs += _build_extension([*target.cc, *cflags, *includes], ext, extension, tmp)
+        _publish(tmp, out_dir, outputs, header, digest, stamp)
     return LibraryBuild(library, out_dir / "autotune.h", extension, digest, False)
+
+
+def _build_extension(compile_argv: Sequence[str], ext: tuple[list[str], str] | None,
+                     extension: Path | None, tmp: Path) -> list[tuple[Path, Path]]:
+    """The _atfast extension built in ``tmp``: [(built, destination)], or [] without Python headers."""
+    if not ext or extension is None:
+        return []
+    built = tmp / extension.name
+    _run([*compile_argv, *ext[0], "-shared", str(kernels_src() / "runtime" / EXTENSION_SOURCE),
+          "-o", str(built)])
+    return [(built, extension)]
+
+
+def _publish(tmp: Path, out_dir: Path, outputs: Sequence[tuple[Path, Path]], header: Path, digest: str,
+             stamp: Path) -> None:
+    """Move finished outputs into place with autotune.h beside them, the hash stamp last
+    (a later build trusts a stamp only when everything before it was replaced)."""
+    header_tmp = tmp / "autotune.h"
+    shutil.copyfile(header, header_tmp)
+    for built, destination in (*outputs, (header_tmp, out_dir / "autotune.h")):
+        _replace_atomic(built, destination)
+    stamp_tmp = tmp / "stamp"
+    stamp_tmp.write_text(digest + "\n")
+    _replace_atomic(stamp_tmp, stamp)
 
 
 # -- the Arm library (cross-built here, or native on an Arm host) ----------------------
@@ -491,21 +502,9 @@ def build_arm_runtime(
         _run([*target.cc, "-shared", "-pthread", "-o", str(lib_tmp), *objects, *object_paths,
               *shared_ldflags, f"-Wl,-soname,{LIBRARY_NAME}", "-lm"])
         _run([_archiver(), "rcs", str(ar_tmp), *objects, *object_paths])
-        ext_tmp = None
-        if ext and extension is not None:
-            ext_tmp = tmp / extension.name
-            _run([*target.cc, *base, *includes, *ext[0], "-shared", str(runtime_dir / EXTENSION_SOURCE),
-                  "-o", str(ext_tmp)])
-        header_tmp = tmp / "autotune.h"
-        shutil.copyfile(header, header_tmp)
-        _replace_atomic(lib_tmp, library)
-        _replace_atomic(ar_tmp, archive)
-        _replace_atomic(header_tmp, out_dir / "autotune.h")
-        if ext_tmp is not None and extension is not None:
-            _replace_atomic(ext_tmp, extension)
-        stamp_tmp = tmp / "stamp"
-        stamp_tmp.write_text(digest + "\n")
-        _replace_atomic(stamp_tmp, stamp)
+        outputs = [(lib_tmp, library), (ar_tmp, archive)]
+        outputs += _build_extension([*target.cc, *base, *includes], ext, extension, tmp)
+        _publish(tmp, out_dir, outputs, header, digest, stamp)
     return ArmLibraryBuild(library, out_dir / "autotune.h", extension, digest, False, archive)
 
 
