@@ -1,0 +1,219 @@
+"""The tuner's workload: a representative suite of GEMM shapes and how it is timed.
+
+:mod:`autotune.tune` searches planner parameters; what it minimises is defined
+here: for each shape of the suite, its time per call (``at_plan_execute`` on
+preallocated buffers, through ctypes, the parameters set with ``at_params_set``)
+times as many calls as make ``WORK_FLOPS`` of work.  A :class:`SuiteRunner` is
+what the search measures with: :class:`LibraryRunner`, or a fake in tests.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from .params import DTYPE_INDEX, DTYPES, PlannerParams
+from .runtime.loader import load
+
+_TRANS = {"nn": (0, 0), "nt": (0, 1), "tn": (1, 0), "tt": (1, 1)}
+
+#: Flops of the representative workload per shape: a shape counts as many calls
+#: as make this much work, so small and large shapes weigh alike.
+WORK_FLOPS = 1e8
+#: ...except that a tiny shape's time is mostly call overhead no parameter
+#: changes; more calls than this would let that constant drown the rest.
+MAX_CALLS = 1000
+
+
+class TuningError(RuntimeError):
+    """Tuning cannot run (e.g. the library has no parameter override)."""
+
+
+# -- the suite ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SuiteShape:
+    """One problem of the representative suite: column-major, ``op(A)`` is m x k."""
+
+    kind: str  # small | irregular | tall-skinny | batched | large
+    dtype: str
+    trans: str
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def regime(self) -> str:
+        return "large" if self.kind == "large" else "small"
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.batch
+
+    @property
+    def calls(self) -> int:
+        return int(min(MAX_CALLS, max(1, round(WORK_FLOPS / self.flops))))
+
+    @property
+    def label(self) -> str:
+        batch = f"{self.batch}x" if self.batch > 1 else ""
+        return f"{self.dtype} {self.trans} {batch}{self.m}x{self.n}x{self.k}"
+
+
+_TEMPLATE: tuple[tuple[str, str, int, int, int, int], ...] = (
+    ("small", "nn", 8, 8, 8, 1), ("small", "nt", 16, 16, 16, 1), ("small", "nn", 24, 24, 24, 1),
+    ("small", "tn", 32, 32, 32, 1), ("small", "nn", 48, 48, 48, 1), ("small", "tt", 64, 64, 64, 1),
+    ("irregular", "nn", 7, 13, 29, 1), ("irregular", "nt", 37, 5, 61, 1),
+    ("irregular", "nn", 100, 30, 17, 1), ("irregular", "tn", 61, 127, 33, 1),
+    ("irregular", "nn", 130, 70, 90, 1),
+    ("tall-skinny", "nn", 2000, 8, 64, 1), ("tall-skinny", "nt", 8, 1500, 96, 1),
+    ("tall-skinny", "nn", 4096, 16, 16, 1), ("tall-skinny", "tn", 64, 48, 3000, 1),
+    ("batched", "nn", 12, 12, 12, 64), ("batched", "nt", 40, 24, 32, 32),
+    ("batched", "nn", 96, 96, 64, 8),
+    ("large", "nn", 160, 160, 160, 1), ("large", "nn", 256, 256, 256, 1),
+    ("large", "nt", 200, 300, 250, 1), ("large", "nn", 512, 512, 256, 1),
+    ("large", "tn", 384, 640, 320, 1), ("large", "nn", 1024, 256, 512, 1),
+    ("large", "nn", 96, 2048, 128, 1),
+)
+
+
+def default_suite(dtypes: Sequence[str] = DTYPES) -> tuple[SuiteShape, ...]:
+    """Small square, irregular, tall-skinny, batched and large shapes, for each dtype."""
+    return tuple(SuiteShape(kind, dt, tr, m, n, k, b)
+                 for dt in dtypes for kind, tr, m, n, k, b in _TEMPLATE)
+
+
+# -- measuring ----------------------------------------------------------------------
+
+class SuiteRunner(Protocol):
+    """What the search measures with: the loaded library, or a fake in tests."""
+
+    def set_params(self, params: PlannerParams) -> None: ...
+    def time_shape(self, shape: SuiteShape) -> float: ...  # seconds per call
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Buffers:
+    plan_args: tuple[int, ...]
+    a: np.ndarray
+    b: np.ndarray
+    c: np.ndarray
+    strides: tuple[int, int, int]
+
+
+class LibraryRunner:
+    """Times plans of the loaded library in this process, on the host's thread count.
+
+    Buffers are allocated once per shape; each sample runs a calibrated number
+    of calls (at least ``min_sample_s``), the best of ``repeats`` samples after
+    one warm-up counts.  The calibration happens once, so every trial times the
+    same work.
+    """
+
+    def __init__(self, library: Path, repeats: int = 3, min_sample_s: float = 1e-4,
+                 seed: int = 0) -> None:
+        runtime = load(library)
+        if runtime is None:
+            raise TuningError(f"no library at {library}")
+        if not hasattr(runtime.lib, "at_params_set"):
+            raise TuningError(f"{library} has no at_params_set: rebuild it with this version")
+        self.lib = runtime.lib
+        self.repeats = repeats
+        self.min_sample_s = min_sample_s
+        self._rng = np.random.default_rng(seed)
+        self._buffers: dict[SuiteShape, _Buffers] = {}
+        self._reps: dict[SuiteShape, int] = {}
+
+    def _buffers_for(self, shape: SuiteShape) -> _Buffers:
+        buf = self._buffers.get(shape)
+        if buf is not None:
+            return buf
+        dtype = np.float32 if shape.dtype == "f32" else np.float64
+        ta, tb = _TRANS[shape.trans]
+        ra, ca = (shape.k, shape.m) if ta else (shape.m, shape.k)
+        rb, cb = (shape.n, shape.k) if tb else (shape.k, shape.n)
+        sa, sb, sc = ra * ca, rb * cb, shape.m * shape.n
+        a = self._rng.standard_normal(sa * shape.batch).astype(dtype)
+        b = self._rng.standard_normal(sb * shape.batch).astype(dtype)
+        c = np.zeros(sc * shape.batch, dtype=dtype)
+        args = (DTYPE_INDEX[shape.dtype], 0, ta, tb, shape.m, shape.n, shape.k, ra, rb, shape.m)
+        buf = _Buffers(args, a, b, c, (sa, sb, sc))
+        self._buffers[shape] = buf
+        return buf
+
+    def set_params(self, params: PlannerParams) -> None:
+        rc = self.lib.at_params_set(ctypes.byref(params.to_struct()))
+        if rc != 0:
+            raise TuningError(f"at_params_set rejected {params}: {self.lib.at_last_error().decode()}")
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        buf = self._buffers_for(shape)
+        lib = self.lib
+        plan = lib.at_plan_create(*buf.plan_args)
+        if not plan:
+            raise TuningError(f"cannot plan {shape.label}: {lib.at_last_error().decode()}")
+        try:
+            pa, pb, pc = buf.a.ctypes.data, buf.b.ctypes.data, buf.c.ctypes.data
+            if shape.batch > 1:
+                sa, sb, sc = buf.strides
+                batch = shape.batch
+
+                def run() -> int:
+                    return lib.at_plan_execute_batch(plan, batch, 1.0, pa, sa, pb, sb, 0.0, pc, sc)
+            else:
+                def run() -> int:
+                    return lib.at_plan_execute(plan, 1.0, pa, pb, 0.0, pc)
+            # Warm-up (first touch, caches, the pool's threads), and the one status
+            # check: a failing call returns early and would look like a fast plan.
+            rc = run()
+            if rc != 0:
+                raise TuningError(f"executing {shape.label} failed with status {rc}")
+            reps = self._reps.get(shape)
+            if reps is None:
+                t0 = time.perf_counter()
+                run()
+                once = max(time.perf_counter() - t0, 1e-7)
+                reps = self._reps[shape] = max(1, min(100000, math.ceil(self.min_sample_s / once)))
+            best = math.inf
+            for _ in range(self.repeats):
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    run()
+                best = min(best, (time.perf_counter() - t0) / reps)
+            return best
+        finally:
+            lib.at_plan_destroy(plan)
+
+    def close(self) -> None:
+        # Back to the baked parameters: the process may go on using the library.
+        self.lib.at_params_set(None)
+
+
+def suite_time(runner: SuiteRunner, params: PlannerParams, shapes: Sequence[SuiteShape],
+               report: Callable[[int, float], None] | None = None) -> float:
+    """Seconds of the workload: each shape's calls times its measured time per call."""
+    runner.set_params(params)
+    total = 0.0
+    for step, shape in enumerate(shapes):
+        total += shape.calls * runner.time_shape(shape)
+        if report is not None:
+            report(step, total)
+    return total
+
+
+def race(runner: SuiteRunner, settings: Sequence[PlannerParams], shapes: Sequence[SuiteShape],
+          rounds: int) -> list[float]:
+    """Best of interleaved rounds for each setting: drift on a shared machine hits all alike."""
+    best = [math.inf] * len(settings)
+    for _ in range(max(1, rounds)):
+        for i, params in enumerate(settings):
+            best[i] = min(best[i], suite_time(runner, params, shapes))
+    return best
