@@ -290,19 +290,47 @@ def tune(
     try:
         with _quiet_optuna(), _deferred_interrupt() as stop, \
                 (bar if bar is not None else nullcontext()):
-            return _search(table, runner, default, base_params, shapes, record, budget_s, seed,
-                           home, progress, bar, say, started, n_trials, stop)
+            setup = SearchSetup(table, runner, default, base_params, shapes, budget_s, seed, home,
+                                n_trials, started)
+            return _search(setup, SearchFeedback(progress, bar, say, stop), record)
     finally:
         if own_runner:
             runner.close()
 
 
-def _search(table: TunedTable, runner: SuiteRunner, default: PlannerParams,
-            base_params: Mapping[str, Any], shapes: Sequence[SuiteShape], record: dict[str, Any],
-            budget_s: float, seed: int, home: Path | None,
-            progress: Callable[[TuneProgress], None] | None, bar: Progress | None,
-            say: Callable[[str], None], started: float, n_trials: int | None,
-            stop: _Interrupt) -> TuningResult:
+@dataclass(frozen=True)
+class SearchSetup:
+    """What one search works with: tune()'s inputs, resolved."""
+
+    table: TunedTable
+    runner: SuiteRunner
+    default: PlannerParams
+    base_params: Mapping[str, Any]
+    shapes: Sequence[SuiteShape]
+    budget_s: float
+    seed: int
+    home: Path | None
+    n_trials: int | None
+    started: float  # perf_counter() when tune() began: the budget counts from there
+
+
+@dataclass(frozen=True)
+class SearchFeedback:
+    """How a search reports as it goes, and hears Ctrl-C."""
+
+    progress: Callable[[TuneProgress], None] | None
+    bar: Progress | None
+    say: Callable[[str], None]
+    stop: _Interrupt
+
+
+def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]) -> TuningResult:
+    """The studies in turn; ``record`` (the table's tuning mapping) is filled as they finish."""
+    table, runner, default, base_params, shapes = (setup.table, setup.runner, setup.default,
+                                                   setup.base_params, setup.shapes)
+    budget_s, seed, home, n_trials, started = (setup.budget_s, setup.seed, setup.home, setup.n_trials,
+                                               setup.started)
+    progress, bar, say, stop = feedback.progress, feedback.bar, feedback.say, feedback.stop
     specs = [s for s in study_specs(DTYPES)
              if any(x.dtype == s.dtype and x.regime == s.regime for x in shapes)]
     by_study = {s.key: [x for x in shapes if x.dtype == s.dtype and x.regime == s.regime]
