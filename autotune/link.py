@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # only for annotations: install imports this module
     from .table import TunedTable
 
 #: The runtime's translation units, in kernels_src/runtime/.
-RUNTIME_SOURCES = ("tiler.c", "exec.c", "pool.c", "cache.c", "blas.c", "cpu.c")
+RUNTIME_SOURCES = ("tiler.c", "params.c", "error.c", "exec.c", "pool.c", "cache.c", "blas.c", "cpu.c")
 RUNTIME_HEADERS = ("at_internal.h", "at_table.h", "exec_t.h", "edge_t.h")
 EXTENSION_SOURCE = "pyfast.c"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h

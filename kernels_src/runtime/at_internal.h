@@ -61,6 +61,11 @@ void at__set_error(const char *fmt, ...);
  * (parent) or reset (child) after; cache.c registers the handlers. */
 enum { AT_FORK_PREPARE, AT_FORK_PARENT, AT_FORK_CHILD };
 void at__params_fork(int phase);
+/* The parameters plans are made with now (params.c), copied under its lock. */
+void at__params_snapshot(at_tune_params *out);
+/* A cost weight of zero stands for the built-in value (a table or caller that
+ * leaves it out plans as before the weight existed). */
+static inline double at__weight(double value, double builtin) { return value > 0 ? value : builtin; }
 /* Bumped by at_params_set: part of the cache key, so no plan made with older
  * parameters is found again even if it was being built during the change.
  * Read inline: a call per lookup is a measurable share of a 2x2x2 product. */

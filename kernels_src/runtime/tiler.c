@@ -15,10 +15,10 @@
  *
  * Threads never change the tiling of C, only which thread runs which block, and
  * K is never split across threads: results are bitwise identical for any count.
+ * The parameters planning reads are params.c's; errors go through error.c.
  */
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,117 +29,20 @@
 /* The grid of block sizes is at least this big, so tiny problems can be
  * covered by one portable edge block rather than many kernel calls. */
 #define AT_GRID_MIN 8
-#define AT_ERROR_TEXT 256
 
-/* Thread-locals stay small: a library opened with dlopen keeps its TLS in
- * glibc's static reserve (the front cache's pointer is initial-exec), a few
- * hundred bytes shared by every library loaded later; the error text lives on
- * the heap, from the thread's first error to its exit. */
-static _Thread_local char *at_error_text;
-static pthread_key_t error_key;
-static pthread_once_t error_once = PTHREAD_ONCE_INIT;
-static void error_key_init(void) { (void)pthread_key_create(&error_key, free); }
-
-/* ---- planner parameters -----------------------------------------------------
- * The baked table's at_params unless at_params_set replaced them.  A plan is
- * made from one snapshot, copied under the lock when planning starts into this
- * thread's `tp`, so a concurrent at_params_set never mixes two settings in one
- * plan and planning itself needs no lock. */
-
-static pthread_mutex_t params_lock = PTHREAD_MUTEX_INITIALIZER;
-static at_tune_params params_live;
-static int params_replaced;
-_Atomic uint64_t at__params_gen;
-/* The parameters of the plan being built: the snapshot on at__plan_build's stack. */
+/* The parameters of the plan being built: the snapshot on at__plan_build's stack
+ * (params.c keeps the library's; planning itself takes no lock). */
 static _Thread_local const at_tune_params *tp;
-
-void at__params_fork(int phase)
-{
-    if (phase == AT_FORK_PREPARE) {
-        pthread_mutex_lock(&params_lock);
-    } else if (phase == AT_FORK_PARENT) {
-        pthread_mutex_unlock(&params_lock);
-    } else {
-        pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-        params_lock = fresh;
-    }
-}
-
-static void params_snapshot(at_tune_params *out)
-{
-    pthread_mutex_lock(&params_lock);
-    *out = params_replaced ? params_live : at_params;
-    pthread_mutex_unlock(&params_lock);
-}
-
-/* A cost weight of zero stands for the built-in value (a table or caller that
- * leaves it out plans as before the weight existed). */
-static double weight(double value, double builtin) { return value > 0 ? value : builtin; }
 
 static double call_seconds(int dtype)
 {
-    return weight(tp->call_seconds[dtype], at_params_builtin.call_seconds[dtype]);
+    return at__weight(tp->call_seconds[dtype], at_params_builtin.call_seconds[dtype]);
 }
 
 static double pack_seconds(int dtype)
 {
-    return weight(tp->pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
+    return at__weight(tp->pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
 }
-
-int at_params_get(at_tune_params *out)
-{
-    if (!out) return AT_EINVAL;
-    params_snapshot(out);
-    /* The values in force, not the zeros that stand for them. */
-    for (int d = 0; d < 2; d++) {
-        out->call_seconds[d] = weight(out->call_seconds[d], at_params_builtin.call_seconds[d]);
-        out->edge_frac[d] = weight(out->edge_frac[d], at_params_builtin.edge_frac[d]);
-        out->pack_seconds[d] = weight(out->pack_seconds[d], at_params_builtin.pack_seconds[d]);
-    }
-    return AT_OK;
-}
-
-static int nonneg(double v) { return isfinite(v) && v >= 0; }
-
-int at_params_set(const at_tune_params *in)
-{
-    if (in) {
-        int ok = nonneg(in->thread_flops);
-        for (int d = 0; d < 2; d++)
-            ok = ok && in->blk_m[d] >= 0 && in->blk_n[d] >= 0 && in->blk_k[d] >= 0 &&
-                 nonneg(in->pack_flops[d]) && nonneg(in->call_seconds[d]) &&
-                 nonneg(in->edge_frac[d]) && in->edge_frac[d] <= 1 &&
-                 nonneg(in->pack_seconds[d]) && in->grid[d] >= 0 && in->grid[d] <= 2;
-        if (!ok) {
-            at__set_error("at_params_set: blocks, thresholds and weights must be finite and "
-                          ">= 0, edge_frac <= 1, grid 0..2");
-            return AT_EINVAL;
-        }
-    }
-    pthread_mutex_lock(&params_lock);
-    if (in) params_live = *in;
-    params_replaced = in != NULL;
-    atomic_fetch_add(&at__params_gen, 1);
-    pthread_mutex_unlock(&params_lock);
-    at_plan_cache_clear();
-    return AT_OK;
-}
-
-void at__set_error(const char *fmt, ...)
-{
-    if (!at_error_text) {
-        pthread_once(&error_once, error_key_init);
-        at_error_text = malloc(AT_ERROR_TEXT);
-        if (!at_error_text) return; /* no memory for the message: the code still says it */
-        (void)pthread_setspecific(error_key, at_error_text);
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(at_error_text, AT_ERROR_TEXT, fmt, ap);
-    va_end(ap);
-}
-
-const char *at_last_error(void) { return at_error_text ? at_error_text : ""; }
 
 /* ---- predicted kernel speed ------------------------------------------------ */
 
@@ -189,7 +92,7 @@ static double kernel_gflops(const at_kernel_desc *d, int64_t K)
 
 static double edge_gflops(int dtype)
 {
-    double f = weight(tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
+    double f = at__weight(tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
     double g = f * peak_of(dtype);
     return g > 0.5 ? g : 0.5;
 }
@@ -919,7 +822,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     in->ldc = ldc;
     atomic_init(&p->refs, 1);
     at_tune_params snapshot;
-    params_snapshot(&snapshot);
+    at__params_snapshot(&snapshot);
     tp = &snapshot;
     p->thread_flops = tp->thread_flops;
     if (layout == AT_ROW_MAJOR) {
