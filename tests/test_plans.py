@@ -260,3 +260,13 @@ def test_usage_agrees_with_the_listed_steps():
         for s in p.steps:
             listed[s.kernel] = listed.get(s.kernel, 0) + 1
         assert listed == p.kernel_counts()
+
+
+def test_the_report_reads_a_real_plan():
+    from autotune.reports import data
+
+    p = plans.plan(35, 32, 64, "f32", "nn")
+    view = data.plan_view(p)
+    assert (view.M, view.N, view.K, view.dtype) == (35, 32, 64, "f32")
+    assert view.predicted_s == pytest.approx(p.predicted_seconds) and view.predicted_s > 0
+    assert view.coverage() == pytest.approx(1.0) and set(view.kernels()) == set(p.kernel_counts())

@@ -392,7 +392,8 @@ def plan_view(plan: Any) -> PlanView:
                   _kernel_name(_field(s, "kernel")))
         for s in _field(plan, "steps", ()) or ()
     )
-    predicted = next((_field(plan, key) for key in ("predicted_s", "predicted_time", "predicted")
+    predicted = next((_field(plan, key) for key in ("predicted_seconds", "predicted_s", "predicted_time",
+                                                    "predicted")
                       if _field(plan, key) is not None), None)
     return PlanView(int(_field(plan, "M")), int(_field(plan, "N")), int(_field(plan, "K")),
                     str(_field(plan, "dtype", "")), str(_field(plan, "trans", "")), blocks,
