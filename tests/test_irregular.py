@@ -15,7 +15,6 @@ import pytest
 import autotune.runtime as rt
 from autotune import plans
 from autotune.codegen import generate
-from autotune import link as library
 from autotune.specs import GATHER, KernelSpec, default_family, fits, gather_family
 
 from .reference import assert_close, operand

@@ -18,7 +18,6 @@ from hypothesis import given, settings, strategies as st
 
 import autotune.runtime as rt
 from autotune import plans
-from autotune import link as library
 from autotune.specs import KernelSpec
 
 ROOT = Path(__file__).resolve().parent.parent
