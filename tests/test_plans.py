@@ -29,6 +29,7 @@ def lib(built):
 
 
 def check_plan(p: plans.Plan) -> None:
+    assert not p.truncated, f"{p.step_count} steps: ask plans.plan for all of them (max_steps)"
     cover = np.zeros((p.M, p.N), dtype=np.int32)
     for s in p.steps:
         assert 0 <= s.i0 and s.i0 + s.mb <= p.M and 0 <= s.j0 and s.j0 + s.nb <= p.N
@@ -163,7 +164,8 @@ def test_threads_get_balanced_work(shape, dtype, threads):
     fp64 256^3 used to give thread 0 61,440 of C's 65,536 elements: blocks of
     120 x 252 cut 256 into 120 + 120 + 16 and the grid split could only hand
     out whole block rows or columns."""
-    p = plans.plan(*shape, dtype, threads=threads)
+    # Every step, however small the family's kernels (the portable ones: 10^5 and more).
+    p = plans.plan(*shape, dtype, threads=threads, max_steps=4_000_000)
     check_plan(p)
     assert p.threads == threads
     work, items = thread_loads(p)
