@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from . import codegen, home as home_mod
-from .specs import DTYPE_CODE, KernelSpec
+from . import contract, home as home_mod
+from .specs import KernelSpec
 from .toolchain import Target
 
 #: Seconds one compiler or linker run may take before it counts as failed.
@@ -337,9 +337,9 @@ def _collect(futures: Mapping, objects: dict, failures: dict, progress: Callable
 
 
 def registry_source(isa: str, specs: Sequence[KernelSpec], svl_bits: int = 0) -> str:
-    """The C registry the harness links: one entry per kernel, in the order given.
+    """The C registry the harness links: one ``at_kernel`` record per kernel, in the order given.
 
-    Each entry carries the leading dimensions of the packed panels its kernel
+    Each record carries the leading dimensions of the packed panels its kernel
     reads (0 for an operand read in place), so the harness packs what it must.
     """
     lines = [
@@ -347,26 +347,9 @@ def registry_source(isa: str, specs: Sequence[KernelSpec], svl_bits: int = 0) ->
         " * Do not edit: it is rewritten on every build. */",
         '#include "at_registry.h"',
         "",
-    ]
-    for spec in specs:
-        t = spec.ctype
-        lines.append(
-            f"void {spec.name}(int64_t K, const {t} *A, int64_t lda, const {t} *B, int64_t ldb, "
-            f"{t} *C, int64_t ldc, {t} alpha, {t} beta);"
-        )
-    lines += ["", "const at_registry_entry at_registry[] = {"]
-    for spec in specs:
-        pack_a, pack_b = codegen.operand_panels(spec, svl_bits)
-        lines.append(
-            f'    {{"{spec.name}", {DTYPE_CODE[spec.dtype]}, {spec.mr}, {spec.nr}, '
-            f"{int(spec.trans_a)}, {int(spec.trans_b)}, (at_kernel_fn){spec.name}, {pack_a}, {pack_b}}},"
-        )
-    if not specs:
-        # C has no empty arrays; the count keeps this entry invisible.
-        lines.append("    {0, 0, 0, 0, 0, 0, 0, 0, 0},")
-    lines += [
-        "};",
-        f"const int at_registry_count = {len(specs)};",
+        *contract.declarations(specs),
+        "",
+        *contract.record_array("at_registry", specs, svl_bits),
         f'const char at_registry_isa[] = "{isa}";',
         "",
     ]
@@ -397,8 +380,10 @@ def build_harness(
     harness_dir = home_mod.kernels_src() / "harness"
     usable = [obj for obj in objects if obj.ok]
     specs = [obj.spec or KernelSpec.from_name(obj.name) for obj in usable]
-    header = (harness_dir / "at_registry.h").read_text() + (harness_dir / "peak_common.h").read_text()
-    include = (f"-I{harness_dir}",)
+    contract_dir = home_mod.kernels_src() / "include"
+    header = "".join((d / name).read_text() for d, name in (
+        (harness_dir, "at_registry.h"), (harness_dir, "peak_common.h"), (contract_dir, contract.HEADER)))
+    include = (f"-I{harness_dir}", f"-I{contract_dir}")
     base = (*target.base_cflags, *include)
 
     parts = [

@@ -30,9 +30,9 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from . import build, codegen, measure, specs, table
 from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
-from .specs import ARM_ISAS, KernelSpec
+from .specs import KernelSpec
 from .table import KernelRecord, TunedTable
-from .link import LibraryBuild, build_arm_library, build_runtime, default_params, emit_kernel_table_c
+from .link import LibraryBuild, build_table_library, default_params
 from .toolchain import Target, native_isas, target_for
 
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
@@ -322,10 +322,8 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     # or failed run leaves the previous pair, never a new library beside an old table.
     staging = staging_dir(options.target, root)
     library: LibraryBuild | None = None
-    if chosen and any(isa in ARM_ISAS for isa in targets):
-        library = build_arm_library(stored, targets, all_objects, root, staging)
-    elif chosen:
-        library = build_library(stored, targets, all_objects, root, staging)
+    if chosen:
+        library = build_table_library(stored, targets, all_objects, root, staging)
     native = library is not None and not any(t.emulated for t in targets.values())
     if native:
         stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console, show)
@@ -395,7 +393,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         raise KeyboardInterrupt
     stored = replace(stored, params=dict(result.params), tuning=dict(result.record))
     if result.kept:
-        library = build_library(stored, targets, objects, root, library.library.parent)
+        library = build_table_library(stored, targets, objects, root, library.library.parent)
     return stored, library
 
 
@@ -417,23 +415,6 @@ def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:
 
 def library_dir(target: str, home: Path | None = None) -> Path:
     return (home or default_home()) / "lib" / target
-
-
-def build_library(stored: TunedTable, targets: Mapping[str, Target],
-                  objects: Mapping[str, build.ObjectResult], root: Path,
-                  out_dir: Path | None = None) -> LibraryBuild:
-    """libautotune for this table into ``out_dir`` (default: the target's library directory):
-    the runtime C, the selected kernels, the table as C.
-
-    The runtime's own C is compiled with the baseline flags of the target family
-    (every x86 target shares them), never with a kernel ISA's.
-    """
-    chosen = stored.selected()
-    table_c = emit_kernel_table_c([(r.spec, dict(r.gflops_by_k)) for r in chosen], stored.params,
-                                  stored.peak_gflops)
-    kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
-    runtime_target = next(iter(targets.values()))
-    return build_runtime(runtime_target, kernel_objects, table_c, out_dir or library_dir(stored.target, root))
 
 
 def _measured_record(spec: KernelSpec, object_hash: str, frame: pd.DataFrame) -> KernelRecord:

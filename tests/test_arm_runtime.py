@@ -29,7 +29,7 @@ import pytest
 
 from autotune.codegen import sme2
 from autotune.host import HostInfo
-from autotune import link as arm
+from autotune import contract, link as arm
 from autotune.link import emit_kernel_table_c
 from autotune.specs import KernelSpec
 from autotune.toolchain import Target, ToolchainError, arm_target
@@ -45,28 +45,31 @@ CASES = 300
 # --------------------------------------------------------------------------- generated text
 
 
-def test_arm_table_follows_kernel_table_order():
+def test_table_records_give_sme2_kernels_their_panels_and_streaming_entries():
     specs = [KernelSpec("sme2", "f64", 20, 9, False, False, "pb", 2),
              KernelSpec("sme2", "f32", 32, 32, False, True, "", 2),
              KernelSpec("sme2", "f32", 19, 16, True, True, "pah", 2),
              KernelSpec("sme2", "f32", 30, 17, True, False, "papb", 2)]
-    text = arm.emit_arm_table_c(specs, 512)
-    table = emit_kernel_table_c([(s, {}) for s in specs], {"provenance": "emulated"}, {})
-    order = re.findall(r'\{"(at_\w+)"', table)
-    entries = re.findall(r"\{(\d+), (\d+), \(at_kernel_fn\)(\w+)_s\}", text)
-    assert [name for _, _, name in entries] == order
-    panels = {name: (int(a), int(b)) for a, b, name in entries}
+    table = emit_kernel_table_c([(s, {}) for s in specs], {"provenance": "emulated"}, {}, svl_bits=512)
+    records = re.findall(r'\{"(at_\w+)", "sme2", (\d), \d, \d, \d+, \d+, (\d+), (\d+), (\d+), '
+                         r"\(at_kernel_fn\)(\w+), \(at_kernel_fn\)(\w+)\}", table)
+    assert [r[0] for r in records] == [s.name for s in sorted(specs)]
+    assert all(fn == name and fn_s == name + "_s" for name, *_, fn, fn_s in records)
+    panels = {name: (int(a), int(b)) for name, _, a, b, *_ in records}
     assert panels["at_sgemm_sme2_nt_32x32_u2"] == (0, 0)
     assert panels["at_sgemm_sme2_tn_30x17_papb_u2"] == (32, 32)
     assert panels["at_sgemm_sme2_tt_19x16_pah_u2"] == (32, 0)
     assert panels["at_dgemm_sme2_nn_20x9_pb_u2"] == (0, 16)
-    assert "const int32_t at_sme2_svl_bytes = 64;" in text
-    assert "at_sme2_svl_bytes = 32;" in arm.emit_arm_table_c(specs[:1], 256)
+    assert {int(r[4]) for r in records} == {64} and ".svl_bytes = 64," in table
+    assert ".svl_bytes = 32," in emit_kernel_table_c([(specs[0], {})], {}, {}, svl_bits=256)
 
 
-def test_arm_table_of_neon_kernels_has_no_streaming_entries():
-    text = arm.emit_arm_table_c([KernelSpec("neon", "f32", 8, 4, False, False, "", 2)], 512)
-    assert "{0, 0, 0}, /* at_sgemm_neon_nn_8x4_u2 */" in text and "_s(void)" not in text
+def test_table_records_of_neon_kernels_have_no_streaming_entries():
+    table = emit_kernel_table_c([(KernelSpec("neon", "f32", 8, 4, False, False, "", 2), {})], {}, {},
+                                svl_bits=512)
+    assert ('{"at_sgemm_neon_nn_8x4_u2", "neon", 0, 0, 0, 8, 4, 0, 0, 0, '
+            "(at_kernel_fn)at_sgemm_neon_nn_8x4_u2, 0}") in table
+    assert "_s(void)" not in table and ".svl_bytes = 0," in table
 
 
 def test_sme2_kernels_have_a_streaming_entry():
@@ -97,7 +100,7 @@ def built(request, tmp_path_factory):
     """(target, library, workdir) per Arm target, built once per module."""
     target = _target(request.param)
     home = tmp_path_factory.mktemp(f"home-{request.param}")
-    lib = rt.build_library(target, home)
+    lib = rt.build_sample_library(target, home)
     return target, lib, home / "work"
 
 
@@ -124,7 +127,7 @@ def test_library_is_aarch64_and_cached(built):
     elf = lib.library.read_bytes()[:20]
     assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64
     assert lib.archive.read_bytes()[:8] == b"!<arch>\n"
-    again = rt.build_library(target, lib.library.parent.parent.parent)
+    again = rt.build_sample_library(target, lib.library.parent.parent.parent)
     assert again.cached and again.hash == lib.hash
 
 
@@ -200,8 +203,8 @@ def test_suite_notices_unfed_panels(tmp_path, monkeypatch):
     """A library whose table says "in place" for packed-format kernels computes
     wrong numbers, and the suite says so (the suite can fail)."""
     target = _target("sme2")
-    monkeypatch.setattr(arm, "operand_panels", lambda spec, svl_bits=0: (0, 0))
-    lib = rt.build_library(target, tmp_path / "home")
+    monkeypatch.setattr(contract, "operand_format", lambda spec, svl_bits=0: (0, 0))
+    lib = rt.build_sample_library(target, tmp_path / "home")
     exe = rt.build_driver(target, lib, tmp_path / "work")
     rc, events, _ = _run(target.runner, exe, "suite", "--seed", "3", "--cases", "60")
     assert rc != 0 and [e for e in events if e["event"] == "fail"]

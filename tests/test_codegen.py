@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from autotune.codegen import GeneratedSource, generate, generator_module
-from autotune.codegen.bench import build_library, cflags
+from autotune.codegen.bench import build_probe_library, cflags
 from autotune.specs import (
     DTYPES,
     TRANSPOSITIONS,
@@ -201,7 +201,7 @@ def _samples(isas) -> list[KernelSpec]:
 def sampled_libs(tmp_path_factory):
     libs = {}
     for isa in RUNNABLE:
-        built = build_library(_samples([isa]), tmp_path_factory.mktemp(f"lib_{isa}"))
+        built = build_probe_library(_samples([isa]), tmp_path_factory.mktemp(f"lib_{isa}"))
         libs[isa] = (built.load(), built.specs)
     return libs
 
@@ -217,7 +217,7 @@ def test_sample_compiles_with_toolchain_flags(isa, sampled_libs, tmp_path):
     if isa in sampled_libs:
         assert len(sampled_libs[isa][1]) >= 8 * 5
     else:
-        build_library(_samples([isa]), tmp_path)
+        build_probe_library(_samples([isa]), tmp_path)
 
 
 @pytest.mark.parametrize("isa", RUNNABLE)

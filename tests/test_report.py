@@ -7,10 +7,10 @@ model, a measurement frame over K x pad, and a few rejected kernels.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +22,7 @@ from autotune import specs, table
 from autotune.host import CacheLevel, HostInfo
 from autotune.reports import ReportExtras, render_report, report_command, terminal_heatmap, write_report
 from autotune.reports import data
+from autotune.plans import Plan, Step
 from autotune.table import KernelRecord, TunedTable
 
 HOST = HostInfo(arch="x86_64", os="linux", cpu="Synthetic Xeon (AVX-512)",
@@ -93,26 +94,6 @@ def synthetic_tuning(seed: int = 3, trials: int = 40) -> dict:
     return {"trials": out, "objective_default_s": 1.6e-3, "objective_tuned_s": 1.02e-3, "budget_s": 120}
 
 
-@dataclass(frozen=True)
-class Step:
-    i0: int
-    j0: int
-    mb: int
-    nb: int
-    kernel: str
-
-
-@dataclass(frozen=True)
-class Plan:
-    M: int
-    N: int
-    K: int
-    dtype: str
-    trans: str
-    steps: tuple[Step, ...]
-    predicted_s: float
-
-
 def tiled_plan(M: int, N: int, K: int, blocks: list[tuple[int, int]]) -> Plan:
     """Cover C greedily with the first block that fits: the shape of a real tiler's output."""
     steps = []
@@ -122,21 +103,18 @@ def tiled_plan(M: int, N: int, K: int, blocks: list[tuple[int, int]]) -> Plan:
         j = 0
         while j < N:
             nb = next(n for m, n in blocks if m == mb and n <= N - j)
-            steps.append(Step(i, j, mb, nb, f"at_sgemm_avx512_nn_{mb}x{nb}_u4"))
+            steps.append(Step(f"at_sgemm_avx512_nn_{mb}x{nb}_u4", i, j, mb, nb, False, False, 0))
             j += nb
         i += mb
-    return Plan(M, N, K, "f32", "nn", tuple(steps), predicted_s=2 * M * N * K / 140e9)
+    return Plan("f32", "nn", "col", M, N, K, M, K, M, "small", 1, "nn", (0, 0, 0),
+                predicted_seconds=2 * M * N * K / 140e9, memops=0.0, steps=tuple(steps))
 
 
 EXAMPLE_BLOCKS = [(m, n) for m in (32, 16, 8, 4, 2, 1) for n in (12, 6, 4, 2, 1)]
 
 
-def example_plans() -> list:
-    plan = tiled_plan(70, 45, 64, EXAMPLE_BLOCKS)
-    as_mapping = {"M": 20, "N": 20, "K": 20, "dtype": "f32", "trans": "nn",
-                  "steps": [{"i0": s.i0, "j0": s.j0, "mb": s.mb, "nb": s.nb, "kernel": s.kernel}
-                            for s in tiled_plan(20, 20, 20, EXAMPLE_BLOCKS).steps]}
-    return [plan, as_mapping]
+def example_plans() -> list[Plan]:
+    return [tiled_plan(70, 45, 64, EXAMPLE_BLOCKS), tiled_plan(20, 20, 20, EXAMPLE_BLOCKS)]
 
 
 def example_benchmarks() -> pd.DataFrame:
@@ -198,7 +176,7 @@ def test_every_section_appears_when_its_data_exists(full_page):
         assert f'href="#{anchor}"' in full_page
     assert full_page.count('<figure class="heatmap">') == 2  # f32, f64
     assert full_page.count('<figure class="kcurve">') == 2
-    assert full_page.count('<figure class="plan">') == 2  # a dataclass plan and a mapping plan
+    assert full_page.count('<figure class="plan">') == 2
     assert 'aria-label="objective per trial"' in full_page
     assert 'aria-label="parameter importance"' in full_page
     assert 'aria-label="peer comparison"' in full_page
@@ -333,12 +311,12 @@ def test_no_tuning_history_without_finished_trials():
     assert data.tuning_history({"trials": [{"number": 0, "value": None, "params": {}}]}) is None
 
 
-def test_plan_view_reads_objects_and_mappings():
-    plan, mapping = example_plans()
-    for view in (data.plan_view(plan), data.plan_view(mapping)):
-        assert view.coverage() == pytest.approx(1.0)
-        assert view.kernels()[0].startswith("at_sgemm_avx512_nn_")
-    assert data.plan_view(plan).predicted_s == pytest.approx(plan.predicted_s)
+def test_plan_tells_its_kernels_by_area_and_its_coverage():
+    plan = example_plans()[0]
+    assert plan.coverage() == pytest.approx(1.0)
+    assert plan.kernels_by_area()[0] == "at_sgemm_avx512_nn_32x12_u4"
+    halved = dataclasses.replace(plan, steps=plan.steps[: len(plan.steps) // 2])
+    assert halved.coverage() < 1.0
 
 
 # -- the terminal ----------------------------------------------------------------

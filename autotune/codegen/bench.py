@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from ..specs import KernelSpec
+from ..home import kernels_src
+from ..specs import DTYPE_CODE, KernelSpec
 from ..toolchain import _X86_FLAGS, find_cc
 from . import generate
 
@@ -30,10 +31,7 @@ _TIMER = r"""
 #include <stdint.h>
 #include <time.h>
 
-typedef void (*kernel_f32)(int64_t, const float *, int64_t, const float *, int64_t,
-                           float *, int64_t, float, float);
-typedef void (*kernel_f64)(int64_t, const double *, int64_t, const double *, int64_t,
-                           double *, int64_t, double, double);
+#include "at_kernel.h"
 
 static double now(void)
 {
@@ -42,29 +40,19 @@ static double now(void)
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* Best seconds per call over `repeats` batches of `calls` calls. */
-double at_time_f32(void *fn, int64_t K, const float *A, int64_t lda, const float *B,
-                   int64_t ldb, float *C, int64_t ldc, int64_t calls, int repeats, double beta)
+/* Best seconds per call over `repeats` batches of `calls` calls; dtype 0 = f32, 1 = f64. */
+double at_time(void *fn, int dtype, int64_t K, const void *A, int64_t lda, const void *B,
+               int64_t ldb, void *C, int64_t ldc, int64_t calls, int repeats, double beta)
 {
-    kernel_f32 k = (kernel_f32)fn;
     double best = 1e30;
     for (int r = 0; r < repeats; ++r) {
         double t0 = now();
-        for (int64_t i = 0; i < calls; ++i) k(K, A, lda, B, ldb, C, ldc, 1.0f, (float)beta);
-        double t = (now() - t0) / calls;
-        if (t < best) best = t;
-    }
-    return best;
-}
-
-double at_time_f64(void *fn, int64_t K, const double *A, int64_t lda, const double *B,
-                   int64_t ldb, double *C, int64_t ldc, int64_t calls, int repeats, double beta)
-{
-    kernel_f64 k = (kernel_f64)fn;
-    double best = 1e30;
-    for (int r = 0; r < repeats; ++r) {
-        double t0 = now();
-        for (int64_t i = 0; i < calls; ++i) k(K, A, lda, B, ldb, C, ldc, 1.0, beta);
+        if (dtype == 0)
+            for (int64_t i = 0; i < calls; ++i)
+                ((at_sgemm_fn)fn)(K, A, lda, B, ldb, C, ldc, 1.0f, (float)beta);
+        else
+            for (int64_t i = 0; i < calls; ++i)
+                ((at_dgemm_fn)fn)(K, A, lda, B, ldb, C, ldc, 1.0, beta);
         double t = (now() - t0) / calls;
         if (t < best) best = t;
     }
@@ -95,7 +83,7 @@ def _compile(cc: tuple[str, ...], flags: Iterable[str], src: Path) -> Path:
     return obj
 
 
-def build_library(specs: Iterable[KernelSpec], workdir: Path, extra_c: str = "") -> BuiltLibrary:
+def build_probe_library(specs: Iterable[KernelSpec], workdir: Path, extra_c: str = "") -> BuiltLibrary:
     """Generate, compile (each ISA with its own flags) and link ``specs`` into one .so."""
     specs = tuple(specs)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -109,7 +97,7 @@ def build_library(specs: Iterable[KernelSpec], workdir: Path, extra_c: str = "")
     if extra_c:
         path = workdir / "at_probe_extra.c"
         path.write_text(extra_c)
-        jobs.append((cflags("generic"), path))
+        jobs.append(((*cflags("generic"), f"-I{kernels_src() / 'include'}"), path))
     with ThreadPoolExecutor(max_workers=JOBS) as pool:
         objects = list(pool.map(lambda job: _compile(cc, *job), jobs))
     lib = workdir / f"libprobe{os.getpid()}_{len(specs)}.so"
@@ -135,7 +123,7 @@ def measure(specs: Iterable[KernelSpec], K: int = 256, workdir: Path | None = No
 
     specs = tuple(specs)
     with tempfile.TemporaryDirectory() as tmp:
-        built = build_library(specs, Path(workdir or tmp), extra_c=_TIMER)
+        built = build_probe_library(specs, Path(workdir or tmp), extra_c=_TIMER)
         lib = built.load()
         results = {}
         rng = np.random.default_rng(0)
@@ -146,13 +134,13 @@ def measure(specs: Iterable[KernelSpec], K: int = 256, workdir: Path | None = No
             A = np.asfortranarray(rng.standard_normal((a_rows, a_cols)).astype(dtype))
             B = np.asfortranarray(rng.standard_normal((b_rows, b_cols)).astype(dtype))
             C = np.asfortranarray(np.zeros((spec.mr, spec.nr), dtype))
-            timer = getattr(lib, "at_time_" + spec.dtype)
+            timer = lib.at_time
             timer.restype = ctypes.c_double
             fn = ctypes.cast(getattr(lib, spec.name), ctypes.c_void_p)
-            args = [fn, ctypes.c_int64(K), A.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(a_rows),
+            args = [fn, DTYPE_CODE[spec.dtype], ctypes.c_int64(K), A.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(a_rows),
                     B.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(b_rows),
                     C.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(spec.mr)]
-            timer.argtypes = [ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_void_p, ctypes.c_int64] * 3 + [
+            timer.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64] + [ctypes.c_void_p, ctypes.c_int64] * 3 + [
                 ctypes.c_int64, ctypes.c_int, ctypes.c_double]
             # Size the batch so that one repeat lasts about min_seconds.
             per_call = timer(*args, ctypes.c_int64(100), 1, beta)

@@ -66,6 +66,10 @@ class Plan:
     usage: tuple[tuple[str, int, int], ...] = ()  # (kernel, calls, elements of C) of every step
 
     @property
+    def title(self) -> str:
+        return f"{self.M}x{self.N}x{self.K} {self.dtype} {self.trans}"
+
+    @property
     def step_count(self) -> int:
         return self.nsteps if self.nsteps >= 0 else len(self.steps)
 
@@ -84,6 +88,16 @@ class Plan:
         if self.usage:
             return {name: calls for name, calls, _ in self.usage}
         return dict(Counter(step.kernel for step in self.steps))
+
+    def kernels_by_area(self) -> list[str]:
+        """Kernel names in order of the part of C they compute, largest first."""
+        elements = self.kernel_elements()
+        return sorted(elements, key=lambda name: -elements[name])
+
+    def coverage(self) -> float:
+        """Fraction of C the steps compute (1.0 for a correct plan)."""
+        total = self.M * self.N
+        return sum(self.kernel_elements().values()) / total if total else 1.0
 
     def kernel_elements(self) -> dict[str, int]:
         """Elements of C each kernel computes over the whole plan."""

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from ..home import home as default_home
 from .html import ReportExtras
+
+if TYPE_CHECKING:
+    from ..plans import Plan
 
 #: Shapes whose plans the report draws (M, N, K, dtype): IAAT's 15x15 figure, the
 #: irregular shapes of the benchmark suite, and a large one that takes the packed path.
@@ -23,7 +26,7 @@ EXAMPLE_SHAPES = (
 )
 
 
-def example_plans(target: str, root: Path) -> list[Any] | None:
+def example_plans(target: str, root: Path) -> "list[Plan] | None":
     """Plans the installed library makes for EXAMPLE_SHAPES; None when it cannot be loaded here
     (no library yet, or one built for another machine, as an emulated target's is).
 

@@ -15,7 +15,7 @@ import itertools
 import math
 import re
 from contextlib import AbstractContextManager
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import matplotlib
 
@@ -28,8 +28,10 @@ from matplotlib.colors import BoundaryNorm, ListedColormap, Normalize, to_hex
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from .data import (ABSENT, REJECTED, VALIDATED, HeatmapGrid, PlanView, TuningHistory,
-                   unique_in_order)
+from .data import ABSENT, REJECTED, VALIDATED, HeatmapGrid, TuningHistory, unique_in_order
+
+if TYPE_CHECKING:  # the plan records only: drawing loads no library
+    from ..plans import Plan
 
 STYLE = {
     "font.size": 9,
@@ -345,15 +347,15 @@ def short_kernel(name: str) -> str:
     return name
 
 
-def plan_figure(view: PlanView, colours: Mapping[str, str]) -> Figure:
-    """C as a rectangle (rows down, columns across) tiled by the plan's blocks."""
-    longest = max(view.M, view.N, 1)
-    width = 0.6 + 3.6 * view.N / longest
-    height = 0.9 + 3.6 * view.M / longest
+def plan_figure(plan: "Plan", colours: Mapping[str, str]) -> Figure:
+    """C as a rectangle (rows down, columns across) tiled by the plan's steps (the listed ones)."""
+    longest = max(plan.M, plan.N, 1)
+    width = 0.6 + 3.6 * plan.N / longest
+    height = 0.9 + 3.6 * plan.M / longest
     with style():
         fig = Figure(figsize=(max(width, 2.4), height + 0.5), layout="constrained")
         ax = fig.subplots()
-        for block in view.blocks:
+        for block in plan.steps:
             ax.add_patch(Rectangle((block.j0, block.i0), block.nb, block.mb,
                                    facecolor=colours.get(block.kernel, "#999999"),
                                    edgecolor="white", linewidth=1.0))
@@ -361,22 +363,22 @@ def plan_figure(view: PlanView, colours: Mapping[str, str]) -> Figure:
             if block.nb >= 0.14 * longest and block.mb >= 0.07 * longest:
                 ax.text(block.j0 + block.nb / 2, block.i0 + block.mb / 2, f"{block.mb}x{block.nb}",
                         ha="center", va="center", fontsize=7, color="white", fontweight="bold")
-        ax.add_patch(Rectangle((0, 0), view.N, view.M, fill=False, edgecolor="#333333", linewidth=1.2))
-        ax.set_xlim(0, view.N)
-        ax.set_ylim(view.M, 0)
+        ax.add_patch(Rectangle((0, 0), plan.N, plan.M, fill=False, edgecolor="#333333", linewidth=1.2))
+        ax.set_xlim(0, plan.N)
+        ax.set_ylim(plan.M, 0)
         ax.set_aspect("equal")
         ax.xaxis.tick_top()
-        ax.set_xticks([0, view.N])
-        ax.set_yticks([0, view.M])
+        ax.set_xticks([0, plan.N])
+        ax.set_yticks([0, plan.M])
         ax.tick_params(length=2)
         for spine in ax.spines.values():
             spine.set_visible(False)
-        subtitle = f"{len(view.blocks)} blocks"
-        if view.predicted_s:
-            scale, unit = _time_unit(view.predicted_s)
-            subtitle += f", predicted {view.predicted_s / scale:.3g} {unit}"
-        ax.set_title(f"{view.title}\n{subtitle}", fontsize=9, loc="left")
-        handles = [Patch(facecolor=colours.get(k, "#999999"), label=short_kernel(k)) for k in view.kernels()]
+        subtitle = f"{plan.step_count} blocks"
+        if plan.predicted_seconds:
+            scale, unit = _time_unit(plan.predicted_seconds)
+            subtitle += f", predicted {plan.predicted_seconds / scale:.3g} {unit}"
+        ax.set_title(f"{plan.title}\n{subtitle}", fontsize=9, loc="left")
+        handles = [Patch(facecolor=colours.get(k, "#999999"), label=short_kernel(k)) for k in plan.kernels_by_area()]
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 2), fontsize=7)
     return fig
 

@@ -12,7 +12,7 @@ import webbrowser
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pandas as pd
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -24,6 +24,9 @@ from ..table import TunedTable, atomic_write_text
 from ..table import load as load_table
 from . import data, figures
 
+if TYPE_CHECKING:
+    from ..plans import Plan
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 #: Top kernels per family drawn against K; more lines than this stop being readable.
@@ -34,13 +37,12 @@ CURVES_PER_FAMILY = 3
 class ReportExtras:
     """Inputs produced by later stages; each section appears only when its input exists.
 
-    ``tuning`` defaults to the table's own ``tuning`` mapping. ``plans`` are plan-like
-    objects (or mappings) with M, N, K, dtype, trans and steps carrying i0, j0, mb, nb
-    and kernel. ``benchmarks`` is a frame with columns shape, library, gflops, ratio.
+    ``tuning`` defaults to the table's own ``tuning`` mapping. ``plans`` are
+    :class:`autotune.plans.Plan` records. ``benchmarks`` is a frame with columns shape, library, gflops, ratio.
     """
 
     tuning: Mapping[str, Any] | None = None
-    plans: Sequence[Any] | None = None
+    plans: Sequence["Plan"] | None = None
     benchmarks: pd.DataFrame | None = None
 
 
@@ -248,18 +250,17 @@ def _tuning_figures(history: data.TuningHistory | None) -> list[PageFigure]:
     return out
 
 
-def _plan_figures(plans: Sequence[Any] | None) -> list[PageFigure]:
+def _plan_figures(plans: Sequence["Plan"] | None) -> list[PageFigure]:
     if not plans:
         return []
-    views = [data.plan_view(p) for p in plans]
-    colours = figures.kernel_colours([name for v in views for name in v.kernels()])
+    colours = figures.kernel_colours([name for p in plans for name in p.kernels_by_area()])
     out = []
-    for view in views:
-        coverage = view.coverage()
-        caption = f"{len(view.blocks)} blocks, {len(view.kernels())} kernels"
+    for plan in plans:
+        coverage = plan.coverage()
+        caption = f"{plan.step_count} blocks, {len(plan.kernels_by_area())} kernels"
         if abs(coverage - 1.0) > 1e-9:
             caption += f"; the blocks cover {100 * coverage:.1f}% of C"
-        out.append(PageFigure(view.title, caption, png=figures.to_png_uri(figures.plan_figure(view, colours), dpi=120, tight=True),
+        out.append(PageFigure(plan.title, caption, png=figures.to_png_uri(figures.plan_figure(plan, colours), dpi=120, tight=True),
                           wide=False))
     return out
 

@@ -119,13 +119,13 @@ static const char *dtype_name(int dtype)
     return dtype == AT_F64 ? "f64" : "f32";
 }
 
-static const char *trans_name(const at_registry_entry *e)
+static const char *trans_name(const at_kernel *e)
 {
     static const char *names[4] = {"nn", "nt", "tn", "tt"};
     return names[(e->trans_a ? 2 : 0) + (e->trans_b ? 1 : 0)];
 }
 
-static const at_registry_entry *find_kernel(const char *name)
+static const at_kernel *find_kernel(const char *name)
 {
     for (int i = 0; i < at_registry_count; ++i)
         if (strcmp(at_registry[i].name, name) == 0)
@@ -151,7 +151,7 @@ static void store_elem(void *p, int dtype, size_t i, double v)
         ((float *)p)[i] = (float)v;
 }
 
-static void call_kernel(const at_registry_entry *e, int64_t K, const void *A, int64_t lda,
+static void call_kernel(const at_kernel *e, int64_t K, const void *A, int64_t lda,
                         const void *B, int64_t ldb, void *C, int64_t ldc,
                         double alpha, double beta)
 {
@@ -184,7 +184,7 @@ static size_t footprint(at_shape s)
     return (size_t)((s.cols - 1) * s.ld + s.rows);
 }
 
-static at_shape shape_a(const at_registry_entry *e, int64_t K, int64_t pad)
+static at_shape shape_a(const at_kernel *e, int64_t K, int64_t pad)
 {
     at_shape s;
     if (e->trans_a) {
@@ -199,7 +199,7 @@ static at_shape shape_a(const at_registry_entry *e, int64_t K, int64_t pad)
     return s;
 }
 
-static at_shape shape_b(const at_registry_entry *e, int64_t K, int64_t pad)
+static at_shape shape_b(const at_kernel *e, int64_t K, int64_t pad)
 {
     at_shape s;
     if (e->trans_b) {
@@ -214,19 +214,19 @@ static at_shape shape_b(const at_registry_entry *e, int64_t K, int64_t pad)
     return s;
 }
 
-static at_shape shape_c(const at_registry_entry *e, int64_t pad)
+static at_shape shape_c(const at_kernel *e, int64_t pad)
 {
     at_shape s = {e->mr, e->nr, e->mr + pad};
     return s;
 }
 
 /* op(A)[i,p] and op(B)[p,j] as indices into the stored arrays. */
-static size_t idx_a(const at_registry_entry *e, int64_t lda, int64_t i, int64_t p)
+static size_t idx_a(const at_kernel *e, int64_t lda, int64_t i, int64_t p)
 {
     return (size_t)(e->trans_a ? p + i * lda : i + p * lda);
 }
 
-static size_t idx_b(const at_registry_entry *e, int64_t ldb, int64_t p, int64_t j)
+static size_t idx_b(const at_kernel *e, int64_t ldb, int64_t p, int64_t j)
 {
     return (size_t)(e->trans_b ? j + p * ldb : p + j * ldb);
 }
@@ -240,7 +240,7 @@ static at_shape shape_panel(int64_t ld, int64_t K)
 
 /* Reference packing into the formats of at_registry.h: the kernel under test,
  * not the packing routine, is what validation judges. */
-static void pack_panels(const at_registry_entry *e, int64_t K, const void *A, int64_t lda,
+static void pack_panels(const at_kernel *e, int64_t K, const void *A, int64_t lda,
                         const void *B, int64_t ldb, void *PA, void *PB)
 {
     const int dt = e->dtype;
@@ -380,7 +380,7 @@ typedef struct {
 } at_validate_buffers;
 
 /* Runs one case; returns 0 when it passes (updating *max_rel), 1 otherwise. */
-static int run_case(const at_registry_entry *e, at_validate_buffers *buf, const at_case *vc,
+static int run_case(const at_kernel *e, at_validate_buffers *buf, const at_case *vc,
                     const int64_t pads[3], uint64_t *rng, double *max_rel, at_failure *fail)
 {
     const int dt = e->dtype;
@@ -460,7 +460,7 @@ static int run_case(const at_registry_entry *e, at_validate_buffers *buf, const 
     return 0;
 }
 
-static void validate_kernel(const at_registry_entry *e, at_validate_buffers *buf, uint64_t seed)
+static void validate_kernel(const at_kernel *e, at_validate_buffers *buf, uint64_t seed)
 {
     uint64_t rng = kernel_seed(seed, e->name);
     double max_rel = 0.0;
@@ -501,7 +501,7 @@ static void validate_kernel(const at_registry_entry *e, at_validate_buffers *buf
 }
 
 /* Bytes the largest operand of any case of `e` needs. */
-static size_t max_operand_bytes(const at_registry_entry *e)
+static size_t max_operand_bytes(const at_kernel *e)
 {
     size_t most = 0;
     for (size_t k = 0; k < N_ITEMS(VALIDATE_K); ++k) {
@@ -530,7 +530,7 @@ static volatile double at_sink;
  * calls the same kernel on the same block back to back. */
 #define AT_BENCH_C_COPIES 4
 
-static double time_calls(const at_registry_entry *e, long long iters, int64_t K, const void *A,
+static double time_calls(const at_kernel *e, long long iters, int64_t K, const void *A,
                          int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc,
                          size_t c_stride)
 {
@@ -579,7 +579,7 @@ typedef struct {
     double min_time_ms;
 } at_bench_opts;
 
-static int bench_point(const at_registry_entry *e, const at_bench_opts *o, int64_t K, int64_t pad,
+static int bench_point(const at_kernel *e, const at_bench_opts *o, int64_t K, int64_t pad,
                        uint64_t *rng, double *samples)
 {
     const int dt = e->dtype;
@@ -670,7 +670,7 @@ static int parse_list(const char *text, int64_t *out, int *n)
 
 /* Kernels selected by NAME arguments (all when none), in argument order. */
 static int for_each_selected(int argc, char **argv, int first_name,
-                             void (*visit)(const at_registry_entry *, void *), void *ctx)
+                             void (*visit)(const at_kernel *, void *), void *ctx)
 {
     int unknown = 0;
     if (first_name >= argc) {
@@ -679,7 +679,7 @@ static int for_each_selected(int argc, char **argv, int first_name,
         return 0;
     }
     for (int a = first_name; a < argc; ++a) {
-        const at_registry_entry *e = find_kernel(argv[a]);
+        const at_kernel *e = find_kernel(argv[a]);
         if (e) {
             visit(e, ctx);
         } else {
@@ -690,7 +690,7 @@ static int for_each_selected(int argc, char **argv, int first_name,
     return unknown;
 }
 
-static void list_one(const at_registry_entry *e, void *ctx)
+static void list_one(const at_kernel *e, void *ctx)
 {
     (void)ctx;
     emit_begin("kernel");
@@ -707,7 +707,7 @@ typedef struct {
     at_validate_buffers buf;
 } at_validate_ctx;
 
-static void validate_one(const at_registry_entry *e, void *ctx)
+static void validate_one(const at_kernel *e, void *ctx)
 {
     at_validate_ctx *v = (at_validate_ctx *)ctx;
     validate_kernel(e, &v->buf, v->seed);
@@ -719,7 +719,7 @@ typedef struct {
     int failed;
 } at_bench_ctx;
 
-static void bench_one(const at_registry_entry *e, void *ctx)
+static void bench_one(const at_kernel *e, void *ctx)
 {
     at_bench_ctx *b = (at_bench_ctx *)ctx;
     uint64_t rng = kernel_seed(1, e->name);

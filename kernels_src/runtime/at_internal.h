@@ -253,8 +253,8 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
         (void)p, (void)alpha, (void)A, (void)B, (void)beta, (void)C;                     \
     }
 #endif
-AT_SINGLE(float, at_skernel)
-AT_SINGLE(double, at_dkernel)
+AT_SINGLE(float, at_sgemm_fn)
+AT_SINGLE(double, at_dgemm_fn)
 #undef AT_SINGLE
 
 #pragma GCC visibility pop

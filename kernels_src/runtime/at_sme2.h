@@ -3,23 +3,15 @@
  * A library built for the sme2 target runs every thread's share of a plan in
  * one streaming region: exec_t.h's run_part hands the share to
  * at__sme2_part_<dtype> when the library is compiled with AT_SME2_EXEC.  The
- * generated at_arm_table.c tells it, per kernel of at_kernel_table (same
- * index), the leading dims of the packed panels the kernel reads and its
- * streaming entry point. */
+ * kernel records of at_kernel_table (at_kernel.h) give each SME2 kernel the
+ * leading dims of the packed panels it reads and its streaming entry point;
+ * at_facts.svl_bytes the vector length they were generated for. */
 #ifndef AT_SME2_H
 #define AT_SME2_H
 
 #include <stdint.h>
 
 #include "at_internal.h"
-
-typedef struct {
-    int32_t pa_ld, pb_ld; /* panel leading dims (elements); 0: the operand is read in place */
-    at_kernel_fn fn_s;    /* `<name>_s`: runs in streaming mode with ZA on; NULL if none */
-} at_kernel_arm;
-
-extern const at_kernel_arm at_kernel_arm_table[]; /* parallel to at_kernel_table */
-extern const int32_t at_sme2_svl_bytes;           /* the SVL the kernels were built for */
 
 /* Thread t's share of a plan in one streaming region.  Returns a status code,
  * or AT_SME2_DECLINED when the share calls no SME2 kernel (then the normal

@@ -11,28 +11,19 @@
 #include <stdint.h>
 
 #include "autotune.h"
+#include "at_kernel.h"
 
 #define AT_KGRID_MAX 8
-#define AT_TABLE_FORMAT 2
+#define AT_TABLE_FORMAT 3
 
-/* Every kernel has the ABI of docs/architecture.md; the descriptor stores it
- * type-erased and the executor casts it back by dtype. */
-typedef void (*at_kernel_fn)(void);
-typedef void (*at_skernel)(int64_t K, const float *A, int64_t lda, const float *B,
-                           int64_t ldb, float *C, int64_t ldc, float alpha, float beta);
-typedef void (*at_dkernel)(int64_t K, const double *A, int64_t lda, const double *B,
-                           int64_t ldb, double *C, int64_t ldc, double alpha, double beta);
-
+/* A kernel of the library: its record (the kernel contract, at_kernel.h) and
+ * how fast the install measured it. */
 typedef struct {
-    const char *name;
-    int32_t dtype;            /* 0 = f32, 1 = f64 */
-    int32_t trans_a, trans_b;
-    int32_t mr, nr;
-    at_kernel_fn fn;
+    at_kernel kernel;
     int32_t nk;               /* points of the K grid measured (<= AT_KGRID_MAX) */
     int32_t k[AT_KGRID_MAX];  /* ascending */
     double gflops[AT_KGRID_MAX]; /* median GFLOPS at k[i]; 0 when unmeasured */
-} at_kernel_desc;
+} at_table_entry;
 
 enum { AT_PROVENANCE_MEASURED = 0, AT_PROVENANCE_MODEL = 1 };
 
@@ -43,10 +34,10 @@ typedef struct {
     int32_t provenance;       /* MODEL: rank kernels by the analytic model */
     double peak_gflops[2];    /* one core's measured FMA peak per dtype */
     int32_t simd_bytes;       /* vector width for the analytic model */
-    int32_t reserved;
+    int32_t svl_bytes;        /* SME2 libraries: the SVL the kernels were built for; else 0 */
 } at_kernel_facts;
 
-extern const at_kernel_desc at_kernel_table[];
+extern const at_table_entry at_kernel_table[];
 extern const int at_kernel_table_count;
 extern const at_kernel_facts at_facts;
 /* HostInfo names of the CPU features the kernels need, separated by spaces

@@ -36,7 +36,7 @@ static void item_ptrs(const at_job *j, int64_t i, const void **a, const void **b
 }
 
 #define AT_T float
-#define AT_KFN at_skernel
+#define AT_KFN at_sgemm_fn
 #define AT_FN(name) name##_f32
 #include "exec_t.h"
 #undef AT_T
@@ -44,7 +44,7 @@ static void item_ptrs(const at_job *j, int64_t i, const void **a, const void **b
 #undef AT_FN
 
 #define AT_T double
-#define AT_KFN at_dkernel
+#define AT_KFN at_dgemm_fn
 #define AT_FN(name) name##_f64
 #include "exec_t.h"
 #undef AT_T

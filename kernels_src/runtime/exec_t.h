@@ -33,7 +33,7 @@ static inline __attribute__((always_inline)) void AT_FN(run_steps)(const at_step
         const AT_T *b = tb ? B + x->j0 : B + x->j0 * ldb;
         AT_T *c = C + x->i0 + x->j0 * ldc;
         if (x->kernel >= 0)
-            ((AT_KFN)at_kernel_table[x->kernel].fn)(K, a, lda, b, ldb, c, ldc, alpha, beta);
+            ((AT_KFN)at_kernel_table[x->kernel].kernel.fn)(K, a, lda, b, ldb, c, ldc, alpha, beta);
         else
             AT_FN(edge)(K, a, lda, ta, b, ldb, tb, c, ldc, x->mb, x->nb, alpha, beta);
     }
@@ -305,7 +305,7 @@ static inline __attribute__((always_inline)) void AT_FN(run_panels)(
         at_prefetch_step(&pf[0]);
         at_prefetch_step(&pf[1]);
         if (x->kernel >= 0)
-            ((AT_KFN)at_kernel_table[x->kernel].fn)(kb, a, lda, b, ldb, c, ldc, alpha, beta);
+            ((AT_KFN)at_kernel_table[x->kernel].kernel.fn)(kb, a, lda, b, ldb, c, ldc, alpha, beta);
         else
             AT_FN(edge)(kb, a, lda, fa, b, ldb, fb, c, ldc, x->mb, x->nb, alpha, beta);
     }
@@ -583,7 +583,7 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
             int64_t oa[AT_DIRECT_STEPS], ob[AT_DIRECT_STEPS], oc[AT_DIRECT_STEPS];
             for (int64_t s = 0; s < ns; s++) {
                 const at_step *x = &st[s0 + s];
-                fn[s] = (AT_KFN)at_kernel_table[x->kernel].fn;
+                fn[s] = (AT_KFN)at_kernel_table[x->kernel].kernel.fn;
                 oa[s] = ta ? x->i0 * lda : x->i0;
                 ob[s] = tb ? x->j0 : x->j0 * ldb;
                 oc[s] = x->i0 + x->j0 * ldc;

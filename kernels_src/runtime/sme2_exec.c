@@ -9,8 +9,8 @@
  * PSTATE.SM and PSTATE.ZA are off again.
  *
  * Packed-format kernels (variants pa, pb, papb and their hybrids) read their
- * operand from a panel: op(A)[i, p] at i + p*pa_ld, op(B)[p, j] at j + p*pb_ld,
- * zero beyond the block, with the leading dims baked into at_arm_table.c.  The
+ * operand from a panel: op(A)[i, p] at i + p*pack_a_ld, op(B)[p, j] at j + p*pack_b_ld,
+ * zero beyond the block, with the leading dims in the kernels' records (at_kernel.h).  The
  * executor packs a step's panel just before the call and reuses it while the
  * next step reads the same rows (or columns) of the same operand.
  *
@@ -36,7 +36,7 @@ void at__sme2_pack_t_f64_s(int64_t K, int64_t n, const double *src, int64_t ld, 
 
 static int64_t round_up(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
 
-/* The kernels are specialised to the SVL of at_sme2_svl_bytes; on a CPU with
+/* The kernels are specialised to the SVL of at_facts.svl_bytes; on a CPU with
  * another one they would read and write the wrong extents, so a share refuses
  * to run (RDSVL is legal outside streaming mode).  Checked once per process. */
 static _Atomic uint64_t svl_seen; /* 0 unknown, else RDSVL's bytes */
@@ -48,10 +48,10 @@ static int svl_matches(void)
         __asm__ volatile("rdsvl %0, #1" : "=r"(bytes));
         atomic_store_explicit(&svl_seen, bytes, memory_order_relaxed);
     }
-    if (bytes == (uint64_t)at_sme2_svl_bytes) return 1;
+    if (bytes == (uint64_t)at_facts.svl_bytes) return 1;
     at__set_error("this CPU's streaming vector length is %llu bits, the library's SME2 kernels "
                   "were built for %d: run `autotune install` on this machine",
-                  (unsigned long long)bytes * 8, (int)at_sme2_svl_bytes * 8);
+                  (unsigned long long)bytes * 8, (int)at_facts.svl_bytes * 8);
     return 0;
 }
 
@@ -64,7 +64,7 @@ static void *panel_alloc(int64_t elems, size_t es)
 }
 
 #define AT_T float
-#define AT_KFN at_skernel
+#define AT_KFN at_sgemm_fn
 #define AT_KFN_S at_skernel_s
 #define AT_PACK_T_S at__sme2_pack_t_f32_s
 #define AT_FN(name) name##_f32
@@ -78,7 +78,7 @@ typedef void (*at_skernel_s)(int64_t K, const float *A, int64_t lda, const float
 #undef AT_FN
 
 #define AT_T double
-#define AT_KFN at_dkernel
+#define AT_KFN at_dgemm_fn
 #define AT_KFN_S at_dkernel_s
 #define AT_PACK_T_S at__sme2_pack_t_f64_s
 #define AT_FN(name) name##_f64

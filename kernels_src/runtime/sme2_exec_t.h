@@ -57,33 +57,33 @@ static void AT_FN(steps_s)(AT_FN(sme2_ctx) *cx, const at_step *st, int64_t s0, i
             AT_FN(edge_s)(K, a, lda, ta, b, ldb, tb, c, ldc, x->mb, x->nb, alpha, beta);
             continue;
         }
-        const at_kernel_arm *k = &at_kernel_arm_table[x->kernel];
+        const at_kernel *k = &at_kernel_table[x->kernel].kernel;
         const AT_T *ka = a, *kb = b;
         int64_t klda = lda, kldb = ldb;
-        if (k->pa_ld > 0) {
-            if (a != last_a || x->mb != last_an || k->pa_ld != last_ald) {
-                AT_FN(to_panel)(cx->ka, k->pa_ld, a, lda, !ta, x->mb, K);
+        if (k->pack_a_ld > 0) {
+            if (a != last_a || x->mb != last_an || k->pack_a_ld != last_ald) {
+                AT_FN(to_panel)(cx->ka, k->pack_a_ld, a, lda, !ta, x->mb, K);
                 last_a = a;
                 last_an = x->mb;
-                last_ald = k->pa_ld;
+                last_ald = k->pack_a_ld;
             }
             ka = cx->ka;
-            klda = k->pa_ld;
+            klda = k->pack_a_ld;
         }
-        if (k->pb_ld > 0) {
-            if (b != last_b || x->nb != last_bn || k->pb_ld != last_bld) {
-                AT_FN(to_panel)(cx->kb, k->pb_ld, b, ldb, tb, x->nb, K);
+        if (k->pack_b_ld > 0) {
+            if (b != last_b || x->nb != last_bn || k->pack_b_ld != last_bld) {
+                AT_FN(to_panel)(cx->kb, k->pack_b_ld, b, ldb, tb, x->nb, K);
                 last_b = b;
                 last_bn = x->nb;
-                last_bld = k->pb_ld;
+                last_bld = k->pack_b_ld;
             }
             kb = cx->kb;
-            kldb = k->pb_ld;
+            kldb = k->pack_b_ld;
         }
         if (k->fn_s)
             ((AT_KFN_S)k->fn_s)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
         else /* not a streaming kernel: the compiler leaves streaming mode around it */
-            ((AT_KFN)at_kernel_table[x->kernel].fn)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
+            ((AT_KFN)k->fn)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
     }
 }
 
@@ -136,7 +136,7 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
 {
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
     if (first == last) return AT_OK;
-    int64_t vl = at_sme2_svl_bytes / (int64_t)sizeof(AT_T);
+    int64_t vl = at_facts.svl_bytes / (int64_t)sizeof(AT_T);
     if (vl < 1) vl = 1;
     AT_FN(sme2_ctx) cx = {p, t, A, B, C, alpha, beta, NULL, NULL, 0, 0, NULL, NULL};
     /* Everything that allocates happens here, before the streaming region. */
@@ -150,9 +150,10 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
     for (int64_t s = s0; s < s1; s++) {
         int k = p->steps[s].kernel;
         if (k < 0) continue;
-        if (at_kernel_arm_table[k].pa_ld > pa) pa = at_kernel_arm_table[k].pa_ld;
-        if (at_kernel_arm_table[k].pb_ld > pb) pb = at_kernel_arm_table[k].pb_ld;
-        streaming += at_kernel_arm_table[k].fn_s != NULL;
+        const at_kernel *d = &at_kernel_table[k].kernel;
+        if (d->pack_a_ld > pa) pa = d->pack_a_ld;
+        if (d->pack_b_ld > pb) pb = d->pack_b_ld;
+        streaming += d->fn_s != NULL;
     }
     if (!streaming) return AT_SME2_DECLINED;
     if (!svl_matches()) return AT_EINVAL;

@@ -55,7 +55,7 @@ static double peak_of(int dtype)
 /* IAAT's model when no measurement can be trusted: efficiency falls with the
  * memory operations per flop, (mr + nr) / (mr * nr), and with vector lanes left
  * idle in the contiguous dimension. */
-static double model_gflops(const at_kernel_desc *d)
+static double model_gflops(const at_kernel *d)
 {
     int elem = d->dtype == AT_F64 ? 8 : 4;
     int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
@@ -70,9 +70,9 @@ static double model_gflops(const at_kernel_desc *d)
 }
 
 /* Median GFLOPS interpolated linearly in log K between grid points. */
-static double kernel_gflops(const at_kernel_desc *d, int64_t K)
+static double kernel_gflops(const at_table_entry *d, int64_t K)
 {
-    if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(d);
+    if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(&d->kernel);
     int n = d->nk;
     double lk = log((double)(K > 0 ? K : 1));
     double g;
@@ -87,7 +87,7 @@ static double kernel_gflops(const at_kernel_desc *d, int64_t K)
         double t = (lk - l0) / (l1 - l0);
         g = d->gflops[i] + t * (d->gflops[i + 1] - d->gflops[i]);
     }
-    return g > 0 ? g : model_gflops(d);
+    return g > 0 ? g : model_gflops(&d->kernel);
 }
 
 static double edge_gflops(int dtype)
@@ -163,7 +163,7 @@ static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t 
 {
     int H = 0, W = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel_desc *d = &at_kernel_table[i];
+        const at_kernel *d = &at_kernel_table[i].kernel;
         if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
         if (d->mr > H) H = d->mr;
         if (d->nr > W) W = d->nr;
@@ -186,10 +186,10 @@ static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t 
             g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + call;
         }
     for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel_desc *d = &at_kernel_table[i];
+        const at_kernel *d = &at_kernel_table[i].kernel;
         if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
         size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
-        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(d, K) * 1e9);
+        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(&at_kernel_table[i], K) * 1e9);
         /* A walk missing L1 every step bounds the call; flops and misses overlap. */
         int bpe = dtype == AT_F64 ? 8 : 4;
         double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
@@ -487,7 +487,7 @@ static int family_count(int dtype, int ta, int tb)
 {
     int n = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel_desc *d = &at_kernel_table[i];
+        const at_kernel *d = &at_kernel_table[i].kernel;
         n += d->dtype == dtype && d->trans_a == ta && d->trans_b == tb;
     }
     return n;
@@ -498,9 +498,9 @@ static double family_rate(int dtype, int ta, int tb, int64_t K, int *h_best, int
 {
     double best = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel_desc *d = &at_kernel_table[i];
+        const at_kernel *d = &at_kernel_table[i].kernel;
         if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
-        double g = kernel_gflops(d, K);
+        double g = kernel_gflops(&at_kernel_table[i], K);
         if (g > best) {
             best = g;
             if (h_best) *h_best = d->mr;
@@ -612,7 +612,7 @@ static int build_nopack(at_plan *p, int T)
     p->info.nsteps = p->nsteps;
     p->info.path = 0;
     if (rc == AT_OK && p->nsteps == 1 && p->info.threads == 1 && p->steps[0].kernel >= 0)
-        p->single = at_kernel_table[p->steps[0].kernel].fn;
+        p->single = at_kernel_table[p->steps[0].kernel].kernel.fn;
 done:
     free(st.v);
     grid_free(&g);
@@ -1016,7 +1016,7 @@ int at_kernel_count(void) { return at_kernel_table_count; }
 int at_kernel_get(int index, at_kernel_info *info)
 {
     if (index < 0 || index >= at_kernel_table_count || !info) return AT_EINVAL;
-    const at_kernel_desc *d = &at_kernel_table[index];
+    const at_kernel *d = &at_kernel_table[index].kernel;
     info->name = d->name;
     info->dtype = d->dtype;
     info->trans_a = d->trans_a;

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from autotune import contract
 from autotune.codegen import neon, sme2
 from autotune.home import kernels_src
 from autotune.specs import KernelSpec
@@ -33,22 +34,8 @@ def _generate(spec: KernelSpec, svl_bits: int):
 
 
 def _registry(specs: list[KernelSpec], svl_bits: int) -> str:
-    lines = ['#include "driver_registry.h"', ""]
-    lines += [f"extern void {s.name}(void);" for s in specs]
-    lines += ["", "const drv_kernel drv_kernels[] = {"]
-    for s in specs:
-        pa = pb = 0
-        if s.isa == "sme2":
-            fmt = sme2.kernel_format(s, svl_bits)
-            pa, pb = fmt.a.panel_ld, fmt.b.panel_ld
-        lines.append(
-            f'    {{"{s.name}", {int(s.dtype == "f64")}, {s.mr}, {s.nr}, {int(s.trans_a)}, '
-            f"{int(s.trans_b)}, {pa}, {pb}, {s.name}}},"
-        )
-    if not specs:
-        lines.append("    {0},")
-    lines += ["};", f"const int drv_count = {len(specs)};", ""]
-    return "\n".join(lines)
+    lines = ['#include "driver_registry.h"', "", *contract.declarations(specs), ""]
+    return "\n".join([*lines, *contract.record_array("drv_kernels", specs, svl_bits), ""])
 
 
 def _compile(target: Target, source: Path, obj: Path, extra: tuple[str, ...] = ()) -> None:
@@ -74,7 +61,7 @@ def build_driver(target: Target, specs: list[KernelSpec], workdir: Path, svl_bit
         sources.append(path)
     registry = workdir / "registry.c"
     registry.write_text(_registry(specs, svl_bits))
-    includes = ("-I", str(HERE), "-I", str(kernels_src() / "arm"))
+    includes = ("-I", str(HERE), "-I", str(kernels_src() / "arm"), "-I", str(kernels_src() / "include"))
     sme = ("-DDRV_SME",) if target.isa == "sme2" else ()
     jobs = [(src, src.with_suffix(".o"), ()) for src in sources]
     jobs.append((registry, workdir / "registry.o", includes))

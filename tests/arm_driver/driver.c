@@ -83,14 +83,14 @@ static const int depths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 64, 257};
 static const double ab[][2] = {{1.0, 0.0}, {1.0, 1.0}, {-0.75, 2.5}, {0.5, -1.0}};
 
 /* Run one case; returns the worst |c - ref| / bound (<= 1 passes), or +inf. */
-static double run_case(const drv_kernel *k, int64_t K, int pad, double alpha, double beta)
+static double run_case(const at_kernel *k, int64_t K, int pad, double alpha, double beta)
 {
     const int f64 = k->dtype == 1;
     const size_t es = f64 ? 8 : 4;
     const int64_t mr = k->mr, nr = k->nr;
     /* op(A) is mr x K: stored mr x K ("n") or K x mr ("t"), likewise op(B). */
-    const int64_t a_rows = k->ta ? K : mr, a_cols = k->ta ? mr : K;
-    const int64_t b_rows = k->tb ? nr : K, b_cols = k->tb ? K : nr;
+    const int64_t a_rows = k->trans_a ? K : mr, a_cols = k->trans_a ? mr : K;
+    const int64_t b_rows = k->trans_b ? nr : K, b_cols = k->trans_b ? K : nr;
     const int64_t lda = (a_rows > 0 ? a_rows : 1) + pad, ldb = (b_rows > 0 ? b_rows : 1) + pad;
     const int64_t ldc = mr + pad;
     const size_t na = footprint(a_rows, a_cols, lda), nb = footprint(b_rows, b_cols, ldb);
@@ -115,19 +115,19 @@ static double run_case(const drv_kernel *k, int64_t K, int pad, double alpha, do
     int64_t kl = lda, kb = ldb;
     guarded pa = {0}, pb = {0};
 #ifdef DRV_SME
-    if (k->pa_ld) { /* panel: op(A)[i, p] at i + p*pa_ld */
-        pa = guarded_alloc((size_t)K * (size_t)k->pa_ld * es);
-        f64 ? at_sme2_pack_t_f64(K, mr, ga.ptr, lda, pa.ptr, k->pa_ld)
-            : at_sme2_pack_t_f32(K, mr, ga.ptr, lda, pa.ptr, k->pa_ld);
+    if (k->pack_a_ld) { /* panel: op(A)[i, p] at i + p*pa_ld */
+        pa = guarded_alloc((size_t)K * (size_t)k->pack_a_ld * es);
+        f64 ? at_sme2_pack_t_f64(K, mr, ga.ptr, lda, pa.ptr, k->pack_a_ld)
+            : at_sme2_pack_t_f32(K, mr, ga.ptr, lda, pa.ptr, k->pack_a_ld);
         A = pa.ptr;
-        kl = k->pa_ld;
+        kl = k->pack_a_ld;
     }
-    if (k->pb_ld) { /* panel: op(B)[p, j] at j + p*pb_ld */
-        pb = guarded_alloc((size_t)K * (size_t)k->pb_ld * es);
-        f64 ? at_sme2_pack_t_f64(K, nr, gb.ptr, ldb, pb.ptr, k->pb_ld)
-            : at_sme2_pack_t_f32(K, nr, gb.ptr, ldb, pb.ptr, k->pb_ld);
+    if (k->pack_b_ld) { /* panel: op(B)[p, j] at j + p*pb_ld */
+        pb = guarded_alloc((size_t)K * (size_t)k->pack_b_ld * es);
+        f64 ? at_sme2_pack_t_f64(K, nr, gb.ptr, ldb, pb.ptr, k->pack_b_ld)
+            : at_sme2_pack_t_f32(K, nr, gb.ptr, ldb, pb.ptr, k->pack_b_ld);
         B = pb.ptr;
-        kb = k->pb_ld;
+        kb = k->pack_b_ld;
     }
 #endif
     const uint64_t args[8] = {(uint64_t)K, (uint64_t)(uintptr_t)A, (uint64_t)kl,
@@ -141,8 +141,8 @@ static double run_case(const drv_kernel *k, int64_t K, int pad, double alpha, do
         for (int64_t i = 0; i < mr; ++i) {
             double ref = 0.0, mag = 0.0;
             for (int64_t p = 0; p < K; ++p) {
-                double x = k->ta ? a[p + i * lda] : a[i + p * lda];
-                double y = k->tb ? b[j + p * ldb] : b[p + j * ldb];
+                double x = k->trans_a ? a[p + i * lda] : a[i + p * lda];
+                double y = k->trans_b ? b[j + p * ldb] : b[p + j * ldb];
                 ref += x * y;
                 mag += fabs(x * y);
             }
@@ -169,8 +169,8 @@ static double run_case(const drv_kernel *k, int64_t K, int pad, double alpha, do
 static int check_kernels(void)
 {
     int failures = 0;
-    for (int n = 0; n < drv_count; ++n) {
-        const drv_kernel *k = &drv_kernels[n];
+    for (int n = 0; n < drv_kernels_count; ++n) {
+        const at_kernel *k = &drv_kernels[n];
         printf("{\"event\":\"start\",\"kernel\":\"%s\"}\n", k->name);
         fflush(stdout);
         int cases = 0, ok = 1;

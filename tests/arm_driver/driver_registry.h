@@ -1,16 +1,11 @@
-/* The kernels a driver build checks; tests/arm_driver/build.py writes the table. */
+/* The kernels a driver build checks: at_kernel records (the kernel contract,
+ * kernels_src/include/at_kernel.h); tests/arm_driver/build.py writes the table. */
 #ifndef DRV_REGISTRY_H
 #define DRV_REGISTRY_H
 
-typedef struct {
-    const char *name;
-    int dtype; /* 0 = f32, 1 = f64 */
-    int mr, nr, ta, tb;
-    int pa_ld, pb_ld; /* packed panel strides (elements); 0 = operand read in place */
-    void (*fn)(void); /* cast to the typed signature */
-} drv_kernel;
+#include "at_kernel.h"
 
-extern const drv_kernel drv_kernels[];
-extern const int drv_count;
+extern const at_kernel drv_kernels[];
+extern const int drv_kernels_count;
 
 #endif

@@ -53,7 +53,7 @@ def library_kernels(target: Target) -> list[KernelSpec]:
     return sorted(set(family) | {s for s in extra if sme2.fits(s, svl)})
 
 
-def build_library(target: Target, home: Path, kernels: Sequence[KernelSpec] | None = None) -> ArmLibraryBuild:
+def build_sample_library(target: Target, home: Path, kernels: Sequence[KernelSpec] | None = None) -> ArmLibraryBuild:
     chosen = list(kernels if kernels is not None else library_kernels(target))
     sources = [codegen.generate(s, svl_bits=target.svl_bits or 512) for s in chosen]
     built = build.build_kernels(target, sources, home=home)
@@ -86,7 +86,7 @@ def build_driver(target: Target, lib: ArmLibraryBuild, workdir: Path) -> Path:
     sme = target.isa == "sme2"
     arch = list(target.cflags if sme else target.base_cflags)
     defines = ["-DRT_SME"] if sme else []
-    includes = [f"-I{lib.header.parent}", f"-I{kernels_src() / 'runtime'}"]
+    includes = [f"-I{lib.header.parent}", f"-I{kernels_src() / 'runtime'}", f"-I{kernels_src() / 'include'}"]
     exe = workdir / f"driver-{target.isa}"
     _run([*target.cc, *_strict(target), *[f for f in arch if f.startswith("-march")], *defines, *includes,
           str(HERE / "driver.c"), str(HERE / "rt_abi.S"), str(lib.archive), *target.ldflags, "-pthread",

@@ -309,15 +309,15 @@ static int abi(void)
     for (int k = 0; k < at_kernel_count(); k++) {
         at_kernel_info info;
         at_kernel_get(k, &info);
-        if (!at_kernel_arm_table[k].fn_s) continue;
+        if (!at_kernel_table[k].kernel.fn_s) continue;
         int64_t ld = 128;
-        int64_t lda = at_kernel_arm_table[k].pa_ld ? at_kernel_arm_table[k].pa_ld : ld;
-        int64_t ldb = at_kernel_arm_table[k].pb_ld ? at_kernel_arm_table[k].pb_ld : ld;
+        int64_t lda = at_kernel_table[k].kernel.pack_a_ld ? at_kernel_table[k].kernel.pack_a_ld : ld;
+        int64_t ldb = at_kernel_table[k].kernel.pack_b_ld ? at_kernel_table[k].kernel.pack_b_ld : ld;
         uint64_t x[8] = {17, (uint64_t)(uintptr_t)buf[0], (uint64_t)lda, (uint64_t)(uintptr_t)buf[1],
                          (uint64_t)ldb, (uint64_t)(uintptr_t)buf[2], (uint64_t)ld, 0};
         char name[128];
         snprintf(name, sizeof name, "%s_s", info.name);
-        abi_report(name, rt_abi_call((void (*)(void))at_kernel_arm_table[k].fn_s, x, 1.0, 1.0,
+        abi_report(name, rt_abi_call((void (*)(void))at_kernel_table[k].kernel.fn_s, x, 1.0, 1.0,
                                      (info.dtype == 0) | 2));
         calls++;
     }
@@ -329,7 +329,7 @@ static int abi(void)
         at_plan *plan = at_plan_create_ex(AT_F32, AT_COL_MAJOR, 0, 0, 70, 53, 41, 100, 100, 100, 1);
         uint64_t x[8] = {(uint64_t)(uintptr_t)plan, (uint64_t)(uintptr_t)buf[0],
                          (uint64_t)(uintptr_t)buf[1], (uint64_t)(uintptr_t)buf[2], 0, 0, 0, 0};
-        uint64_t svl = (uint64_t)at_sme2_svl_bytes;
+        uint64_t svl = (uint64_t)at_facts.svl_bytes;
         uint64_t state = rt_lazy_za_call((void (*)(void))at_plan_execute, x, 1.0, 0.0, za, svl);
         uint64_t bits = state ? 1u << 22 : 0;
         for (uint64_t r = 0; r < svl; r++)

@@ -1,0 +1,99 @@
+"""The kernel contract: the one place the kernel ABI is written down in Python.
+
+``kernels_src/include/at_kernel.h`` declares the two kernel signatures and the
+``at_kernel`` record that describes a kernel (name, family, dtype, transposition,
+block, operand format, SVL, entry points).  This module writes what C needs of
+it: the kernels' prototypes, their records, and the parameter lists the
+generators put at the top of every kernel.  The harness registry
+(:mod:`autotune.build`), the library's kernel table (:mod:`autotune.link`) and
+the Arm drivers of the tests are all made of :func:`kernel_record` and
+:func:`declarations`, so a change to the record is one change here and one in
+the header.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from .specs import DTYPE_CODE, KernelSpec
+
+HEADER = "at_kernel.h"
+#: The SME2 kernels' second entry point: the same kernel for a caller already in
+#: streaming mode with ZA on, so a plan's steps switch mode once, not per call.
+STREAMING_SUFFIX = "_s"
+
+
+def parameters(ctype: str, restrict: bool = False) -> tuple[str, ...]:
+    """The kernel signature's parameters in groups: K; A, lda; B, ldb; C, ldc; alpha, beta.
+
+    Generators lay the groups out as they like; the names and types are these.
+    """
+    r = "restrict " if restrict else ""
+    return (
+        "int64_t K",
+        f"const {ctype} *{r}A, int64_t lda",
+        f"const {ctype} *{r}B, int64_t ldb",
+        f"{ctype} *{r}C, int64_t ldc",
+        f"{ctype} alpha, {ctype} beta",
+    )
+
+
+def prototype(spec: KernelSpec) -> str:
+    """``void <name>(...);``: the declaration of the kernel's entry point."""
+    return f"void {spec.name}({', '.join(parameters(spec.ctype))});"
+
+
+def has_streaming_entry(spec: KernelSpec) -> bool:
+    return spec.isa == "sme2"
+
+
+def declarations(specs: Iterable[KernelSpec]) -> list[str]:
+    """Prototypes of every entry point the records of ``specs`` name."""
+    lines = []
+    for spec in specs:
+        lines.append(prototype(spec))
+        if has_streaming_entry(spec):
+            # Called only from streaming code, through a cast; its type is the
+            # executor's business (sme2_exec.c).
+            lines.append(f"void {spec.name}{STREAMING_SUFFIX}(void);")
+    return lines
+
+
+def operand_format(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
+    """``pack_a_ld, pack_b_ld`` of the record: the panels' leading dims, 0 for in place."""
+    from .codegen import operand_panels  # the formats live with the families' models
+
+    return operand_panels(spec, svl_bits)
+
+
+def kernel_record(spec: KernelSpec, svl_bits: int = 0) -> str:
+    """The C initialiser of the kernel's ``at_kernel`` record.
+
+    ``svl_bits`` is the streaming vector length the SME2 kernels were generated
+    for (ignored for the other families).
+    """
+    pack_a, pack_b = operand_format(spec, svl_bits)
+    streaming = has_streaming_entry(spec)
+    svl_bytes = svl_bits // 8 if streaming else 0
+    fn_s = f"(at_kernel_fn){spec.name}{STREAMING_SUFFIX}" if streaming else "0"
+    return (
+        f'{{"{spec.name}", "{spec.isa}", {DTYPE_CODE[spec.dtype]}, {int(spec.trans_a)}, '
+        f"{int(spec.trans_b)}, {spec.mr}, {spec.nr}, {pack_a}, {pack_b}, {svl_bytes}, "
+        f"(at_kernel_fn){spec.name}, {fn_s}}}"
+    )
+
+
+def record_array(c_name: str, specs: Sequence[KernelSpec], svl_bits: int = 0) -> list[str]:
+    """``const at_kernel <c_name>[] = {...};`` and ``const int <c_name>_count``.
+
+    The entry points must be declared before (:func:`declarations`).
+    """
+    if not specs:
+        # C has no empty arrays: one unused element, count zero.
+        return [f"const at_kernel {c_name}[1] = {{{{0}}}};", f"const int {c_name}_count = 0;"]
+    return [
+        f"const at_kernel {c_name}[] = {{",
+        *(f"    {kernel_record(spec, svl_bits)}," for spec in specs),
+        "};",
+        f"const int {c_name}_count = {len(specs)};",
+    ]
