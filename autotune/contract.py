@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from .specs import DTYPE_CODE, KernelSpec
+from .toolchain import REQUIRES
 
 HEADER = "at_kernel.h"
 #: The SME2 kernels' second entry point: the same kernel for a caller already in
@@ -59,6 +60,13 @@ def declarations(specs: Iterable[KernelSpec]) -> list[str]:
     return lines
 
 
+def requirements(spec: KernelSpec) -> tuple[str, ...]:
+    """The CPU features (HostInfo names) the kernel needs: its family's, and for
+    SME2 in f64 the f64 outer products (FEAT_SME_F64F64)."""
+    extra = ("smef64f64",) if spec.isa == "sme2" and spec.dtype == "f64" else ()
+    return (*REQUIRES.get(spec.isa, ()), *extra)
+
+
 def operand_format(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
     """``pack_a_ld, pack_b_ld`` of the record: the panels' leading dims, 0 for in place."""
     from .codegen import operand_panels  # the formats live with the families' models
@@ -77,8 +85,8 @@ def kernel_record(spec: KernelSpec, svl_bits: int = 0) -> str:
     svl_bytes = svl_bits // 8 if streaming else 0
     fn_s = f"(at_kernel_fn){spec.name}{STREAMING_SUFFIX}" if streaming else "0"
     return (
-        f'{{"{spec.name}", "{spec.isa}", {DTYPE_CODE[spec.dtype]}, {int(spec.trans_a)}, '
-        f"{int(spec.trans_b)}, {spec.mr}, {spec.nr}, {pack_a}, {pack_b}, {svl_bytes}, "
+        f'{{"{spec.name}", "{spec.isa}", "{" ".join(requirements(spec))}", {DTYPE_CODE[spec.dtype]}, '
+        f"{int(spec.trans_a)}, {int(spec.trans_b)}, {spec.mr}, {spec.nr}, {pack_a}, {pack_b}, {svl_bytes}, "
         f"(at_kernel_fn){spec.name}, {fn_s}}}"
     )
 

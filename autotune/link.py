@@ -36,7 +36,7 @@ from .models import analytic_params
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import LIBRARY_NAME
 from .specs import ARM_ISAS, KernelSpec
-from .toolchain import REQUIRES, Target, compiler_identity
+from .toolchain import Target, compiler_identity
 
 if TYPE_CHECKING:  # only for annotations: install imports this module
     from .build import ObjectResult
@@ -152,7 +152,7 @@ def emit_kernel_table_c(
         lines.append("const at_table_entry at_kernel_table[1] = {{{0}}};")
     lines += [f"const int at_kernel_table_count = {len(entries)};", ""]
 
-    features = sorted({f for spec in specs for f in REQUIRES.get(spec.isa, ())})
+    features = sorted({f for spec in specs for f in contract.requirements(spec)})
     streaming = any(contract.has_streaming_entry(spec) for spec in specs)
     lines += [
         f"const char at_library_features[] = {_c_str(' '.join(features))};",

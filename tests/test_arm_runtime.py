@@ -51,7 +51,7 @@ def test_table_records_give_sme2_kernels_their_panels_and_streaming_entries():
              KernelSpec("sme2", "f32", 19, 16, True, True, "pah", 2),
              KernelSpec("sme2", "f32", 30, 17, True, False, "papb", 2)]
     table = emit_kernel_table_c([(s, {}) for s in specs], {"provenance": "emulated"}, {}, svl_bits=512)
-    records = re.findall(r'\{"(at_\w+)", "sme2", (\d), \d, \d, \d+, \d+, (\d+), (\d+), (\d+), '
+    records = re.findall(r'\{"(at_\w+)", "sme2", "sme2[\w ]*", (\d), \d, \d, \d+, \d+, (\d+), (\d+), (\d+), '
                          r"\(at_kernel_fn\)(\w+), \(at_kernel_fn\)(\w+)\}", table)
     assert [r[0] for r in records] == [s.name for s in sorted(specs)]
     assert all(fn == name and fn_s == name + "_s" for name, *_, fn, fn_s in records)
@@ -67,7 +67,7 @@ def test_table_records_give_sme2_kernels_their_panels_and_streaming_entries():
 def test_table_records_of_neon_kernels_have_no_streaming_entries():
     table = emit_kernel_table_c([(KernelSpec("neon", "f32", 8, 4, False, False, "", 2), {})], {}, {},
                                 svl_bits=512)
-    assert ('{"at_sgemm_neon_nn_8x4_u2", "neon", 0, 0, 0, 8, 4, 0, 0, 0, '
+    assert ('{"at_sgemm_neon_nn_8x4_u2", "neon", "asimd", 0, 0, 0, 8, 4, 0, 0, 0, '
             "(at_kernel_fn)at_sgemm_neon_nn_8x4_u2, 0}") in table
     assert "_s(void)" not in table and ".svl_bytes = 0," in table
 

@@ -150,7 +150,7 @@ def test_registry_source_declares_typed_prototypes():
         "void at_dgemm_generic_tn_3x2_u1(int64_t K, const double *A, int64_t lda, "
         "const double *B, int64_t ldb, double *C, int64_t ldc, double alpha, double beta);" in text
     )
-    assert ('{"at_sgemm_generic_nn_4x4_u1", "generic", 0, 0, 0, 4, 4, 0, 0, 0, '
+    assert ('{"at_sgemm_generic_nn_4x4_u1", "generic", "", 0, 0, 0, 4, 4, 0, 0, 0, '
             "(at_kernel_fn)at_sgemm_generic_nn_4x4_u1, 0},") in text
     assert "const int at_registry_count = 2;" in text
 

@@ -39,10 +39,10 @@ int main(void)
 {
     for (int i = 0; i < table_count; i++) {
         const at_kernel *k = &table[i];
-        printf("{\"name\": \"%s\", \"isa\": \"%s\", \"dtype\": %d, \"trans_a\": %d, \"trans_b\": %d, "
+        printf("{\"name\": \"%s\", \"isa\": \"%s\", \"requires\": \"%s\", \"dtype\": %d, \"trans_a\": %d, \"trans_b\": %d, "
                "\"mr\": %d, \"nr\": %d, \"pack_a_ld\": %d, \"pack_b_ld\": %d, \"svl_bytes\": %d, "
                "\"fn\": %d, \"fn_s\": %d}\n",
-               k->name, k->isa, (int)k->dtype, (int)k->trans_a, (int)k->trans_b, (int)k->mr,
+               k->name, k->isa, k->requires, (int)k->dtype, (int)k->trans_a, (int)k->trans_b, (int)k->mr,
                (int)k->nr, (int)k->pack_a_ld, (int)k->pack_b_ld, (int)k->svl_bytes,
                k->fn != 0, k->fn_s != 0);
     }
@@ -73,7 +73,8 @@ def test_records_read_back_in_c_as_the_specs_say(tmp_path: Path, svl_bits: int):
         pack_a, pack_b = contract.operand_format(spec, svl_bits)
         streaming = spec.isa == "sme2"
         assert row == {
-            "name": spec.name, "isa": spec.isa, "dtype": int(spec.dtype == "f64"),
+            "name": spec.name, "isa": spec.isa, "requires": " ".join(contract.requirements(spec)),
+            "dtype": int(spec.dtype == "f64"),
             "trans_a": int(spec.trans_a), "trans_b": int(spec.trans_b), "mr": spec.mr, "nr": spec.nr,
             "pack_a_ld": pack_a, "pack_b_ld": pack_b, "svl_bytes": svl_bits // 8 if streaming else 0,
             "fn": 1, "fn_s": int(streaming),

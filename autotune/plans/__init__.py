@@ -154,7 +154,7 @@ def plan(
                                    M, N, K, lda, ldb, ldc, threads)
     if not handle:
         raise PlanError(lib.at_last_error().decode(errors="replace"))
-    names = _kernel_names(lib)
+    names = kernel_names(runtime)
     try:
         info = loader.at_plan_info()
         lib.at_plan_get_info(handle, ctypes.byref(info))
@@ -190,7 +190,9 @@ def plan(
     )
 
 
-def _kernel_names(lib: ctypes.CDLL) -> list[str]:
+def kernel_names(runtime: loader.Runtime | None = None) -> list[str]:
+    """The library's kernels in table order (the indices of ``at_kernel_get``)."""
+    lib = (runtime or _runtime()).lib
     names = []
     for i in range(lib.at_kernel_count()):
         ki = loader.at_kernel_info()

@@ -113,6 +113,9 @@ def _prototypes(lib: ctypes.CDLL) -> None:
         lib.at_cpu_check.argtypes = []
         lib.at_required_features.restype = ctypes.c_char_p
         lib.at_required_features.argtypes = []
+    if hasattr(lib, "at_kernel_usable"):
+        lib.at_kernel_usable.restype = ctypes.c_int
+        lib.at_kernel_usable.argtypes = [ctypes.c_int]
     lib.at_last_error.restype = ctypes.c_char_p
     lib.at_last_error.argtypes = []
     lib.at_set_num_threads.restype = None
@@ -228,8 +231,10 @@ def load(path: Path | str | None = None) -> Runtime | None:
     never bind other code loaded later, and two libraries can live in one process
     (the extension reaches its own through the entry points api.use hands it).
     Raises OSError when a library exists but cannot be loaded (damaged), and
-    :class:`LibraryRefused` when this CPU lacks an instruction set its kernels
-    need: a broken install must be seen, not silently replaced by the fallback.
+    :class:`LibraryRefused` when its kernels are above ``AUTOTUNE_ISA``: a broken
+    install must be seen, not silently replaced by the fallback.  A library
+    some of whose kernels this CPU cannot run (built for another machine) loads
+    with a warning: its plans use the other kernels.
     """
     resolved = Path(path) if path is not None else find_library()
     if resolved is None or not resolved.exists():
@@ -246,9 +251,10 @@ def load(path: Path | str | None = None) -> Runtime | None:
         except OSError as exc:
             raise OSError(f"{resolved} does not load ({exc}): run `autotune install --force`") from exc
         _prototypes(lib)
-        # Before anything can run a kernel: a library built for another CPU.
+        # A library built for another CPU: right answers, not its speed.
         if hasattr(lib, "at_cpu_check") and lib.at_cpu_check() != 0:
-            raise LibraryRefused(f"{resolved}: {lib.at_last_error().decode(errors='replace')}")
+            warnings.warn(f"{resolved}: {lib.at_last_error().decode(errors='replace')}",
+                          RuntimeWarning, stacklevel=2)
         if hasattr(lib, "at_required_features"):
             needs = lib.at_required_features().decode().split()
             cap = os.environ.get(ISA_CAP_VARIABLE)

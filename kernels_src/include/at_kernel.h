@@ -30,6 +30,7 @@ typedef void (*at_kernel_fn)(void);
 typedef struct {
     const char *name;     /* at_<s|d>gemm_<isa>_<trans>_<mr>x<nr>[_u<unroll>][_<variant>] */
     const char *isa;      /* the family: "avx512", "avx2", "generic", "neon", "sme2" */
+    const char *requires; /* CPU features it needs, HostInfo names: "avx2 fma", "sme2" */
     int32_t dtype;        /* 0 = f32 (at_sgemm_fn), 1 = f64 (at_dgemm_fn) */
     int32_t trans_a, trans_b;
     int32_t mr, nr;
@@ -38,7 +39,8 @@ typedef struct {
      * (op(A)[i, p] at i + p*pack_a_ld, op(B)[p, j] at j + p*pack_b_ld, zero
      * beyond the block), and lda / ldb are ignored. */
     int32_t pack_a_ld, pack_b_ld;
-    int32_t svl_bytes;    /* SME2: the streaming vector length it was generated for; else 0 */
+    int32_t svl_bytes;    /* SME2: the streaming vector length it was generated for (it
+                           * must not run at another); else 0 */
     at_kernel_fn fn;      /* the entry point of the signature above */
     at_kernel_fn fn_s;    /* SME2: the same kernel for callers already in streaming mode
                            * with ZA on (no mode switch per call); else NULL */

@@ -142,11 +142,14 @@ int at_params_get(at_tune_params *out);
  * a negative block or threshold, or a grid mode outside 0..2. */
 int at_params_set(const at_tune_params *params);
 
-/* Whether this CPU has every instruction set the library's kernels were built
- * for: AT_OK, or AT_ENOCPU with at_last_error() naming what is missing.  Every
- * entry point checks it before its first plan, so a library moved to an older
- * CPU reports the error instead of dying of SIGILL. */
+/* Whether this CPU runs every kernel of the library: AT_OK, or AT_ENOCPU with
+ * at_last_error() naming what it lacks (an instruction set, or the streaming
+ * vector length the SME2 kernels were generated for).  Either way plans only
+ * use the kernels this CPU can run (the portable code covers the rest), so a
+ * library moved to an older CPU computes right answers, more slowly. */
 int at_cpu_check(void);
+/* 1 when this CPU can run kernel `index` (of at_kernel_get), else 0. */
+int at_kernel_usable(int index);
 /* The CPU features the library's kernels need, space-separated ("avx2 fma"). */
 const char *at_required_features(void);
 

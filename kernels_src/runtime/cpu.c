@@ -1,14 +1,20 @@
-/* cpu.c: refuse to plan on a CPU that lacks what the library's kernels need.
+/* cpu.c: which of the library's kernels this CPU can run.
  *
  * A library meets other machines than the one it was built on: a home shared
- * over NFS, a container image moved between hosts, an aarch64 build copied to
- * another board.  Running an AVX-512 kernel on a CPU without it ends in SIGILL,
- * so the first plan checks the features the install recorded in the table
- * (at_library_features, HostInfo names separated by spaces) and every entry
- * point then fails with AT_ENOCPU and a message naming what is missing.
+ * over NFS, a container image moved between hosts, the one aarch64 library
+ * copied from a phone with SME2 to a Graviton without it, or to a core whose
+ * streaming vector length differs from the one its SME2 kernels were
+ * generated for.  Running an instruction the CPU lacks ends in SIGILL, and an
+ * SME2 kernel at another vector length reads and writes the wrong extents.
+ * So every kernel record names the features it needs (at_kernel.requires,
+ * HostInfo names) and, for SME2, its SVL; the planner asks at__kernel_usable()
+ * and leaves out the kernels this CPU cannot run.  The runtime itself is built
+ * for the architecture's baseline, and the portable edge code covers what no
+ * usable kernel does, so every CPU of the architecture gets right answers.
  */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "at_internal.h"
@@ -16,12 +22,25 @@
 #if defined(__linux__) && defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
+#if defined(__APPLE__) && defined(__aarch64__)
+#include <sys/sysctl.h>
+#endif
 
-/* Whether this CPU has one feature; 1 for names this build cannot test (the
- * table only records names of the families below). */
+#define IS(lit) (len == sizeof(lit) - 1 && memcmp(name, lit, len) == 0)
+
+#if defined(__APPLE__) && defined(__aarch64__)
+static int sysctl_flag(const char *key)
+{
+    int value = 0;
+    size_t size = sizeof value;
+    return sysctlbyname(key, &value, &size, NULL, 0) == 0 && value != 0;
+}
+#endif
+
+/* Whether this CPU has one feature.  Names this build cannot test count as
+ * absent: a kernel that needs something unknown is never run. */
 static int has_feature(const char *name, size_t len)
 {
-#define IS(lit) (len == sizeof(lit) - 1 && memcmp(name, lit, len) == 0)
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (IS("avx512f")) return __builtin_cpu_supports("avx512f");
@@ -30,50 +49,127 @@ static int has_feature(const char *name, size_t len)
     if (IS("avx512dq")) return __builtin_cpu_supports("avx512dq");
     if (IS("avx2")) return __builtin_cpu_supports("avx2");
     if (IS("fma")) return __builtin_cpu_supports("fma");
-    return 1;
 #elif defined(__linux__) && defined(__aarch64__)
+    /* Bits of arch/arm64/include/uapi/asm/hwcap.h. */
     if (IS("asimd")) return (getauxval(AT_HWCAP) >> 1) & 1;
+    if (IS("sme")) return (getauxval(AT_HWCAP2) >> 23) & 1;
+    if (IS("smef64f64")) return (getauxval(AT_HWCAP2) >> 25) & 1;
     if (IS("sme2")) return (getauxval(AT_HWCAP2) >> 37) & 1;
-    return 1;
-#else
+#elif defined(__APPLE__) && defined(__aarch64__)
+    if (IS("asimd")) return 1; /* every Apple arm64 core */
+    if (IS("sme")) return sysctl_flag("hw.optional.arm.FEAT_SME");
+    if (IS("smef64f64")) return sysctl_flag("hw.optional.arm.FEAT_SME_F64F64");
+    if (IS("sme2")) return sysctl_flag("hw.optional.arm.FEAT_SME2");
+#endif
     (void)name;
     (void)len;
-    return 1;
-#endif
-#undef IS
+    return 0;
 }
+#undef IS
+
+/* The streaming vector length in bytes; 0 without SME.  RDSVL is an SME
+ * instruction that runs outside streaming mode; it is spelled as its encoding
+ * so this file keeps the baseline flags. */
+static int32_t streaming_vector_bytes(void)
+{
+#if defined(__aarch64__)
+    if (!has_feature("sme", 3)) return 0;
+    register uint64_t x0 __asm__("x0");
+    __asm__ volatile(".inst 0x04bf5820" : "=r"(x0)); /* rdsvl x0, #1 */
+    return (int32_t)x0;
+#else
+    return 0;
+#endif
+}
+
+/* Calls fn(feature, length, ctx) for every feature the space-separated list names. */
+static void each_feature(const char *list, void (*fn)(const char *, size_t, void *), void *ctx)
+{
+    const char *p = list ? list : "";
+    while (*p) {
+        while (*p == ' ') p++;
+        const char *end = p;
+        while (*end && *end != ' ') end++;
+        if (end > p) fn(p, (size_t)(end - p), ctx);
+        p = end;
+    }
+}
+
+static void check_one(const char *name, size_t len, void *ctx)
+{
+    if (!has_feature(name, len)) *(int *)ctx = 0;
+}
+
+static int kernel_runs_here(const at_kernel *k, int32_t svl_bytes)
+{
+    int ok = 1;
+    each_feature(k->requires, check_one, &ok);
+    return ok && (k->svl_bytes == 0 || k->svl_bytes == svl_bytes);
+}
+
+/* One byte per kernel, computed at the first question and kept: the answers
+ * cannot change while the process runs. */
+static _Atomic(unsigned char *) usable;
+
+static unsigned char *usable_mask(void)
+{
+    unsigned char *mask = atomic_load_explicit(&usable, memory_order_acquire);
+    if (mask) return mask;
+    int n = at_kernel_table_count;
+    unsigned char *fresh = malloc((size_t)(n > 0 ? n : 1));
+    if (!fresh) return NULL;
+    int32_t svl = streaming_vector_bytes();
+    for (int i = 0; i < n; i++) fresh[i] = (unsigned char)kernel_runs_here(&at_kernel_table[i].kernel, svl);
+    unsigned char *expected = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&usable, &expected, fresh, memory_order_acq_rel,
+                                                 memory_order_acquire)) {
+        free(fresh); /* another thread published the same answers first */
+        return expected;
+    }
+    return fresh;
+}
+
+int at__kernel_usable(int index)
+{
+    if (index < 0 || index >= at_kernel_table_count) return 0;
+    const unsigned char *mask = usable_mask();
+    if (mask) return mask[index];
+    /* Out of memory for n bytes: answer without remembering. */
+    return kernel_runs_here(&at_kernel_table[index].kernel, streaming_vector_bytes());
+}
+
+int at_kernel_usable(int index) { return at__kernel_usable(index); }
 
 const char *at_required_features(void) { return at_library_features; }
 
-static char missing_text[128];
-static _Atomic int cpu_state; /* 0 not checked, 1 fine, -1 missing features */
+/* The features of at_library_features this CPU lacks, and whether the
+ * streaming vector length differs from the SME2 kernels', as one sentence. */
+struct missing {
+    char text[160];
+};
+
+static void note_missing(const char *name, size_t len, void *ctx)
+{
+    struct missing *m = ctx;
+    if (has_feature(name, len)) return;
+    size_t used = strlen(m->text);
+    snprintf(m->text + used, sizeof m->text - used, "%s%.*s", used ? " " : "", (int)len, name);
+}
 
 int at_cpu_check(void)
 {
-    int state = atomic_load_explicit(&cpu_state, memory_order_acquire);
-    if (state == 0) {
-        /* Racing threads compute the same answer; the text is written before
-         * the state that publishes it. */
-        char missing[sizeof missing_text] = "";
-        const char *p = at_library_features;
-        while (*p) {
-            while (*p == ' ') p++;
-            const char *end = p;
-            while (*end && *end != ' ') end++;
-            if (end > p && !has_feature(p, (size_t)(end - p))) {
-                size_t used = strlen(missing);
-                snprintf(missing + used, sizeof missing - used, "%s%.*s", used ? " " : "",
-                         (int)(end - p), p);
-            }
-            p = end;
-        }
-        state = missing[0] ? -1 : 1;
-        if (state < 0) memcpy(missing_text, missing, sizeof missing);
-        atomic_store_explicit(&cpu_state, state, memory_order_release);
-    }
-    if (state > 0) return AT_OK;
-    at__set_error("this CPU lacks %s, which the library's kernels need (it was built for another "
-                  "machine): run `autotune install` on this one",
-                  missing_text);
+    int total = at_kernel_table_count, runnable = 0;
+    for (int i = 0; i < total; i++) runnable += at__kernel_usable(i);
+    if (runnable == total) return AT_OK;
+    struct missing m = {""};
+    each_feature(at_library_features, note_missing, &m);
+    int32_t svl = streaming_vector_bytes();
+    if (at_facts.svl_bytes && svl && svl != at_facts.svl_bytes)
+        snprintf(m.text + strlen(m.text), sizeof m.text - strlen(m.text),
+                 "%sthe SME2 kernels' vector length (%d bits; this CPU's is %d)",
+                 m.text[0] ? " and " : "", (int)at_facts.svl_bytes * 8, (int)svl * 8);
+    at__set_error("this CPU lacks %s: plans use the library's other %d of %d kernels (right "
+                  "answers, less speed); run `autotune install` on this machine for its own library",
+                  m.text[0] ? m.text : "what some kernels need", runnable, total);
     return AT_ENOCPU;
 }
