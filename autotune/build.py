@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from . import codegen, home as home_mod
+from . import families, home as home_mod
 from .specs import DTYPE_CODE, KernelSpec
 from .toolchain import Target
 
@@ -356,7 +356,7 @@ def registry_source(isa: str, specs: Sequence[KernelSpec], svl_bits: int = 0) ->
         )
     lines += ["", "const at_registry_entry at_registry[] = {"]
     for spec in specs:
-        pack_a, pack_b = codegen.operand_panels(spec, svl_bits)
+        pack_a, pack_b = families.operand_panels(spec, svl_bits)
         lines.append(
             f'    {{"{spec.name}", {DTYPE_CODE[spec.dtype]}, {spec.mr}, {spec.nr}, '
             f"{int(spec.trans_a)}, {int(spec.trans_b)}, (at_kernel_fn){spec.name}, {pack_a}, {pack_b}}},"

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from .codegen import operand_panels
+from .families import ARM_ISAS, operand_panels
 from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import LIBRARY_NAME
-from .specs import ARM_ISAS, DTYPE_CODE, DTYPE_CTYPE, KernelSpec
+from .specs import DTYPE_CODE, DTYPE_CTYPE, KernelSpec
 from .toolchain import REQUIRES, Target, compiler_identity
 
 if TYPE_CHECKING:  # only for annotations: install imports this module

@@ -2,7 +2,7 @@
 
 The two ISAs differ only in their vocabulary (vector type, mask form, the
 intrinsic names), which :class:`Vocabulary` holds; the three loading
-strategies of the register model (``autotune.specs.STRATEGIES``) are emitted
+strategies of the register model (``autotune.families.x86.STRATEGIES``) are emitted
 here once.  The emitter declares exactly the registers the model counts:
 ``sets`` accumulator sets of the C block, the vectors (or broadcasts) of one
 K step, nothing else live across the K loop.
@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..specs import GATHER, KernelSpec, register_budget, register_file, strategy
+from ..families.x86 import GATHER, register_budget, register_file, strategy
+from ..specs import KernelSpec
 
 
 @dataclass(frozen=True)

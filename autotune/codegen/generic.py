@@ -4,12 +4,13 @@ The C block lives in fixed-size local arrays indexed only by compile-time
 constants, and every loop over them has a constant trip count, so the compiler
 unrolls them and keeps the block in registers (scalar or whatever vectors the
 baseline ISA offers).  The register model counts scalar registers
-(``autotune.specs.REGISTER_FILES["generic"]``).
+(``autotune.families.x86.REGISTER_FILES["generic"]``).
 """
 
 from __future__ import annotations
 
-from ..specs import KernelSpec, fits, register_budget, register_file
+from ..families.x86 import fits, register_budget, register_file
+from ..specs import KernelSpec
 from . import GeneratedSource
 
 _OPS = {

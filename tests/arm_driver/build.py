@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from autotune.codegen import neon, sme2
+from autotune.families import operand_panels
 from autotune.home import kernels_src
 from autotune.specs import KernelSpec
 from autotune.toolchain import Target
@@ -37,10 +38,7 @@ def _registry(specs: list[KernelSpec], svl_bits: int) -> str:
     lines += [f"extern void {s.name}(void);" for s in specs]
     lines += ["", "const drv_kernel drv_kernels[] = {"]
     for s in specs:
-        pa = pb = 0
-        if s.isa == "sme2":
-            fmt = sme2.kernel_format(s, svl_bits)
-            pa, pb = fmt.a.panel_ld, fmt.b.panel_ld
+        pa, pb = operand_panels(s, svl_bits)
         lines.append(
             f'    {{"{s.name}", {int(s.dtype == "f64")}, {s.mr}, {s.nr}, {int(s.trans_a)}, '
             f"{int(s.trans_b)}, {pa}, {pb}, {s.name}}},"
