@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+from .families import operand_panels
 from .specs import DTYPE_CODE, KernelSpec
 from .toolchain import REQUIRES
 
@@ -37,6 +38,15 @@ def parameters(ctype: str, restrict: bool = False) -> tuple[str, ...]:
         f"{ctype} *{r}C, int64_t ldc",
         f"{ctype} alpha, {ctype} beta",
     )
+
+
+def signature_lines(spec: KernelSpec, name: str | None = None, qualifiers: str = "void") -> list[str]:
+    """The head of a kernel's C definition, one parameter group per line, aligned
+    under the parenthesis, with ``restrict`` operands (they never alias)."""
+    name = name or spec.name
+    groups = parameters(spec.ctype, restrict=True)
+    pad = " " * (len(qualifiers) + len(name) + 2)
+    return [f"{qualifiers} {name}({groups[0]},", *(f"{pad}{g}," for g in groups[1:-1]), f"{pad}{groups[-1]})"]
 
 
 def prototype(spec: KernelSpec) -> str:
@@ -69,8 +79,6 @@ def requirements(spec: KernelSpec) -> tuple[str, ...]:
 
 def operand_format(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
     """``pack_a_ld, pack_b_ld`` of the record: the panels' leading dims, 0 for in place."""
-    from .codegen import operand_panels  # the formats live with the families' models
-
     return operand_panels(spec, svl_bits)
 
 

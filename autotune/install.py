@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from . import build, codegen, measure, specs, table
+from . import build, codegen, families, measure, table
 from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import KernelSpec
@@ -206,7 +206,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     skey = settings_key(settings)
     journal = Journal(root / "journal" / f"{options.target}-{host.fingerprint}.jsonl", fresh=options.force)
 
-    kernel_specs = select_specs(specs.default_family(targets, quick=options.quick, svl_bits=svl_bits or 512),
+    kernel_specs = select_specs(families.default_family(targets, quick=options.quick, svl_bits=svl_bits or 512),
                                 options.only)
     if not kernel_specs:
         raise InstallError(f"no kernel of {', '.join(targets)} matches {' '.join(options.only)}")
@@ -274,7 +274,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
             if target.emulated:
                 for spec in valid:
                     records[spec.name] = KernelRecord(spec, "validated", object_hash=objects[spec.name].hash,
-                                                      model_score=round(specs.model_score(spec, svl_bits or 512), 3))
+                                                      model_score=round(families.model_score(spec, svl_bits or 512), 3))
                 continue
             todo = [s.name for s in valid if (objects[s.name].hash, skey) not in journal.benches]
             task = progress.add_task(f"measure {isa}", total=len(valid)) if progress else None

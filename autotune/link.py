@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract
+from .families import ARM_ISAS
 from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import LIBRARY_NAME
-from .specs import ARM_ISAS, KernelSpec
+from .specs import KernelSpec
 from .toolchain import Target, compiler_identity
 
 if TYPE_CHECKING:  # only for annotations: install imports this module

@@ -46,7 +46,7 @@ class KernelRecord:
     object_hash: str = ""
     best_gflops: float | None = None  # best over the measurement grid
     gflops_by_k: tuple[tuple[int, float], ...] = ()  # median GFLOPS at each K, tight leading dims
-    model_score: float = 0.0  # analytic FLOPs per load (specs.model_score): the rank without timings
+    model_score: float = 0.0  # analytic FLOPs per load (families.model_score): the rank without timings
 
     @property
     def name(self) -> str:

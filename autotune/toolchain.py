@@ -16,8 +16,9 @@ import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .families import ARM_ISAS
 from .host import HostInfo
-from .specs import ARM_ISAS, SVL_CHOICES
+from .specs import SVL_CHOICES
 
 
 class ToolchainError(RuntimeError):

@@ -1,4 +1,5 @@
-"""The Arm kernel families: register-budget models, generated text, and validation under QEMU.
+"""The Arm kernel families: register-budget models (autotune.families.neon, .sme2), generated
+text (autotune.codegen.neon, .sme2), and validation under QEMU.
 
 The model and text tests are pure Python.  The ``arm`` tests cross-build the C
 driver in tests/arm_driver/ with a sample of generated kernels and run it under
@@ -18,7 +19,8 @@ import subprocess
 import pytest
 
 from autotune.codegen import generate
-from autotune.codegen import neon, sme2
+from autotune.codegen import neon as neon_codegen, sme2 as sme2_codegen
+from autotune.families import neon, sme2
 from autotune.host import HostInfo
 from autotune.specs import NAME_PATTERN, TRANSPOSITIONS, KernelSpec
 from autotune.toolchain import arm_target
@@ -90,11 +92,11 @@ def test_neon_text_has_banner_guard_and_ping_pong():
 
 def test_neon_refuses_what_does_not_fit():
     with pytest.raises(ValueError, match="vector registers"):
-        neon.generate(KernelSpec("neon", "f32", 16, 8, unroll=2))
+        neon_codegen.generate(KernelSpec("neon", "f32", 16, 8, unroll=2))
     with pytest.raises(ValueError, match="no variant"):
-        neon.generate(KernelSpec("neon", "f32", 4, 4, variant="pa", unroll=2))
+        neon_codegen.generate(KernelSpec("neon", "f32", 4, 4, variant="pa", unroll=2))
     with pytest.raises(ValueError, match="unroll 2"):
-        neon.generate(KernelSpec("neon", "f32", 4, 4, unroll=1))
+        neon_codegen.generate(KernelSpec("neon", "f32", 4, 4, unroll=1))
 
 
 # --------------------------------------------------------------------------- SME2 model
@@ -153,13 +155,13 @@ def test_sme2_text():
 
 def test_sme2_refuses_bad_specs():
     with pytest.raises(ValueError, match="variant 'pb'.*'pbh'"):
-        sme2.generate(KernelSpec("sme2", "f32", 16, 16, False, False, "", 2))
+        sme2_codegen.generate(KernelSpec("sme2", "f32", 16, 16, False, False, "", 2))
     with pytest.raises(ValueError, match="ZA tiles"):
-        sme2.generate(KernelSpec("sme2", "f32", 48, 48, False, True, "", 2))
+        sme2_codegen.generate(KernelSpec("sme2", "f32", 48, 48, False, True, "", 2))
     with pytest.raises(ValueError, match="SVL"):
-        sme2.generate(KernelSpec("sme2", "f32", 16, 16, False, True, "", 2), 384)
+        sme2_codegen.generate(KernelSpec("sme2", "f32", 16, 16, False, True, "", 2), 384)
     with pytest.raises(ValueError, match="unroll 2"):
-        sme2.generate(KernelSpec("sme2", "f32", 16, 16, False, True, "", 1))
+        sme2_codegen.generate(KernelSpec("sme2", "f32", 16, 16, False, True, "", 1))
 
 
 # --------------------------------------------------------------------------- under QEMU

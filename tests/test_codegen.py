@@ -21,13 +21,8 @@ import pytest
 
 from autotune.codegen import GeneratedSource, generate, generator_module
 from autotune.codegen.bench import build_probe_library, cflags
-from autotune.specs import (
-    DTYPES,
-    TRANSPOSITIONS,
-    KernelSpec,
-    family,
-    register_file,
-)
+from autotune.families.x86 import family, register_file
+from autotune.specs import DTYPES, TRANSPOSITIONS, KernelSpec
 from autotune.toolchain import X86_REQUIRES, find_cc
 
 

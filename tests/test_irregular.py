@@ -15,7 +15,9 @@ import pytest
 import autotune.runtime as rt
 from autotune import plans
 from autotune.codegen import generate
-from autotune.specs import GATHER, KernelSpec, default_family, fits, gather_family
+from autotune.families import default_family
+from autotune.families.x86 import GATHER, fits, gather_family
+from autotune.specs import KernelSpec
 
 from .reference import assert_close, operand
 

@@ -18,7 +18,8 @@ import autotune.runtime as rt
 from autotune import build, codegen, host, plans, toolchain
 from autotune import link as library
 from autotune.runtime import loader
-from autotune.specs import KernelSpec, default_family
+from autotune.families import default_family
+from autotune.specs import KernelSpec
 
 from .reference import assert_close
 from .untuned import small_selection

@@ -18,11 +18,13 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from autotune import specs, table
+from autotune import families, table
+from autotune.families import x86
 from autotune.host import CacheLevel, HostInfo
 from autotune.reports import ReportExtras, render_report, report_command, terminal_heatmap, write_report
 from autotune.reports import data
 from autotune.plans import Plan, Step
+from autotune.specs import KernelSpec
 from autotune.table import KernelRecord, TunedTable
 
 HOST = HostInfo(arch="x86_64", os="linux", cpu="Synthetic Xeon (AVX-512)",
@@ -39,7 +41,7 @@ def synthetic_table(provenance: str = "measured", isas: tuple[str, ...] = ("avx5
                     seed: int = 7, tuning: dict | None = None) -> TunedTable:
     rng = np.random.default_rng(seed)
     records, rows = [], []
-    for spec in specs.default_family(isas):
+    for spec in families.default_family(isas):
         name = spec.name
         if rng.random() < 0.01:
             reason = rng.choice(["wrong result at K=17 (lda=21, alpha=1, beta=0): max rel err 3.1e-02",
@@ -51,9 +53,9 @@ def synthetic_table(provenance: str = "measured", isas: tuple[str, ...] = ("avx5
             continue
         # Efficiency grows with the accumulator count (FMA latency hidden) and with the
         # block's compute-to-load ratio; noise stands in for the machine.
-        acc = specs.register_budget(spec).accumulators
+        acc = x86.register_budget(spec).accumulators
         intensity = spec.mr * spec.nr / (spec.mr + spec.nr)
-        eff = min(1.0, acc / specs.FMA_CHAINS) * (1 - math.exp(-intensity / 2.2)) * rng.uniform(0.85, 0.98)
+        eff = min(1.0, acc / x86.FMA_CHAINS) * (1 - math.exp(-intensity / 2.2)) * rng.uniform(0.85, 0.98)
         peak = PEAK_BY_ISA[spec.isa][spec.dtype]
         for k in KS:
             depth = 1 - math.exp(-k / 24)  # call overhead dominates shallow K
@@ -221,7 +223,7 @@ def test_emulated_table_says_so_prominently(tmp_path):
 
 
 def test_modelled_table_where_everything_was_rejected_still_renders():
-    spec = specs.KernelSpec("avx2", "f64", 4, 3, unroll=4)
+    spec = KernelSpec("avx2", "f64", 4, 3, unroll=4)
     broken = TunedTable(target="host", host=HOST, provenance="model", peak_gflops={"f64": 42.9},
                         kernels=(KernelRecord(spec, "rejected", reason="compile error: bad asm"),))
     page = render_report(broken)
@@ -253,7 +255,7 @@ def test_report_command_writes_under_home(small, tmp_path, monkeypatch):
 def test_heatmap_grid_matches_the_records(measured):
     grid = data.heatmap_grid(measured, "avx512", "f32", "nn")
     # The heatmap is the strategy's family; variants (the gather blocks) are not drawn.
-    family = [s for s in specs.default_family(["avx512"], ["f32"], ["nn"]) if not s.variant]
+    family = [s for s in families.default_family(["avx512"], ["f32"], ["nn"]) if not s.variant]
     assert len(grid.mrs) == len({s.mr for s in family}) and len(grid.nrs) == len({s.nr for s in family})
     assert (grid.status != data.ABSENT).sum() == len(family)
     for record in measured.kernels:

@@ -1,4 +1,4 @@
-"""The register-budget model and the kernel families it admits."""
+"""The x86 register-budget model (autotune.families.x86) and the kernel families it admits."""
 
 from __future__ import annotations
 
@@ -6,15 +6,11 @@ import math
 
 import pytest
 
-from autotune.specs import (
-    DTYPES,
+from autotune.families import default_family
+from autotune.families.x86 import (
     MAX_SIDE,
-    NAME_PATTERN,
     REGISTER_FILES,
     SUPPORTED_ISAS,
-    TRANSPOSITIONS,
-    KernelSpec,
-    default_family,
     family,
     fits,
     register_budget,
@@ -22,6 +18,7 @@ from autotune.specs import (
     registers_needed,
     strategy,
 )
+from autotune.specs import DTYPES, NAME_PATTERN, TRANSPOSITIONS, KernelSpec
 
 FAMILIES = [(isa, dtype, trans) for isa in SUPPORTED_ISAS for dtype in DTYPES for trans in TRANSPOSITIONS]
 

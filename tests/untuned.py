@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from autotune import build, codegen, host as host_mod, toolchain
-from autotune.specs import KernelSpec, default_family
+from autotune.families import default_family
+from autotune.specs import KernelSpec
 from autotune.link import LibraryBuild, build_runtime, default_params, emit_kernel_table_c
 
 #: The peak per core of the analytic model when none was measured (GFLOPS f32, f64).

@@ -2,7 +2,8 @@
 
 :func:`generate` finds the generator by the spec's ISA name
 (``autotune.codegen.<isa>``), imported on first use, so a generator module added
-for a new ISA plugs in without editing a table here.
+for a new ISA plugs in without editing a table here.  Which kernels exist, and
+the register models the generators follow, are in :mod:`autotune.families`.
 """
 
 from __future__ import annotations
@@ -65,17 +66,3 @@ def generate(spec: KernelSpec, svl_bits: int = 0) -> GeneratedSource:
         return module.generate(spec, svl_bits=svl_bits)
     return module.generate(spec)
 
-
-def operand_panels(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
-    """Leading dimensions of the packed panels the kernel reads for A and B (0: in place).
-
-    A packed A panel holds op(A)[i, p] at ``i + p*ld``; a packed B panel holds
-    op(B)[p, j] at ``j + p*ld``; both are zero beyond the block. Only generators
-    whose kernels read packed formats define ``kernel_format``.
-    """
-    module = generator_module(spec.isa)
-    describe = getattr(module, "kernel_format", None)
-    if describe is None:
-        return 0, 0
-    fmt = describe(spec, svl_bits) if svl_bits else describe(spec)
-    return (fmt.a.panel_ld if fmt.a.packed else 0, fmt.b.panel_ld if fmt.b.packed else 0)

@@ -2,7 +2,7 @@
 
 The two ISAs differ only in their vocabulary (vector type, mask form, the
 intrinsic names), which :class:`Vocabulary` holds; the three loading
-strategies of the register model (``autotune.specs.STRATEGIES``) are emitted
+strategies of the register model (``autotune.families.x86.STRATEGIES``) are emitted
 here once.  The emitter declares exactly the registers the model counts:
 ``sets`` accumulator sets of the C block, the vectors (or broadcasts) of one
 K step, nothing else live across the K loop.
@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..specs import GATHER, KernelSpec, register_budget, register_file, strategy
+from .. import contract
+from ..families.x86 import GATHER, register_budget, register_file, strategy
+from ..specs import KernelSpec
 
 
 @dataclass(frozen=True)
@@ -266,13 +268,8 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
 
 def _signature(out: _Writer, spec: KernelSpec, name: str, qualifiers: str) -> None:
     """The kernel ABI's parameter list under ``name``."""
-    T = spec.ctype
-    out(f"{qualifiers} {name}(int64_t K,")
-    pad = " " * (len(qualifiers) + len(name) + 2)
-    out(f"{pad}const {T} *restrict A, int64_t lda,")
-    out(f"{pad}const {T} *restrict B, int64_t ldb,")
-    out(f"{pad}{T} *restrict C, int64_t ldc,")
-    out(f"{pad}{T} alpha, {T} beta)")
+    for line in contract.signature_lines(spec, name, qualifiers):
+        out(line)
 
 
 # ---------------------------------------------------------------------------

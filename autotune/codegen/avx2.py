@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..specs import DTYPE_BYTES, KernelSpec, fits
+from ..families.x86 import fits
+from ..specs import DTYPE_BYTES, KernelSpec
 from . import GeneratedSource
 from ._x86 import Vocabulary, emit
 

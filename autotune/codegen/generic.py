@@ -4,12 +4,14 @@ The C block lives in fixed-size local arrays indexed only by compile-time
 constants, and every loop over them has a constant trip count, so the compiler
 unrolls them and keeps the block in registers (scalar or whatever vectors the
 baseline ISA offers).  The register model counts scalar registers
-(``autotune.specs.REGISTER_FILES["generic"]``).
+(``autotune.families.x86.REGISTER_FILES["generic"]``).
 """
 
 from __future__ import annotations
 
-from ..specs import KernelSpec, fits, register_budget, register_file
+from .. import contract
+from ..families.x86 import fits, register_budget, register_file
+from ..specs import KernelSpec
 from . import GeneratedSource
 
 _OPS = {
@@ -32,7 +34,6 @@ def generate(spec: KernelSpec) -> GeneratedSource:
     mr, nr, sets, unroll = spec.mr, spec.nr, budget.sets, spec.unroll
     a_elem, b_elem, a_step, b_step = _OPS[spec.trans]
     name = spec.name
-    pad = " " * (len(name) + 6)
 
     def step(s: int) -> list[str]:
         # One K step as an outer product: the op(B) row is read once, the op(A)
@@ -68,11 +69,7 @@ def generate(spec: KernelSpec) -> GeneratedSource:
         '#pragma GCC optimize("no-tree-loop-vectorize")',
         "#endif",
         "",
-        f"void {name}(int64_t K,",
-        f"{pad}const {T} *restrict A, int64_t lda,",
-        f"{pad}const {T} *restrict B, int64_t ldb,",
-        f"{pad}{T} *restrict C, int64_t ldc,",
-        f"{pad}{T} alpha, {T} beta)",
+        *contract.signature_lines(spec),
         "{",
         "    /* Fixed by the ABI; a block one element wide never uses some of them. */",
         "    (void)lda; (void)ldb; (void)ldc;",

@@ -1,127 +1,22 @@
-"""NEON kernels (AArch64 Advanced SIMD): 32 x 128-bit registers, C intrinsics.
-
-The family follows IAAT's register allocator (three register groups: the C block,
-two copies of the vector operand for the ping-pong K loop, the broadcast operand)
-and its "minimal memops" ranking: every kernel of a family does the same FMAs per
-K step, so kernels differ by the load instructions each FLOP costs.
-
-Four kernel forms, chosen by where each operand is contiguous (column-major, BLAS):
-
-=====  ===========  ================================  ================================
-trans  form         vector operand (fmla by element)  broadcast operand
-=====  ===========  ================================  ================================
-nn     ``col``      column of op(A), along i          two K steps of op(B)[:, j] per j
-nt     ``col``      column of op(A), along i          row of op(B), along j
-tt     ``row``      row of op(B), along j             two K steps of op(A)[i, :] per i
-tn     ``dot``      rows of op(A) and columns of op(B), both along K: dot products
-=====  ===========  ================================  ================================
+"""NEON kernels (AArch64 Advanced SIMD): C intrinsics for the family of
+:mod:`autotune.families.neon`, whose register model and forms (``col``, ``row``,
+``dot``) these kernels follow.
 
 ``col`` and ``row`` accumulate with ``fmla v.4s, v.4s, v.s[lane]``; tails of the
 vector dimension use 64-bit registers and single-lane loads (never a full vector
 past the footprint).  ``dot`` keeps one vector of partial sums per C element and
-reduces it once at the end (IAAT's TN allocation: neither operand is contiguous
-along i or j).
+reduces it once at the end.  The K loop has two stages (ping-pong): the operands
+of the next step load while this step multiplies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..specs import DTYPE_CTYPE, KernelSpec, parse_trans
+from .. import contract
+from ..families.neon import ISA, LANES, UNROLL, VECTOR_REGISTERS, chunks, fits, form_of, registers_needed
+from ..specs import DTYPE_CTYPE, KernelSpec
 from . import GeneratedSource
-
-ISA = "neon"
-VECTOR_REGISTERS = 32
-LANES = {"f32": 4, "f64": 2}
-#: The K loop is two stages (ping-pong), so every NEON kernel has unroll 2.
-UNROLL = 2
-
-# IAAT's row counts for the column forms; the budget decides the column counts.
-_COL_MR = {"f32": (16, 12, 8, 4, 3, 2, 1), "f64": (8, 6, 4, 3, 2, 1)}
-_MAX_DIM = 32
-_DOT_MAX = 10
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Registers and load instructions of one kernel, per IAAT's allocator."""
-
-    form: str  # "col", "row" or "dot"
-    c_regs: int
-    vector_regs: int  # both ping-pong copies
-    broadcast_regs: int
-    loads_per_k: float  # load instructions per K step
-
-    @property
-    def registers(self) -> int:
-        return self.c_regs + self.vector_regs + self.broadcast_regs
-
-
-def chunks(n: int, dtype: str) -> tuple[int, ...]:
-    """Widths (in elements) of the registers holding ``n`` consecutive elements.
-
-    Full 128-bit registers, then one register for the rest: two or one f32 in a
-    64-bit register, three f32 in a 128-bit one filled by a pair load and a lane
-    load.  A tail loads exactly the elements that exist.
-    """
-    lanes = LANES[dtype]
-    rest = n % lanes
-    return (lanes,) * (n // lanes) + ((rest,) if rest else ())
-
-
-def form_of(spec: KernelSpec) -> str:
-    return {"nn": "col", "nt": "col", "tt": "row", "tn": "dot"}[spec.trans]
-
-
-def budget(spec: KernelSpec) -> Budget:
-    dt, mr, nr = spec.dtype, spec.mr, spec.nr
-    if spec.trans == "nn":
-        vm = len(chunks(mr, dt))
-        return Budget("col", vm * nr, 2 * vm, nr, vm + nr / 2)
-    if spec.trans == "nt":
-        vm, vn = len(chunks(mr, dt)), len(chunks(nr, dt))
-        return Budget("col", vm * nr, 2 * vm, 2 * vn, vm + vn)
-    if spec.trans == "tt":
-        vn = len(chunks(nr, dt))
-        return Budget("row", vn * mr, 2 * vn, mr, vn + mr / 2)
-    lanes = LANES[dt]
-    return Budget("dot", mr * nr, 2 * (mr + nr), 0, (mr + nr) / lanes)
-
-
-def registers_needed(spec: KernelSpec) -> int:
-    return budget(spec).registers
-
-
-def fits(spec: KernelSpec) -> bool:
-    return spec.isa == ISA and spec.variant == "" and registers_needed(spec) <= VECTOR_REGISTERS
-
-
-def memops_per_flop(spec: KernelSpec) -> float:
-    """IAAT's ranking: load instructions per floating-point operation (lower is better)."""
-    return budget(spec).loads_per_k / spec.flops_per_k
-
-
-def family(dtype: str, trans: str) -> list[KernelSpec]:
-    """Every NEON kernel the register budget allows, fewest memops per FLOP first."""
-    trans_a, trans_b = parse_trans(trans)
-
-    def spec(mr: int, nr: int) -> KernelSpec:
-        return KernelSpec(ISA, dtype, mr, nr, trans_a, trans_b, "", UNROLL)
-
-    shapes: list[KernelSpec] = []
-    if trans in ("nn", "nt"):
-        for mr in _COL_MR[dtype]:
-            shapes += [spec(mr, nr) for nr in range(1, _MAX_DIM + 1)]
-    elif trans == "tt":
-        for nr in _COL_MR[dtype]:
-            shapes += [spec(mr, nr) for mr in range(1, _MAX_DIM + 1)]
-    else:
-        shapes = [spec(mr, nr) for mr in range(1, _DOT_MAX + 1) for nr in range(1, _DOT_MAX + 1)]
-    kept = [s for s in shapes if fits(s)]
-    return sorted(kept, key=lambda s: (memops_per_flop(s), -s.mr * s.nr, s.mr, s.nr))
-
-
-# --------------------------------------------------------------------------- C text
 
 
 @dataclass(frozen=True)
@@ -185,11 +80,8 @@ def _banner(spec: KernelSpec) -> str:
 
 
 def _signature(spec: KernelSpec) -> str:
-    t = DTYPE_CTYPE[spec.dtype]
-    return (
-        f"void {spec.name}(int64_t K, const {t} *A, int64_t lda, const {t} *B, int64_t ldb,\n"
-        f"    {t} *C, int64_t ldc, {t} alpha, {t} beta)"
-    )
+    k, a, b, c, scalars = contract.parameters(spec.ctype)
+    return f"void {spec.name}({k}, {a}, {b},\n    {c}, {scalars})"
 
 
 def _interleave(fmas: list[str], loads: list[str]) -> list[str]:

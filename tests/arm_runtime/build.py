@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from autotune import build, codegen, specs
-from autotune.codegen import sme2
+from autotune import build, codegen, families, specs
+from autotune.families import sme2
 from autotune.home import kernels_src
 from autotune.link import ArmLibraryBuild, build_arm_runtime, default_params
 from autotune.specs import KernelSpec
@@ -40,7 +40,7 @@ def library_kernels(target: Target) -> list[KernelSpec]:
     """The kernels of a test library: SME2's quick family with partial and
     hybrid blocks, or a slice of NEON's quick family."""
     svl = target.svl_bits or 512
-    family = specs.default_family([target.isa], quick=True, svl_bits=svl)
+    family = families.default_family([target.isa], quick=True, svl_bits=svl)
     if target.isa == "neon":
         return [s for s in family if s.mr in NEON_SIDES and s.nr in NEON_SIDES]
     extra = []

@@ -1,0 +1,95 @@
+"""Kernel families: which micro-kernels exist, by each ISA family's register model.
+
+One module per family: :mod:`.x86` (the avx512, avx2 and generic register files),
+:mod:`.neon` (IAAT's allocator) and :mod:`.sme2` (the ZA tiles).  Each holds its
+register model, its family enumeration (``family``), the quick install's subset
+(``quick``) and its analytic score (``score``).  This package adds what spans the
+families: the kernels an install generates (:func:`default_family`), the
+analytic rank of any kernel (:func:`model_score`) and the packed panels a kernel
+reads (:func:`operand_panels`).
+
+The generators (autotune.codegen.<isa>) import these models to emit exactly the
+registers they count; nothing here imports a generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..specs import TRANSPOSITIONS, KernelSpec
+from . import neon, sme2, x86
+
+#: The Arm families, fastest first.
+ARM_ISAS = ("sme2", "neon")
+
+
+def arm_family(isa: str, dtype: str, trans: str, svl_bits: int = sme2.DEFAULT_SVL,
+               quick: bool = False) -> list[KernelSpec]:
+    """The NEON or SME2 family; ``quick`` keeps the common NEON sides and the
+    whole-tile SME2 kernels (their hybrid edge forms are left to the full install)."""
+    if isa == "neon":
+        specs = neon.family(dtype, trans)
+        return sorted(neon.quick(specs) if quick else specs)
+    if isa == "sme2":
+        specs = sme2.family(dtype, trans, svl_bits)
+        return sorted(sme2.quick(specs) if quick else specs)
+    raise ValueError(f"{isa!r} is not an Arm kernel family; Arm families: {ARM_ISAS}")
+
+
+def default_family(
+    isas: Iterable[str],
+    dtypes: Iterable[str] = ("f32", "f64"),
+    transes: Iterable[str] = TRANSPOSITIONS,
+    quick: bool = False,
+    svl_bits: int = sme2.DEFAULT_SVL,
+) -> list[KernelSpec]:
+    """The kernels an install generates for these ISAs.
+
+    ``quick`` keeps roughly a tenth to a fifth of them: the largest blocks and
+    the small tails a tiler needs (sides 1..4 and whole vectors).  ISAs without
+    a family contribute nothing.
+    """
+    out: list[KernelSpec] = []
+    for isa in isas:
+        if isa in ARM_ISAS:
+            for dtype in dtypes:
+                for trans in transes:
+                    out.extend(arm_family(isa, dtype, trans.lower(), svl_bits, quick))
+            continue
+        if isa not in x86.REGISTER_FILES:
+            continue
+        for dtype in dtypes:
+            for trans in transes:
+                for specs in (x86.family(isa, dtype, trans), x86.gather_family(isa, dtype, trans)):
+                    if specs:
+                        out.extend(x86.quick(isa, dtype, trans.lower(), specs) if quick else specs)
+    return sorted(out)
+
+
+def model_score(spec: KernelSpec, svl_bits: int = sme2.DEFAULT_SVL) -> float:
+    """The analytic rank of a kernel: FLOPs per operand load of one K step.
+
+    What emulated tables rank by, since emulated timings mean nothing: IAAT's
+    memops-per-FLOP model for NEON (inverted, so higher is better), KirbyMM's
+    compute-to-memory ratio for SME2, and for the other families the same
+    outer-product count, 2 mr nr / (mr + nr).
+    """
+    if spec.isa == "neon":
+        return neon.score(spec)
+    if spec.isa == "sme2":
+        return sme2.score(spec, svl_bits)
+    return x86.score(spec)
+
+
+def operand_panels(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
+    """Leading dimensions of the packed panels the kernel reads for A and B (0: in place).
+
+    A packed A panel holds op(A)[i, p] at ``i + p*ld``; a packed B panel holds
+    op(B)[p, j] at ``j + p*ld``; both are zero beyond the block.  Only SME2 kernels
+    read packed formats (:func:`.sme2.kernel_format`); ``svl_bits`` 0 takes its
+    default SVL.
+    """
+    if spec.isa != sme2.ISA:
+        return 0, 0
+    fmt = sme2.kernel_format(spec, svl_bits) if svl_bits else sme2.kernel_format(spec)
+    return (fmt.a.panel_ld if fmt.a.packed else 0, fmt.b.panel_ld if fmt.b.packed else 0)

@@ -1,0 +1,315 @@
+"""The x86 kernel families (avx512, avx2, generic): the register-budget model.
+
+A micro-kernel keeps its whole C block in registers for the length of the K
+loop, plus the operand registers one K step needs.  The model below counts
+those registers per loading strategy and admits a block only if it fits the
+ISA's register file; the generators (autotune.codegen.<isa>) declare exactly
+the values the model counts.  Where gcc 12 still moves a few of them through
+the stack at the top of the budget is listed in docs/kernels.md, with the
+strategies and the tables of the families.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..specs import DTYPE_BYTES, DTYPES, KernelSpec, parse_trans
+
+
+@dataclass(frozen=True)
+class RegisterFile:
+    """The floating-point registers one ISA's kernels may hold values in.
+
+    ``vector`` is False for the portable family, whose registers are modelled
+    as scalars (one element each, whatever the dtype).
+    """
+
+    isa: str
+    count: int
+    bits: int
+    vector: bool = True
+    # Copies of each operand register the model reserves: 2 double-buffers
+    # them (IAAT's ping-pong), which gcc's allocator needs on the big AVX-512
+    # blocks; with 16 registers the classic single-buffered blocks (16x6 fp32
+    # AVX2: 12 + 2 + 1) compile without spills and a second buffer costs them.
+    buffers: int = 1
+
+    def lanes(self, dtype: str) -> int:
+        if not self.vector:
+            return 1
+        return self.bits // (8 * DTYPE_BYTES[dtype])
+
+
+REGISTER_FILES = {
+    "avx512": RegisterFile("avx512", 32, 512, buffers=2),
+    "avx2": RegisterFile("avx2", 16, 256),
+    # x86-64 without ISA flags still has 16 xmm registers; modelled as scalars
+    # because the portable kernels must not depend on the compiler vectorising.
+    "generic": RegisterFile("generic", 16, 64, vector=False),
+}
+
+#: ISAs with an x86 register model (the Arm families are autotune.families.neon, .sme2).
+SUPPORTED_ISAS = ("avx512", "avx2", "generic")
+
+#: Loading strategy per transposition (vector ISAs).  See docs/kernels.md.
+#:   "bcast_b": vectorise along M (a column of op(A) is contiguous), broadcast op(B);
+#:   "bcast_a": vectorise along N (a row of op(B) is contiguous), broadcast op(A);
+#:   "dot":     both operands contiguous along K: vector dot products, reduced at the end.
+STRATEGIES = {"nn": "bcast_b", "nt": "bcast_b", "tt": "bcast_a", "tn": "dot"}
+
+#: The one in-place variant: the "dot" strategy for NN blocks of a few rows.  A
+#: 1-4 row block in the NN strategy fills 1-4 of a vector's lanes per FMA (one
+#: FMA per column and K step whatever mr is), so the rows left over below a
+#: multiple of the vector length cost as much as a full vector band: 17x129x33
+#: spent half its time in its last row.  op(B) columns are contiguous along K,
+#: so the rows of op(A), strided by lda along K, are gathered a vector of K at a
+#: time and each C element is a dot product, W K steps per FMA.
+GATHER = "gather"
+#: Transpositions whose in-place operand strided along K can be gathered: NN's
+#: op(A) (TT's op(B) would be the mirror image; NT has both operands strided).
+GATHER_TRANS = ("nn",)
+#: Rows of a gather block: beyond a few rows the NN strategy's masked vector is
+#: cheaper than one gather per row and a horizontal sum per element.
+GATHER_MAX_ROWS = 4
+#: ISAs with a gather generator: AVX-512's mask registers make the K tail one
+#: masked gather that reads nothing past the operand.
+GATHER_ISAS = ("avx512",)
+
+# Independent FMA chains that hide the FMA latency on the x86 cores this
+# targets (4-cycle latency x 2 pipes); kernels with fewer accumulators split K
+# over several accumulator sets when the register file has room for them.
+FMA_CHAINS = 8
+# Longest side a kernel is generated for: beyond it the tiler gains little and
+# the name table grows without bound.
+MAX_SIDE = 16
+
+
+@dataclass(frozen=True)
+class RegisterBudget:
+    """The registers one kernel's K loop holds, by role."""
+
+    accumulators: int  # one set of C-block registers
+    a: int  # registers holding op(A) values of one K step
+    b: int  # registers holding op(B) values of one K step
+    sets: int  # accumulator sets the K loop rotates through (partial sums over K)
+
+    @property
+    def total(self) -> int:
+        return self.accumulators * self.sets + self.a + self.b
+
+
+def register_file(isa: str) -> RegisterFile:
+    try:
+        return REGISTER_FILES[isa]
+    except KeyError:
+        raise ValueError(f"no register model for ISA {isa!r}; known: {SUPPORTED_ISAS}") from None
+
+
+def strategy(spec: KernelSpec) -> str:
+    """How the kernel loads its operands: ``bcast_b``, ``bcast_a``, ``dot`` or ``scalar``."""
+    if not register_file(spec.isa).vector:
+        return "scalar"
+    if spec.variant == GATHER:
+        return "dot"
+    return STRATEGIES[spec.trans]
+
+
+def _base_budget(isa: str, dtype: str, trans: str, mr: int, nr: int,
+                 variant: str = "") -> tuple[int, int, int]:
+    rf = register_file(isa)
+    w = rf.lanes(dtype)
+    kind = "scalar" if not rf.vector else STRATEGIES[trans]
+    if variant == GATHER:
+        # One more register for A: the gather's vector of K offsets (0..7) * lda.
+        acc, a, b = _base_budget(isa, dtype, "tn", mr, nr)
+        return acc, a + 1, b
+    # Operand registers are counted rf.buffers times, as IAAT's allocator
+    # double-buffers them for its ping-pong K loop: on AVX-512, a model with
+    # one buffer let gcc 12 spill accumulators of the 32x14 and 64x6 fp32 blocks.
+    x = rf.buffers
+    if kind == "bcast_b":
+        vecs = math.ceil(mr / w)
+        return vecs * nr, x * vecs, x
+    if kind == "bcast_a":
+        vecs = math.ceil(nr / w)
+        return mr * vecs, x, x * vecs
+    if kind == "dot":
+        # The smaller side's vectors stay resident for a K chunk while the
+        # other streams through (buffered) registers.
+        resident = min(mr, nr)
+        return mr * nr, (resident if mr <= nr else x), (x if mr <= nr else resident)
+    # Scalar outer product: a column of op(A) and one op(B) value per K step.
+    return mr * nr, mr, 1
+
+
+def accumulator_sets(isa: str, dtype: str, trans: str, mr: int, nr: int, unroll: int,
+                     variant: str = "") -> int:
+    """Accumulator sets the generator rotates through within one unrolled K step.
+
+    Enough sets to give FMA_CHAINS independent chains, no more than the unroll
+    (each set takes one K step of an unrolled iteration) and no more than the
+    free registers allow.
+    """
+    acc, a, b = _base_budget(isa, dtype, trans, mr, nr, variant)
+    free = register_file(isa).count - a - b
+    if free < acc:
+        return 1
+    return max(1, min(unroll, math.ceil(FMA_CHAINS / acc), free // acc))
+
+
+def register_budget(spec: KernelSpec) -> RegisterBudget:
+    acc, a, b = _base_budget(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr, spec.variant)
+    sets = accumulator_sets(spec.isa, spec.dtype, spec.trans, spec.mr, spec.nr, spec.unroll,
+                            spec.variant)
+    return RegisterBudget(accumulators=acc, a=a, b=b, sets=sets)
+
+
+def registers_needed(spec: KernelSpec) -> int:
+    """Registers the kernel's K loop holds: accumulators (all sets) + A + B."""
+    return register_budget(spec).total
+
+
+def fits(spec: KernelSpec) -> bool:
+    """Whether ``spec`` fits its ISA's register file (and has a family at all)."""
+    if spec.isa not in REGISTER_FILES:
+        return False
+    if spec.variant and not (spec.variant == GATHER and spec.isa in GATHER_ISAS and
+                             spec.trans in GATHER_TRANS and spec.mr <= GATHER_MAX_ROWS):
+        return False
+    return registers_needed(spec) <= register_file(spec.isa).count
+
+
+def default_unroll(isa: str, dtype: str, trans: str, mr: int, nr: int, variant: str = "") -> int:
+    """The model's K unroll: deep enough to rotate the accumulator sets that hide
+    the FMA latency, and no deeper.
+
+    A vector broadcast kernel whose one set already gives FMA_CHAINS chains is not
+    unrolled: its K step is a dozen or more instructions, so the loop's own cost
+    is noise, while an unrolled body's set-up costs at small K (measured on Zen 5:
+    16x14 fp32 6 % faster at K = 8 without unrolling, the same at K = 256).  A
+    "dot" or gather kernel's K step is a whole vector of K, so it unrolls half as much.
+    """
+    acc, _, _ = _base_budget(isa, dtype, trans, mr, nr, variant)
+    vector = register_file(isa).vector
+    dot = vector and (STRATEGIES[trans] == "dot" or variant == GATHER)
+    if acc >= FMA_CHAINS:
+        if vector and not dot:
+            return 1
+        unroll = 4
+    else:
+        unroll = 8
+    if dot:
+        unroll //= 2
+    return unroll
+
+
+def _fits_shape(isa: str, dtype: str, trans: str, mr: int, nr: int) -> bool:
+    acc, a, b = _base_budget(isa, dtype, trans, mr, nr)
+    return acc + a + b <= register_file(isa).count
+
+
+def _vector_sides(w: int) -> list[int]:
+    # Every size up to two vectors (the last one masked), then half-vector steps to
+    # 4 vectors.  Two-vector blocks of every height let a band of 13 fp64 or 31
+    # fp32 rows be one kernel instead of two (8 + 5, 16 + 15), each of which
+    # would load every broadcast of op(B) again.
+    return list(range(1, 2 * w + 1)) + [k * w // 2 for k in range(5, 9) if (k * w) % 2 == 0]
+
+
+def _shapes(isa: str, dtype: str, trans: str) -> list[tuple[int, int]]:
+    rf = register_file(isa)
+    w = rf.lanes(dtype)
+    kind = "scalar" if not rf.vector else STRATEGIES[trans]
+    if kind in ("bcast_b", "bcast_a"):
+        pairs = [
+            (vec, other)
+            for vec in _vector_sides(w)
+            for other in range(1, MAX_SIDE + 1)
+        ]
+        if kind == "bcast_a":
+            pairs = [(other, vec) for vec, other in pairs]
+    else:
+        pairs = [(m, n) for m in range(1, MAX_SIDE + 1) for n in range(1, MAX_SIDE + 1)]
+    return [(m, n) for m, n in pairs if _fits_shape(isa, dtype, trans, m, n)]
+
+
+def family(isa: str, dtype: str, trans: str, unroll: int | None = None) -> list[KernelSpec]:
+    """Every ``mr x nr`` kernel of one ISA, dtype and transposition that fits the model.
+
+    Sorted (by the KernelSpec order: mr, then nr).  ``unroll`` None takes the
+    model's choice per kernel (:func:`default_unroll`).
+    """
+    register_file(isa)
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {DTYPES}")
+    trans_a, trans_b = parse_trans(trans)
+    trans = trans.lower()
+    specs = []
+    for mr, nr in _shapes(isa, dtype, trans):
+        u = unroll if unroll is not None else default_unroll(isa, dtype, trans, mr, nr)
+        specs.append(KernelSpec(isa, dtype, mr, nr, trans_a, trans_b, "", u))
+    return sorted(specs)
+
+
+def gather_family(isa: str, dtype: str, trans: str) -> list[KernelSpec]:
+    """The gather variant's blocks (see GATHER): 1..GATHER_MAX_ROWS rows, every width that fits."""
+    trans = trans.lower()
+    if isa not in GATHER_ISAS or trans not in GATHER_TRANS:
+        return []
+    trans_a, trans_b = parse_trans(trans)
+    specs = []
+    for mr in range(1, GATHER_MAX_ROWS + 1):
+        for nr in range(1, MAX_SIDE + 1):
+            u = default_unroll(isa, dtype, trans, mr, nr, GATHER)
+            spec = KernelSpec(isa, dtype, mr, nr, trans_a, trans_b, GATHER, u)
+            if fits(spec):
+                specs.append(spec)
+    return sorted(specs)
+
+
+def _max_other(shapes: set[tuple[int, int]], vec_side_first: bool, side: int) -> int:
+    return max(
+        (n if vec_side_first else m)
+        for m, n in shapes
+        if (m if vec_side_first else n) == side
+    )
+
+
+def quick(isa: str, dtype: str, trans: str, specs: list[KernelSpec]) -> list[KernelSpec]:
+    """The quick install's subset of one family (``trans`` lower case): the small
+    tails a tiler needs (sides 1..4 and whole vectors) and the largest blocks."""
+    rf = register_file(isa)
+    w = rf.lanes(dtype)
+    kind = "scalar" if not rf.vector else STRATEGIES[trans]
+    small = {1, 2, 3, 4}
+    shapes = {(s.mr, s.nr) for s in specs}
+    keep: set[tuple[int, int]] = set()
+    if kind in ("bcast_b", "bcast_a"):
+        first = kind == "bcast_b"
+        # The vectorised side: small tails, one vector, whole multiples of it.
+        vec_sides = small | {k * w for k in range(1, 5)}
+        for side in sorted(vec_sides):
+            if not any((m if first else n) == side for m, n in shapes):
+                continue
+            top = _max_other(shapes, first, side)
+            # The other side: small tails and the largest that fits.
+            for other in small | {top}:
+                pair = (side, other) if first else (other, side)
+                if pair in shapes:
+                    keep.add(pair)
+    else:
+        for m, n in shapes:
+            maximal = (m + 1, n) not in shapes and (m, n + 1) not in shapes
+            if (m in small and n in small) or (maximal and min(m, n) > 1):
+                keep.add((m, n))
+    # The largest blocks (most FMAs per operand load) whatever their shape.
+    biggest = max(m * n for m, n in shapes)
+    keep |= {(m, n) for m, n in shapes if m * n == biggest}
+    return [s for s in specs if (s.mr, s.nr) in keep]
+
+
+def score(spec: KernelSpec) -> float:
+    """The analytic rank of a kernel: FLOPs per operand element loaded in one K step
+    of the outer product, 2 mr nr / (mr + nr)."""
+    return 2.0 * spec.mr * spec.nr / (spec.mr + spec.nr)
