@@ -44,8 +44,9 @@ if TYPE_CHECKING:  # only for annotations: install imports this module
     from .table import TunedTable
 
 #: The runtime's translation units, in kernels_src/runtime/.
-RUNTIME_SOURCES = ("tiler.c", "params.c", "error.c", "exec.c", "pool.c", "cache.c", "blas.c", "cpu.c")
-RUNTIME_HEADERS = ("at_internal.h", "at_table.h", "exec_t.h", "edge_t.h")
+RUNTIME_SOURCES = ("plan.c", "cost.c", "cover.c", "threads.c", "params.c", "error.c", "exec.c",
+                   "pool.c", "cache.c", "blas.c", "cpu.c")
+RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h")
 EXTENSION_SOURCE = "pyfast.c"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h
 PROVENANCE_CODE = {"measured": 0, "model": 1, "emulated": 1}

@@ -1,9 +1,10 @@
 """The planner's parameters: declared once here, every other view derived from this table.
 
-The tiler (``kernels_src/runtime/tiler.c``) plans with a handful of numbers: Goto
-blocks, two crossovers, three cost weights and a thread-grid mode.  Each is one
-:class:`Param` of :data:`PARAMS`: its C type, whether it has a value per dtype,
-its default, the range the tuner searches and what it means.  From that table come
+The tiler (``kernels_src/runtime/plan.c`` and ``cost.c``) plans with a handful of
+numbers: Goto blocks, two crossovers, three cost weights and a thread-grid mode.
+Each is one :class:`Param` of :data:`PARAMS`: its C type, whether it has a value
+per dtype, its default, the range the tuner searches and what it means.  From that
+table come
 
 - :class:`PlannerParams`, the typed record the models, the tuner and the table exchange;
 - :class:`CTuneParams`, the ctypes mirror of ``autotune.h``'s ``at_tune_params``

@@ -237,16 +237,28 @@ def test_install_table_builds_a_working_library(isa, tmp_path):
 
 @pytest.mark.arm
 @pytest.mark.parametrize("built", ["sme2"], indirect=True)
-def test_sme2_library_refuses_another_svl(built):
-    """Kernels are specialised to one SVL: on a CPU with another, plans fail
-    with a clear error instead of reading past their operands."""
+def test_sme2_library_is_right_on_every_arm_cpu(built):
+    """Kernels are specialised to one SVL and need SME2: on a CPU with another
+    SVL, or without SME, plans leave them out and the answers stay right; the
+    CPU check says which kernels sit out and why."""
     target, lib, work = built
     exe = rt.build_driver(target, lib, work)
-    rc, events, _ = _run(target.runner, exe, "one")
-    assert rc == 0 and events[0]["rc"] == 0
-    runner = [*target.runner[:-1], target.runner[-1].replace("sme512", "sme256")]
-    rc, events, _ = _run(runner, exe, "one")
-    assert rc == 0 and events[0]["rc"] != 0 and "built for 512" in events[0]["error"]
+    qemu = target.runner[:-1]
+    assert target.runner[-1] == "max,sme512=on"
+    for cpu in ("max,sme512=on", "max,sme256=on", "max,sme128=on", "max,sme1024=on", "max,sme=off",
+                "cortex-a76", "neoverse-v1"):
+        rc, events, stderr = _run([*qemu, cpu], exe, "one")
+        assert rc == 0 and events, f"{cpu}: {stderr[-500:]}"
+        one = events[0]
+        assert one["rc"] == 0 and one["wrong"] == 0, (cpu, one)
+        if cpu == "max,sme512=on":
+            assert one["cpu_check"] == 0 and one["usable"] == one["kernels"]
+        else:
+            assert one["cpu_check"] == -4 and one["usable"] == 0, (cpu, one)
+            assert "sme2" in one["error"] or "vector length" in one["error"], one["error"]
+    for cpu in ("max,sme256=on", "cortex-a76"):
+        rc, events, stderr = _run([*qemu, cpu], exe, "suite", "--seed", "5", "--cases", "40")
+        _suite_ok(events, rc, stderr)
 
 
 def test_streaming_file_gets_a_compiler_that_knows_the_sme_attributes():

@@ -46,7 +46,7 @@ def check_plan(p: plans.Plan) -> None:
             if p.path == "small":
                 want = p.trans if p.layout == "col" else p.trans[::-1]
                 assert spec.trans == p.kernel_trans
-                # A vector operand's transposition is free (tiler.c, choose_vector_flags):
+                # A vector operand's transposition is free (plan.c, choose_vector_flags):
                 # only then may the kernels' flag differ from the caller's.
                 m, n = (p.N, p.M) if p.layout == "row" else (p.M, p.N)
                 assert spec.trans[0] == want[0] or m == 1

@@ -384,7 +384,7 @@ def stored(rng, rows, cols, ld, layout, dtype):
 @pytest.mark.parametrize("layout", [0, 1])
 def test_vector_operands_through_the_free_flag(lib, dtype, layout):
     """M == 1 and N == 1 in every transposition, with tight and padded leading
-    dimensions: the tiler may read a vector operand in the other format (tiler.c,
+    dimensions: the tiler may read a vector operand in the other format (plan.c,
     choose_vector_flags), which must agree with the caller's strides."""
     rng = np.random.default_rng(7)
     code = 0 if dtype == np.float32 else 1

@@ -52,11 +52,21 @@ struct at_plan {
     at_kernel_fn single;
 };
 
-/* tiler.c */
+/* plan.c (the rest of the tiler shares at_planner.h) */
 at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads);
 void at__plan_free(at_plan *plan);
+int at__check_args(int dtype, int layout, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                   int64_t lda, int64_t ldb, int64_t ldc);
+
+/* error.c */
 void at__set_error(const char *fmt, ...);
+
+/* cpu.c: whether this CPU can run kernel i of at_kernel_table (its features,
+ * and the SVL of an SME2 kernel); computed once per process. */
+int at__kernel_usable(int index);
+
+/* params.c */
 /* fork(): the planner's parameter lock, taken before the fork and released
  * (parent) or reset (child) after; cache.c registers the handlers. */
 enum { AT_FORK_PREPARE, AT_FORK_PARENT, AT_FORK_CHILD };
@@ -74,8 +84,6 @@ static inline uint64_t at__params_generation(void)
 {
     return atomic_load_explicit(&at__params_gen, memory_order_acquire);
 }
-int at__check_args(int dtype, int layout, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                   int64_t lda, int64_t ldb, int64_t ldc);
 
 /* exec.c */
 int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *const *A,

@@ -345,14 +345,33 @@ static int abi(void)
     return abi_failures != 0;
 }
 
-/* One plan on whatever CPU QEMU emulates: its status and error text (an SME2
- * library on a CPU of another SVL must refuse, not compute garbage). */
+/* One product on whatever CPU QEMU emulates: right whatever kernels this CPU
+ * can run (an SME2 library on a CPU without SME2, or of another SVL, plans
+ * with the rest), with at_cpu_check's verdict on the kernels it leaves out. */
 static int one(void)
 {
-    static float a[64 * 64], b[64 * 64], c[64 * 64];
-    at_plan *plan = at_plan_create_ex(AT_F32, AT_COL_MAJOR, 0, 1, 64, 64, 64, 64, 64, 64, 1);
-    int rc = at_plan_execute(plan, 1.0, a, b, 0.0, c);
-    printf("{\"event\":\"one\",\"rc\":%d,\"error\":\"%s\"}\n", rc, rc ? at_last_error() : "");
+    enum { n = 67 };
+    static float a[n * n], b[n * n], c[n * n];
+    for (int i = 0; i < n * n; i++) {
+        a[i] = (float)(i % 7) - 3;
+        b[i] = (float)(i % 5) - 2;
+        c[i] = 9;
+    }
+    at_plan *plan = at_plan_create_ex(AT_F32, AT_COL_MAJOR, 0, 1, n, n, n, n, n, n, 1);
+    int rc = plan ? at_plan_execute(plan, 1.0, a, b, 0.0, c) : -1;
+    int wrong = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double ref = 0;
+            for (int p = 0; p < n; p++) ref += (double)a[i + p * n] * b[j + p * n];
+            wrong += c[i + j * n] != (float)ref; /* small integers: exact */
+        }
+    int usable = 0, total = at_kernel_count();
+    for (int k = 0; k < total; k++) usable += at_kernel_usable(k);
+    int check = at_cpu_check();
+    printf("{\"event\":\"one\",\"rc\":%d,\"wrong\":%d,\"usable\":%d,\"kernels\":%d,"
+           "\"cpu_check\":%d,\"error\":\"%s\"}\n",
+           rc, wrong, usable, total, check, check ? at_last_error() : "");
     at_plan_destroy(plan);
     return 0;
 }

@@ -1,5 +1,6 @@
-/* tiler.c: the input-aware tiler.  It turns a problem description into a kernel
- * executing plan and makes every decision the executor will need.
+/* plan.c: the input-aware tiler's plans.  It turns a problem description into a
+ * kernel executing plan and makes every decision the executor will need; the
+ * public planning API (at_plan_*, at_kernel_*) is here too.
  *
  * Small problems (IAAT): C is covered by kernel-sized blocks read in place.  A
  * dynamic programme splits M into row bands of kernel heights and each band's N
@@ -15,462 +16,20 @@
  *
  * Threads never change the tiling of C, only which thread runs which block, and
  * K is never split across threads: results are bitwise identical for any count.
- * The parameters planning reads are params.c's; errors go through error.c.
+ *
+ * The rest of the tiler: the predicted times and the cost grid are cost.c's, the
+ * covers that tile a block cover.c's, the thread split threads.c's (shared
+ * through at_planner.h).  The parameters planning reads are params.c's; errors
+ * go through error.c.
  */
 #include <math.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "at_internal.h"
+#include "at_planner.h"
 
-#define AT_EDGE (-1)
-/* The grid of block sizes is at least this big, so tiny problems can be
- * covered by one portable edge block rather than many kernel calls. */
-#define AT_GRID_MIN 8
-
-/* The parameters of the plan being built: the snapshot on at__plan_build's stack
- * (params.c keeps the library's; planning itself takes no lock). */
-static _Thread_local const at_tune_params *tp;
-
-static double call_seconds(int dtype)
-{
-    return at__weight(tp->call_seconds[dtype], at_params_builtin.call_seconds[dtype]);
-}
-
-static double pack_seconds(int dtype)
-{
-    return at__weight(tp->pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
-}
-
-/* ---- predicted kernel speed ------------------------------------------------ */
-
-static double peak_of(int dtype)
-{
-    double p = at_facts.peak_gflops[dtype];
-    return p > 0 ? p : 10.0;
-}
-
-/* IAAT's model when no measurement can be trusted: efficiency falls with the
- * memory operations per flop, (mr + nr) / (mr * nr), and with vector lanes left
- * idle in the contiguous dimension. */
-static double model_gflops(const at_kernel *d)
-{
-    int elem = d->dtype == AT_F64 ? 8 : 4;
-    int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
-    if (lanes < 1) lanes = 1;
-    int v = d->trans_a ? (d->trans_b ? d->nr : 1) : d->mr;
-    double simd = (double)v / (double)(((v + lanes - 1) / lanes) * lanes);
-    /* Dot-product kernels (TN, and NN's gather variant, docs/kernels.md) fill
-     * the lanes along K but pay a horizontal sum per element. */
-    if ((d->trans_a && !d->trans_b) || strstr(d->name, "_gather_")) simd = 0.5;
-    double area = (double)d->mr * d->nr;
-    return peak_of(d->dtype) * simd * area / (area + 2.0 * (d->mr + d->nr));
-}
-
-/* Median GFLOPS interpolated linearly in log K between grid points. */
-static double kernel_gflops(const at_table_entry *d, int64_t K)
-{
-    if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(&d->kernel);
-    int n = d->nk;
-    double lk = log((double)(K > 0 ? K : 1));
-    double g;
-    if (K <= d->k[0]) {
-        g = d->gflops[0];
-    } else if (K >= d->k[n - 1]) {
-        g = d->gflops[n - 1];
-    } else {
-        int i = 0;
-        while (i + 1 < n && d->k[i + 1] < K) i++;
-        double l0 = log((double)d->k[i]), l1 = log((double)d->k[i + 1]);
-        double t = (lk - l0) / (l1 - l0);
-        g = d->gflops[i] + t * (d->gflops[i + 1] - d->gflops[i]);
-    }
-    return g > 0 ? g : model_gflops(&d->kernel);
-}
-
-static double edge_gflops(int dtype)
-{
-    double f = at__weight(tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
-    double g = f * peak_of(dtype);
-    return g > 0.5 ? g : 0.5;
-}
-
-/* ---- L1 set conflicts of operands read in place ------------------------------
- * The kernel measurements read operands with small leading dimensions.  In
- * place, a kernel that walks K over an operand stored the other way round (A
- * in NN/NT, B in NT/TT) touches ceil(w * bpe / 64) lines per step, one leading
- * dimension apart.  When that stride is a multiple of a large power of two the
- * lines of the whole walk fall into a few L1 sets, every step misses and the
- * kernel runs at the speed of those misses, not of its flops: fp64 256x1x256
- * (lda = 2 KiB) ran its 8x1 kernel at 14 GFLOPS, 32 with lda = 264, whose walk
- * spreads over all sets.  Measured on Zen 5 (one thread, per line of a walk
- * spanning S sets): 1.14 ns at S = 2 (8x1), 0.77 at 4, 0.62 at 6, 0.56 at 8
- * (32x1), fitted by AT_CONFLICT_BASE + AT_CONFLICT_SET / S.  Taller kernels
- * span more sets, so the term favours them exactly where it should. */
-#define AT_L1_LINE 64
-/* 64 sets of 64-byte lines: every x86 L1D since Sandy Bridge and Zen (32-48 KiB,
- * 8-12 ways); Arm cores with 64 KiB 4-way L1s have more sets, so this errs on the
- * side of predicting conflicts they do not have only for strides that alias here. */
-#define AT_L1_SETS 64
-/* The fewest ways of those L1s: a walk that fits in its sets stays resident. */
-#define AT_L1_WAYS 8
-#define AT_CONFLICT_BASE 0.45e-9
-#define AT_CONFLICT_SET 1.35e-9
-
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-/* Seconds of a kernel call's w-wide walk over K steps ld elements apart, or 0
- * when the walk spreads over all sets or fits in the ones it uses. */
-static double conflict_seconds(int64_t K, int w, int64_t ld, int bpe)
-{
-    int64_t bytes = ld * bpe;
-    if (ld <= 0 || bytes % AT_L1_LINE) return 0;
-    int64_t lines = ((int64_t)w * bpe + AT_L1_LINE - 1) / AT_L1_LINE;
-    int64_t stride = (bytes / AT_L1_LINE) % AT_L1_SETS;
-    int64_t sets = (AT_L1_SETS / gcd64(stride ? stride : AT_L1_SETS, AT_L1_SETS)) * lines;
-    if (sets >= AT_L1_SETS || K * lines <= sets * AT_L1_WAYS) return 0;
-    return (double)K * (double)lines * (AT_CONFLICT_BASE + AT_CONFLICT_SET / (double)sets);
-}
-
-/* ---- the cost grid: the best way to compute an h x w block ------------------ */
-
-typedef struct {
-    int H, W;          /* heights 1..H, widths 1..W */
-    int32_t *kid;      /* [(h-1)*W + (w-1)]: kernel index or AT_EDGE */
-    double *sec;       /* predicted seconds of that block */
-} at_grid;
-
-static void grid_free(at_grid *g)
-{
-    free(g->kid);
-    free(g->sec);
-}
-
-/* lda and ldb are those of operands read in place (0 for packed panels, whose
- * layout the measurements already reflect). */
-static int grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda,
-                      int64_t ldb)
-{
-    int H = 0, W = 0;
-    for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = &at_kernel_table[i].kernel;
-        if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
-        if (d->mr > H) H = d->mr;
-        if (d->nr > W) W = d->nr;
-    }
-    if (H < AT_GRID_MIN) H = AT_GRID_MIN;
-    if (W < AT_GRID_MIN) W = AT_GRID_MIN;
-    g->H = H;
-    g->W = W;
-    g->kid = malloc(sizeof *g->kid * (size_t)H * (size_t)W);
-    g->sec = malloc(sizeof *g->sec * (size_t)H * (size_t)W);
-    if (!g->kid || !g->sec) {
-        grid_free(g);
-        return AT_ENOMEM;
-    }
-    double eg = edge_gflops(dtype), call = call_seconds(dtype);
-    for (int h = 1; h <= H; h++)
-        for (int w = 1; w <= W; w++) {
-            size_t c = (size_t)(h - 1) * W + (w - 1);
-            g->kid[c] = AT_EDGE;
-            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + call;
-        }
-    for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = &at_kernel_table[i].kernel;
-        if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
-        size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
-        double s = 2.0 * d->mr * d->nr * (double)K / (kernel_gflops(&at_kernel_table[i], K) * 1e9);
-        /* A walk missing L1 every step bounds the call; flops and misses overlap. */
-        int bpe = dtype == AT_F64 ? 8 : 4;
-        double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
-                      (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
-        s = (s > miss ? s : miss) + call;
-        if (s < g->sec[c]) {
-            g->sec[c] = s;
-            g->kid[c] = i;
-        }
-    }
-    return AT_OK;
-}
-
-/* ---- one-dimensional cover --------------------------------------------------
- * Split n into parts of sizes 1..P with cost[p-1] each, minimising the sum.  For
- * large n the optimum repeats the part of best cost per element except for a
- * remainder below P*P (an exchange argument), so only that remainder needs the
- * dynamic programme and planning stays O(P^3) whatever n is. */
-
-typedef struct {
-    int64_t reps;     /* leading parts of size `rep` */
-    int32_t rep;
-    int32_t ntail;
-    int32_t *tail;    /* then these parts, in order */
-    double cost;
-} at_cover;
-
-static int cover(int64_t n, int P, const double *cost, at_cover *out)
-{
-    memset(out, 0, sizeof *out);
-    if (n == 0) return AT_OK;
-    int best = 0;
-    for (int p = 1; p <= P; p++)
-        if (isfinite(cost[p - 1]) &&
-            (!best || cost[p - 1] / p < cost[best - 1] / best - 1e-18 * cost[best - 1]))
-            best = p;
-    if (!best) {
-        out->cost = INFINITY;
-        return AT_OK;
-    }
-    int64_t cap = (int64_t)P * P + P;
-    int64_t reps = 0, rem = n;
-    if (n > cap) {
-        reps = (n - cap + best - 1) / best;
-        rem = n - reps * best;
-    }
-    double *f = malloc(sizeof *f * (size_t)(rem + 1));
-    int32_t *from = malloc(sizeof *from * (size_t)(rem + 1));
-    if (!f || !from) {
-        free(f);
-        free(from);
-        return AT_ENOMEM;
-    }
-    f[0] = 0;
-    for (int64_t x = 1; x <= rem; x++) {
-        f[x] = INFINITY;
-        from[x] = 0;
-        for (int p = 1; p <= P && p <= x; p++) {
-            double v = f[x - p] + cost[p - 1];
-            /* Ties go to the bigger part: fewer calls, fewer reloads of A and B. */
-            if (v < f[x] || (v == f[x] && p > from[x])) {
-                f[x] = v;
-                from[x] = p;
-            }
-        }
-    }
-    out->reps = reps;
-    out->rep = best;
-    out->cost = f[rem] + (double)reps * cost[best - 1];
-    if (isfinite(f[rem])) {
-        int32_t cnt = 0;
-        for (int64_t x = rem; x > 0; x -= from[x]) cnt++;
-        out->tail = malloc(sizeof *out->tail * (size_t)(cnt ? cnt : 1));
-        if (!out->tail) {
-            free(f);
-            free(from);
-            return AT_ENOMEM;
-        }
-        /* Big parts first: the block at the origin is the main kernel. */
-        int32_t k = 0;
-        for (int64_t x = rem; x > 0; x -= from[x]) out->tail[k++] = from[x];
-        out->ntail = cnt;
-    }
-    free(f);
-    free(from);
-    return AT_OK;
-}
-
-static int64_t cover_count(const at_cover *c) { return c->reps + c->ntail; }
-static int32_t cover_part(const at_cover *c, int64_t i)
-{
-    return i < c->reps ? c->rep : c->tail[i - c->reps];
-}
-
-/* Tile an m x n block with the grid: append its steps (relative coordinates). */
-typedef struct {
-    at_step *v;
-    int64_t n, cap;
-} at_steps;
-
-static int steps_push(at_steps *s, at_step st)
-{
-    if (s->n == s->cap) {
-        int64_t cap = s->cap ? 2 * s->cap : 64;
-        at_step *v = realloc(s->v, sizeof *v * (size_t)cap);
-        if (!v) return AT_ENOMEM;
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = st;
-    return AT_OK;
-}
-
-static int tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds)
-{
-    int rc = AT_OK;
-    at_cover *rows = calloc((size_t)g->H, sizeof *rows);
-    double *band = malloc(sizeof *band * (size_t)g->H);
-    at_cover mc;
-    memset(&mc, 0, sizeof mc);
-    if (!rows || !band) {
-        rc = AT_ENOMEM;
-        goto done;
-    }
-    for (int h = 1; h <= g->H; h++) {
-        rc = cover(n, g->W, &g->sec[(size_t)(h - 1) * g->W], &rows[h - 1]);
-        if (rc) goto done;
-        band[h - 1] = rows[h - 1].cost;
-    }
-    rc = cover(m, g->H, band, &mc);
-    if (rc) goto done;
-    *seconds = mc.cost;
-    int64_t i0 = 0;
-    for (int64_t bi = 0; bi < cover_count(&mc); bi++) {
-        int h = cover_part(&mc, bi);
-        const at_cover *rc_ = &rows[h - 1];
-        int64_t j0 = 0;
-        for (int64_t bj = 0; bj < cover_count(rc_); bj++) {
-            int w = cover_part(rc_, bj);
-            at_step st = {g->kid[(size_t)(h - 1) * g->W + (w - 1)], 0, i0, j0, h, w, 0};
-            if ((rc = steps_push(out, st))) goto done;
-            j0 += w;
-        }
-        i0 += h;
-    }
-done:
-    if (rows)
-        for (int h = 0; h < g->H; h++) free(rows[h].tail);
-    free(rows);
-    free(band);
-    free(mc.tail);
-    return rc;
-}
-
-/* ---- the thread split (KleidiAI/MLAS, then balanced by predicted work) -------
- * The items (steps or blocks) are fixed before this point: only their owner is
- * chosen here, so the tiling of C never depends on the thread count.
- *
- * Three kinds of assignment are scored by the predicted load of the busiest
- * thread and the lightest wins (ties go to the earlier kind, which keeps more
- * locality):
- *  1. MLAS grids: start from one tile per item, ceil(M/m_step) x ceil(N/n_step);
- *     rescale the two counts toward the thread count keeping C's aspect ratio
- *     (a from 1 to min(tiles, T), b = ceil(T / a)); tiles go to threads
- *     round-robin.  Contiguous regions of C, but when the items do not divide
- *     evenly into a x b tiles one thread can get almost everything (fp64 256^3
- *     with 120 x 252 blocks gave 61,440 of 65,536 elements to thread 0).
- *  2. Contiguous runs of the item order (row bands, or blocks of one column
- *     panel) cut where the running predicted time crosses t/T of the total: each
- *     thread gets at most one item more than its share and keeps neighbours
- *     together, so a packed B panel is shared by the blocks of one run.
- *  3. Longest processing time first: items by decreasing predicted time, each to
- *     the least loaded thread; the tightest bound (4/3 of optimal) when the items
- *     are few and unequal. */
-
-typedef struct {
-    int64_t i0, j0;
-    double sec;
-    int32_t thread;
-} at_item;
-
-typedef struct {
-    double sec;
-    int64_t idx;
-} at_lpt;
-
-static int lpt_order(const void *x, const void *y)
-{
-    const at_lpt *a = x, *b = y;
-    if (a->sec != b->sec) return a->sec > b->sec ? -1 : 1;
-    return (a->idx > b->idx) - (a->idx < b->idx);
-}
-
-static double max_load(const double *load, int T)
-{
-    double mx = 0;
-    for (int t = 0; t < T; t++)
-        if (load[t] > mx) mx = load[t];
-    return mx;
-}
-
-/* Returns the busiest thread's predicted seconds, or INFINITY without memory. */
-static double split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m_step,
-                            int64_t n_step, int T, int mode)
-{
-    int64_t tcm = (M + m_step - 1) / m_step, tcn = (N + n_step - 1) / n_step;
-    double *load = calloc((size_t)T, sizeof *load);
-    int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1));
-    int32_t *best_own = malloc(sizeof *best_own * (size_t)(n ? n : 1));
-    at_lpt *ord = malloc(sizeof *ord * (size_t)(n ? n : 1));
-    double best = INFINITY;
-    if (!load || !own || !best_own || !ord) goto done;
-    /* 1. MLAS grids.  A fixed mode keeps only one: all threads along M or along N. */
-    int64_t amax = tcm < T ? tcm : T;
-    for (int64_t a = 1; a <= amax; a++) {
-        if ((mode == 1 && a != amax) || (mode == 2 && a != 1)) continue;
-        int64_t b = (T + a - 1) / a;
-        if (b > tcn) b = tcn;
-        int64_t ms = (M + a - 1) / a, ns = (N + b - 1) / b;
-        int64_t rb = (N + ns - 1) / ns;
-        memset(load, 0, sizeof *load * (size_t)T);
-        for (int64_t k = 0; k < n; k++) {
-            own[k] = (int32_t)(((it[k].i0 / ms) * rb + it[k].j0 / ns) % T);
-            load[own[k]] += it[k].sec;
-        }
-        double mx = max_load(load, T);
-        if (mx < best * (1 - 1e-9)) {
-            best = mx;
-            memcpy(best_own, own, sizeof *own * (size_t)n);
-        }
-    }
-    /* A fixed grid is the tuner's explicit choice: no rebalancing behind its back. */
-    if (mode != 0) goto done;
-    /* 2. Contiguous runs cut at the nearest item boundary to each t/T of the total. */
-    double total = 0;
-    for (int64_t k = 0; k < n; k++) total += it[k].sec;
-    memset(load, 0, sizeof *load * (size_t)T);
-    double run = 0;
-    int t = 0;
-    for (int64_t k = 0; k < n; k++) {
-        /* Move on when this item would take the run further past the cut than
-         * stopping short leaves it. */
-        double cut = total * (double)(t + 1) / T;
-        if (t + 1 < T && run + it[k].sec - cut > cut - run && load[t] > 0) t++;
-        own[k] = t;
-        load[t] += it[k].sec;
-        run += it[k].sec;
-    }
-    double mx = max_load(load, T);
-    if (mx < best * (1 - 1e-9)) {
-        best = mx;
-        memcpy(best_own, own, sizeof *own * (size_t)n);
-    }
-    /* 3. Longest processing time first; ties by item index, so the plan is reproducible. */
-    for (int64_t k = 0; k < n; k++) {
-        ord[k].sec = it[k].sec;
-        ord[k].idx = k;
-    }
-    qsort(ord, (size_t)n, sizeof *ord, lpt_order);
-    memset(load, 0, sizeof *load * (size_t)T);
-    for (int64_t k = 0; k < n; k++) {
-        int lt = 0;
-        for (int q = 1; q < T; q++)
-            if (load[q] < load[lt]) lt = q;
-        own[ord[k].idx] = lt;
-        load[lt] += ord[k].sec;
-    }
-    mx = max_load(load, T);
-    if (mx < best * (1 - 1e-9)) {
-        best = mx;
-        memcpy(best_own, own, sizeof *own * (size_t)n);
-    }
-done:
-    if (isfinite(best))
-        for (int64_t k = 0; k < n; k++) it[k].thread = best_own[k];
-    free(load);
-    free(own);
-    free(best_own);
-    free(ord);
-    return best;
-}
+/* at_planner.h: the parameters of the plan being built, set by at__plan_build. */
+_Thread_local const at_tune_params *at__tp AT_TLS_LOCAL;
 
 /* ---- plan construction ------------------------------------------------------ */
 
@@ -487,8 +46,7 @@ static int family_count(int dtype, int ta, int tb)
 {
     int n = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = &at_kernel_table[i].kernel;
-        n += d->dtype == dtype && d->trans_a == ta && d->trans_b == tb;
+        n += at__kernel_for(i, dtype, ta, tb) != NULL;
     }
     return n;
 }
@@ -498,9 +56,9 @@ static double family_rate(int dtype, int ta, int tb, int64_t K, int *h_best, int
 {
     double best = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = &at_kernel_table[i].kernel;
-        if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) continue;
-        double g = kernel_gflops(&at_kernel_table[i], K);
+        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
+        if (!d) continue;
+        double g = at__kernel_gflops(&at_kernel_table[i], K);
         if (g > best) {
             best = g;
             if (h_best) *h_best = d->mr;
@@ -568,11 +126,11 @@ static int group_by_thread(at_plan *p, at_item *it, int64_t n, size_t elem, void
 static int build_nopack(at_plan *p, int T)
 {
     at_grid g;
-    int rc = grid_build(&g, p->info.dtype, p->ta, p->tb, p->K, p->lda, p->ldb);
+    int rc = at__grid_build(&g, p->info.dtype, p->ta, p->tb, p->K, p->lda, p->ldb);
     if (rc) return rc;
     at_steps st = {0};
     double seconds = 0;
-    rc = tile_block(&g, p->M, p->N, &st, &seconds);
+    rc = at__tile_block(&g, p->M, p->N, &st, &seconds);
     if (rc) goto done;
     p->ktrans_a = p->ta;
     p->ktrans_b = p->tb;
@@ -597,8 +155,8 @@ static int build_nopack(at_plan *p, int T)
     p->info.threads = T;
     double load = seconds;
     if (T > 1)
-        load = split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T,
-                             tp->grid[p->info.dtype]);
+        load = at__split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T,
+                                 at__tp->grid[p->info.dtype]);
     if (!isfinite(load)) {
         free(it);
         rc = AT_ENOMEM;
@@ -615,7 +173,7 @@ static int build_nopack(at_plan *p, int T)
         p->single = at_kernel_table[p->steps[0].kernel].kernel.fn;
 done:
     free(st.v);
-    grid_free(&g);
+    at__grid_free(&g);
     return rc;
 }
 
@@ -632,7 +190,7 @@ static int build_packed(at_plan *p, int T)
     int order[5][2] = {{p->ta, p->tb}, {0, 1}, {0, 0}, {1, 1}, {1, 0}};
     for (int o = 0; o < 5; o++) {
         int hh = 1, ww = 1;
-        double r = family_rate(dt, order[o][0], order[o][1], tp->blk_k[dt], &hh, &ww);
+        double r = family_rate(dt, order[o][0], order[o][1], at__tp->blk_k[dt], &hh, &ww);
         if (family_count(dt, order[o][0], order[o][1]) && r > best * 1.02) {
             best = r;
             fa = order[o][0];
@@ -643,9 +201,9 @@ static int build_packed(at_plan *p, int T)
     }
     p->ktrans_a = fa;
     p->ktrans_b = fb;
-    int64_t bm = round_down(tp->blk_m[dt] > 0 ? tp->blk_m[dt] : at_params_builtin.blk_m[dt], h);
-    int64_t bn = round_down(tp->blk_n[dt] > 0 ? tp->blk_n[dt] : at_params_builtin.blk_n[dt], w);
-    int64_t bk = tp->blk_k[dt] > 0 ? tp->blk_k[dt] : at_params_builtin.blk_k[dt];
+    int64_t bm = round_down(at__tp->blk_m[dt] > 0 ? at__tp->blk_m[dt] : at_params_builtin.blk_m[dt], h);
+    int64_t bn = round_down(at__tp->blk_n[dt] > 0 ? at__tp->blk_n[dt] : at_params_builtin.blk_n[dt], w);
+    int64_t bk = at__tp->blk_k[dt] > 0 ? at__tp->blk_k[dt] : at_params_builtin.blk_k[dt];
     /* The same number of blocks, as even as the kernel sizes allow: 256 rows in
      * blocks of at most 120 become 96 + 96 + 64, not 120 + 120 + 16.  Blocks are
      * the unit of the thread split, and a sliver block is a sliver of work that
@@ -664,7 +222,7 @@ static int build_packed(at_plan *p, int T)
     p->info.blk_k = bk;
 
     at_grid g;
-    int rc = grid_build(&g, dt, fa, fb, bk, 0, 0);
+    int rc = at__grid_build(&g, dt, fa, fb, bk, 0, 0);
     if (rc) return rc;
     int64_t nbm = (p->M + bm - 1) / bm, nbn = (p->N + bn - 1) / bn;
     p->nblocks = nbm * nbn;
@@ -693,7 +251,7 @@ static int build_packed(at_plan *p, int T)
                 p->tilings[t].mb = b->mb;
                 p->tilings[t].nb = b->nb;
                 p->tilings[t].first = st.n;
-                rc = tile_block(&g, b->mb, b->nb, &st, &tsec[t]);
+                rc = at__tile_block(&g, b->mb, b->nb, &st, &tsec[t]);
                 if (rc) goto done;
                 p->tilings[t].count = st.n - p->tilings[t].first;
                 p->ntilings++;
@@ -703,7 +261,7 @@ static int build_packed(at_plan *p, int T)
             it[k].i0 = b->i0;
             it[k].j0 = b->j0;
             it[k].thread = 0;
-            it[k].sec = tsec[t] * (double)p->K / (double)bk + packed * pack_seconds(dt);
+            it[k].sec = tsec[t] * (double)p->K / (double)bk + packed * at__pack_seconds(dt);
             for (int64_t s = 0; s < p->tilings[t].count; s++) {
                 const at_step *m = &st.v[p->tilings[t].first + s];
                 memops += (double)(m->mb + m->nb) * (double)p->K;
@@ -717,7 +275,7 @@ static int build_packed(at_plan *p, int T)
     p->info.threads = T;
     double load = 0;
     for (int64_t q = 0; q < p->nblocks; q++) load += it[q].sec;
-    if (T > 1) load = split_threads(it, p->nblocks, p->M, p->N, bm, bn, T, tp->grid[dt]);
+    if (T > 1) load = at__split_threads(it, p->nblocks, p->M, p->N, bm, bn, T, at__tp->grid[dt]);
     if (!isfinite(load)) {
         rc = AT_ENOMEM;
         goto done;
@@ -731,7 +289,7 @@ static int build_packed(at_plan *p, int T)
 done:
     free(it);
     free(st.v);
-    grid_free(&g);
+    at__grid_free(&g);
     return rc;
 }
 
@@ -743,12 +301,12 @@ static int nopack_seconds(int dtype, int ta, int tb, int64_t m, int64_t n, int64
     *seconds = INFINITY;
     if (!family_count(dtype, ta, tb)) return AT_OK;
     at_grid g;
-    int rc = grid_build(&g, dtype, ta, tb, K, lda, ldb);
+    int rc = at__grid_build(&g, dtype, ta, tb, K, lda, ldb);
     if (rc) return rc;
     at_steps st = {0};
-    rc = tile_block(&g, m, n, &st, seconds);
+    rc = at__tile_block(&g, m, n, &st, seconds);
     free(st.v);
-    grid_free(&g);
+    at__grid_free(&g);
     return rc;
 }
 
@@ -803,7 +361,6 @@ static int choose_vector_flags(at_plan *p, int dtype)
 at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads)
 {
-    if (at_cpu_check() != AT_OK) return NULL;
     at_plan *p = calloc(1, sizeof *p);
     if (!p) {
         at__set_error("out of memory");
@@ -823,8 +380,8 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     atomic_init(&p->refs, 1);
     at_tune_params snapshot;
     at__params_snapshot(&snapshot);
-    tp = &snapshot;
-    p->thread_flops = tp->thread_flops;
+    at__tp = &snapshot;
+    p->thread_flops = at__tp->thread_flops;
     if (layout == AT_ROW_MAJOR) {
         /* C^T = op(B)^T op(A)^T: a row-major matrix is its transpose in column-major. */
         p->M = N;
@@ -845,7 +402,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     p->ldc = ldc;
     if (threads < 1) threads = 1;
     double flops = 2.0 * (double)M * (double)N * (double)K;
-    if (flops < tp->thread_flops) threads = 1;
+    if (flops < at__tp->thread_flops) threads = 1;
 
     int rc = AT_OK;
     if (M == 0 || N == 0 || K == 0) {
@@ -857,7 +414,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         int have_exact = family_count(dtype, p->ta, p->tb) > 0;
         int have_any = have_exact || family_count(dtype, 0, 0) || family_count(dtype, 0, 1) ||
                        family_count(dtype, 1, 0) || family_count(dtype, 1, 1);
-        int packed = have_any && (!have_exact || flops >= tp->pack_flops[dtype]);
+        int packed = have_any && (!have_exact || flops >= at__tp->pack_flops[dtype]);
         rc = packed ? build_packed(p, threads) : build_nopack(p, threads);
     }
     in->kernel_trans = p->ktrans_a * 2 + p->ktrans_b;

@@ -1,0 +1,74 @@
+/* at_planner.h: what the tiler's units share (cost.c, cover.c, threads.c, plan.c).
+ * Apart from at_internal.h because no other unit plans: the executor, the cache
+ * and the entry points see plans only through struct at_plan. */
+#ifndef AT_PLANNER_H
+#define AT_PLANNER_H
+
+#include <stdint.h>
+
+#include "at_internal.h"
+
+#pragma GCC visibility push(hidden)
+
+/* plan.c */
+/* The parameters of the plan being built: the snapshot on at__plan_build's stack
+ * (params.c keeps the library's; planning itself takes no lock).  Thread-local,
+ * so the cost model reads it without taking it as an argument everywhere.
+ * Local-dynamic, as when it was one unit's static: GCC gives a hidden extern
+ * thread-local the general-dynamic model, a __tls_get_addr call per access
+ * (the definition in plan.c repeats the model: GCC does not carry it over). */
+#define AT_TLS_LOCAL __attribute__((tls_model("local-dynamic")))
+extern _Thread_local const at_tune_params *at__tp AT_TLS_LOCAL;
+
+/* cpu.c decides which kernels this CPU runs; a plan is made of those alone. */
+static inline const at_kernel *at__kernel_for(int i, int dtype, int ta, int tb)
+{
+    const at_kernel *d = &at_kernel_table[i].kernel;
+    if (d->dtype != dtype || d->trans_a != ta || d->trans_b != tb) return NULL;
+    return at__kernel_usable(i) ? d : NULL;
+}
+
+/* cost.c */
+/* A grid cell no kernel computes: its steps run the portable edge code. */
+#define AT_EDGE (-1)
+
+typedef struct {
+    int H, W;          /* heights 1..H, widths 1..W */
+    int32_t *kid;      /* [(h-1)*W + (w-1)]: kernel index or AT_EDGE */
+    double *sec;       /* predicted seconds of that block */
+} at_grid;
+
+int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda,
+                   int64_t ldb);
+void at__grid_free(at_grid *g);
+/* Also ranks whole families: the packed path picks its panels' format by it. */
+double at__kernel_gflops(const at_table_entry *d, int64_t K);
+/* Inline: build_packed charges it once per block, in its loop over blocks. */
+static inline double at__pack_seconds(int dtype)
+{
+    return at__weight(at__tp->pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
+}
+
+/* cover.c */
+/* Grows as a block is tiled; the no-pack and packed plans keep v as their steps. */
+typedef struct {
+    at_step *v;
+    int64_t n, cap;
+} at_steps;
+
+int at__tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds);
+
+/* threads.c */
+/* A step or block as the thread split sees it; plan.c copies thread back. */
+typedef struct {
+    int64_t i0, j0;
+    double sec;
+    int32_t thread;
+} at_item;
+
+double at__split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m_step,
+                         int64_t n_step, int T, int mode);
+
+#pragma GCC visibility pop
+
+#endif

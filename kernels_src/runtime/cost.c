@@ -1,0 +1,173 @@
+/* cost.c: the planner's speed model.  How long a kernel call, a portable edge
+ * block or a packed element takes, from the table's measurements (or IAAT's
+ * analytic model when the table was emulated) and the tuned cost weights, and
+ * the cost grid that holds the best way to compute every block size at one K.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_planner.h"
+
+/* The grid of block sizes is at least this big, so tiny problems can be
+ * covered by one portable edge block rather than many kernel calls. */
+#define AT_GRID_MIN 8
+
+static double call_seconds(int dtype)
+{
+    return at__weight(at__tp->call_seconds[dtype], at_params_builtin.call_seconds[dtype]);
+}
+
+/* ---- predicted kernel speed ------------------------------------------------ */
+
+static double peak_of(int dtype)
+{
+    double p = at_facts.peak_gflops[dtype];
+    return p > 0 ? p : 10.0;
+}
+
+/* IAAT's model when no measurement can be trusted: efficiency falls with the
+ * memory operations per flop, (mr + nr) / (mr * nr), and with vector lanes left
+ * idle in the contiguous dimension. */
+static double model_gflops(const at_kernel *d)
+{
+    int elem = d->dtype == AT_F64 ? 8 : 4;
+    int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
+    if (lanes < 1) lanes = 1;
+    int v = d->trans_a ? (d->trans_b ? d->nr : 1) : d->mr;
+    double simd = (double)v / (double)(((v + lanes - 1) / lanes) * lanes);
+    /* Dot-product kernels (TN, and NN's gather variant, docs/kernels.md) fill
+     * the lanes along K but pay a horizontal sum per element. */
+    if ((d->trans_a && !d->trans_b) || strstr(d->name, "_gather_")) simd = 0.5;
+    double area = (double)d->mr * d->nr;
+    return peak_of(d->dtype) * simd * area / (area + 2.0 * (d->mr + d->nr));
+}
+
+/* Median GFLOPS interpolated linearly in log K between grid points. */
+double at__kernel_gflops(const at_table_entry *d, int64_t K)
+{
+    if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(&d->kernel);
+    int n = d->nk;
+    double lk = log((double)(K > 0 ? K : 1));
+    double g;
+    if (K <= d->k[0]) {
+        g = d->gflops[0];
+    } else if (K >= d->k[n - 1]) {
+        g = d->gflops[n - 1];
+    } else {
+        int i = 0;
+        while (i + 1 < n && d->k[i + 1] < K) i++;
+        double l0 = log((double)d->k[i]), l1 = log((double)d->k[i + 1]);
+        double t = (lk - l0) / (l1 - l0);
+        g = d->gflops[i] + t * (d->gflops[i + 1] - d->gflops[i]);
+    }
+    return g > 0 ? g : model_gflops(&d->kernel);
+}
+
+static double edge_gflops(int dtype)
+{
+    double f = at__weight(at__tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
+    double g = f * peak_of(dtype);
+    return g > 0.5 ? g : 0.5;
+}
+
+/* ---- L1 set conflicts of operands read in place ------------------------------
+ * The kernel measurements read operands with small leading dimensions.  In
+ * place, a kernel that walks K over an operand stored the other way round (A
+ * in NN/NT, B in NT/TT) touches ceil(w * bpe / 64) lines per step, one leading
+ * dimension apart.  When that stride is a multiple of a large power of two the
+ * lines of the whole walk fall into a few L1 sets, every step misses and the
+ * kernel runs at the speed of those misses, not of its flops: fp64 256x1x256
+ * (lda = 2 KiB) ran its 8x1 kernel at 14 GFLOPS, 32 with lda = 264, whose walk
+ * spreads over all sets.  Measured on Zen 5 (one thread, per line of a walk
+ * spanning S sets): 1.14 ns at S = 2 (8x1), 0.77 at 4, 0.62 at 6, 0.56 at 8
+ * (32x1), fitted by AT_CONFLICT_BASE + AT_CONFLICT_SET / S.  Taller kernels
+ * span more sets, so the term favours them exactly where it should. */
+#define AT_L1_LINE 64
+/* 64 sets of 64-byte lines: every x86 L1D since Sandy Bridge and Zen (32-48 KiB,
+ * 8-12 ways); Arm cores with 64 KiB 4-way L1s have more sets, so this errs on the
+ * side of predicting conflicts they do not have only for strides that alias here. */
+#define AT_L1_SETS 64
+/* The fewest ways of those L1s: a walk that fits in its sets stays resident. */
+#define AT_L1_WAYS 8
+#define AT_CONFLICT_BASE 0.45e-9
+#define AT_CONFLICT_SET 1.35e-9
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* Seconds of a kernel call's w-wide walk over K steps ld elements apart, or 0
+ * when the walk spreads over all sets or fits in the ones it uses. */
+static double conflict_seconds(int64_t K, int w, int64_t ld, int bpe)
+{
+    int64_t bytes = ld * bpe;
+    if (ld <= 0 || bytes % AT_L1_LINE) return 0;
+    int64_t lines = ((int64_t)w * bpe + AT_L1_LINE - 1) / AT_L1_LINE;
+    int64_t stride = (bytes / AT_L1_LINE) % AT_L1_SETS;
+    int64_t sets = (AT_L1_SETS / gcd64(stride ? stride : AT_L1_SETS, AT_L1_SETS)) * lines;
+    if (sets >= AT_L1_SETS || K * lines <= sets * AT_L1_WAYS) return 0;
+    return (double)K * (double)lines * (AT_CONFLICT_BASE + AT_CONFLICT_SET / (double)sets);
+}
+
+/* ---- the cost grid: the best way to compute an h x w block ------------------ */
+
+void at__grid_free(at_grid *g)
+{
+    free(g->kid);
+    free(g->sec);
+}
+
+/* lda and ldb are those of operands read in place (0 for packed panels, whose
+ * layout the measurements already reflect). */
+int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda,
+                   int64_t ldb)
+{
+    int H = 0, W = 0;
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
+        if (!d) continue;
+        if (d->mr > H) H = d->mr;
+        if (d->nr > W) W = d->nr;
+    }
+    if (H < AT_GRID_MIN) H = AT_GRID_MIN;
+    if (W < AT_GRID_MIN) W = AT_GRID_MIN;
+    g->H = H;
+    g->W = W;
+    g->kid = malloc(sizeof *g->kid * (size_t)H * (size_t)W);
+    g->sec = malloc(sizeof *g->sec * (size_t)H * (size_t)W);
+    if (!g->kid || !g->sec) {
+        at__grid_free(g);
+        return AT_ENOMEM;
+    }
+    double eg = edge_gflops(dtype), call = call_seconds(dtype);
+    for (int h = 1; h <= H; h++)
+        for (int w = 1; w <= W; w++) {
+            size_t c = (size_t)(h - 1) * W + (w - 1);
+            g->kid[c] = AT_EDGE;
+            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + call;
+        }
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
+        if (!d) continue;
+        size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
+        double s = 2.0 * d->mr * d->nr * (double)K / (at__kernel_gflops(&at_kernel_table[i], K) * 1e9);
+        /* A walk missing L1 every step bounds the call; flops and misses overlap. */
+        int bpe = dtype == AT_F64 ? 8 : 4;
+        double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
+                      (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
+        s = (s > miss ? s : miss) + call;
+        if (s < g->sec[c]) {
+            g->sec[c] = s;
+            g->kid[c] = i;
+        }
+    }
+    return AT_OK;
+}
+

@@ -1,0 +1,129 @@
+/* threads.c: the thread split (KleidiAI/MLAS, then balanced by predicted work).
+ *
+ * The items (steps or blocks) are fixed before this point: only their owner is
+ * chosen here, so the tiling of C never depends on the thread count.
+ *
+ * Three kinds of assignment are scored by the predicted load of the busiest
+ * thread and the lightest wins (ties go to the earlier kind, which keeps more
+ * locality):
+ *  1. MLAS grids: start from one tile per item, ceil(M/m_step) x ceil(N/n_step);
+ *     rescale the two counts toward the thread count keeping C's aspect ratio
+ *     (a from 1 to min(tiles, T), b = ceil(T / a)); tiles go to threads
+ *     round-robin.  Contiguous regions of C, but when the items do not divide
+ *     evenly into a x b tiles one thread can get almost everything (fp64 256^3
+ *     with 120 x 252 blocks gave 61,440 of 65,536 elements to thread 0).
+ *  2. Contiguous runs of the item order (row bands, or blocks of one column
+ *     panel) cut where the running predicted time crosses t/T of the total: each
+ *     thread gets at most one item more than its share and keeps neighbours
+ *     together, so a packed B panel is shared by the blocks of one run.
+ *  3. Longest processing time first: items by decreasing predicted time, each to
+ *     the least loaded thread; the tightest bound (4/3 of optimal) when the items
+ *     are few and unequal.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_planner.h"
+
+typedef struct {
+    double sec;
+    int64_t idx;
+} at_lpt;
+
+static int lpt_order(const void *x, const void *y)
+{
+    const at_lpt *a = x, *b = y;
+    if (a->sec != b->sec) return a->sec > b->sec ? -1 : 1;
+    return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static double max_load(const double *load, int T)
+{
+    double mx = 0;
+    for (int t = 0; t < T; t++)
+        if (load[t] > mx) mx = load[t];
+    return mx;
+}
+
+/* Returns the busiest thread's predicted seconds, or INFINITY without memory. */
+double at__split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m_step,
+                         int64_t n_step, int T, int mode)
+{
+    int64_t tcm = (M + m_step - 1) / m_step, tcn = (N + n_step - 1) / n_step;
+    double *load = calloc((size_t)T, sizeof *load);
+    int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1));
+    int32_t *best_own = malloc(sizeof *best_own * (size_t)(n ? n : 1));
+    at_lpt *ord = malloc(sizeof *ord * (size_t)(n ? n : 1));
+    double best = INFINITY;
+    if (!load || !own || !best_own || !ord) goto done;
+    /* 1. MLAS grids.  A fixed mode keeps only one: all threads along M or along N. */
+    int64_t amax = tcm < T ? tcm : T;
+    for (int64_t a = 1; a <= amax; a++) {
+        if ((mode == 1 && a != amax) || (mode == 2 && a != 1)) continue;
+        int64_t b = (T + a - 1) / a;
+        if (b > tcn) b = tcn;
+        int64_t ms = (M + a - 1) / a, ns = (N + b - 1) / b;
+        int64_t rb = (N + ns - 1) / ns;
+        memset(load, 0, sizeof *load * (size_t)T);
+        for (int64_t k = 0; k < n; k++) {
+            own[k] = (int32_t)(((it[k].i0 / ms) * rb + it[k].j0 / ns) % T);
+            load[own[k]] += it[k].sec;
+        }
+        double mx = max_load(load, T);
+        if (mx < best * (1 - 1e-9)) {
+            best = mx;
+            memcpy(best_own, own, sizeof *own * (size_t)n);
+        }
+    }
+    /* A fixed grid is the tuner's explicit choice: no rebalancing behind its back. */
+    if (mode != 0) goto done;
+    /* 2. Contiguous runs cut at the nearest item boundary to each t/T of the total. */
+    double total = 0;
+    for (int64_t k = 0; k < n; k++) total += it[k].sec;
+    memset(load, 0, sizeof *load * (size_t)T);
+    double run = 0;
+    int t = 0;
+    for (int64_t k = 0; k < n; k++) {
+        /* Move on when this item would take the run further past the cut than
+         * stopping short leaves it. */
+        double cut = total * (double)(t + 1) / T;
+        if (t + 1 < T && run + it[k].sec - cut > cut - run && load[t] > 0) t++;
+        own[k] = t;
+        load[t] += it[k].sec;
+        run += it[k].sec;
+    }
+    double mx = max_load(load, T);
+    if (mx < best * (1 - 1e-9)) {
+        best = mx;
+        memcpy(best_own, own, sizeof *own * (size_t)n);
+    }
+    /* 3. Longest processing time first; ties by item index, so the plan is reproducible. */
+    for (int64_t k = 0; k < n; k++) {
+        ord[k].sec = it[k].sec;
+        ord[k].idx = k;
+    }
+    qsort(ord, (size_t)n, sizeof *ord, lpt_order);
+    memset(load, 0, sizeof *load * (size_t)T);
+    for (int64_t k = 0; k < n; k++) {
+        int lt = 0;
+        for (int q = 1; q < T; q++)
+            if (load[q] < load[lt]) lt = q;
+        own[ord[k].idx] = lt;
+        load[lt] += ord[k].sec;
+    }
+    mx = max_load(load, T);
+    if (mx < best * (1 - 1e-9)) {
+        best = mx;
+        memcpy(best_own, own, sizeof *own * (size_t)n);
+    }
+done:
+    if (isfinite(best))
+        for (int64_t k = 0; k < n; k++) it[k].thread = best_own[k];
+    free(load);
+    free(own);
+    free(best_own);
+    free(ord);
+    return best;
+}
+
