@@ -77,13 +77,20 @@ class InstallError(RuntimeError):
 
 # -- targets ------------------------------------------------------------------------
 
+#: Families a named target's library carries besides its own: an SME2 library
+#: must run on every Arm CPU, so it brings NEON for CPUs without SME2 (or of
+#: another vector length) and for the rows and columns below a ZA tile.
+WITH_FALLBACK = {"sme2": ("sme2", "neon")}
+
+
 def resolve_targets(target: str, host: HostInfo, svl_bits: int | None = None) -> tuple[str, dict[str, Target]]:
     """Map the CLI's target name to (provenance, {isa: Target}).
 
     ``host`` means every family this CPU runs natively; an ISA name means that family
-    alone, natively if the host has it, else cross-built and emulated.
+    (with its fallbacks, WITH_FALLBACK), natively if the host has it, else
+    cross-built and emulated.
     """
-    isas = native_isas(host) if target == "host" else (target,)
+    isas = native_isas(host) if target == "host" else WITH_FALLBACK.get(target, (target,))
     targets = {isa: target_for(isa, host, svl_bits) for isa in isas}
     emulated = any(t.emulated for t in targets.values())
     return ("emulated" if emulated else "measured"), targets

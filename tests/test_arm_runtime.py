@@ -242,7 +242,7 @@ def test_sme2_library_is_right_on_every_arm_cpu(built):
     SVL, or without SME, plans leave them out and the answers stay right; the
     CPU check says which kernels sit out and why."""
     target, lib, work = built
-    exe = rt.build_driver(target, lib, work)
+    exe = rt.build_driver(target, lib, work, baseline=True)
     qemu = target.runner[:-1]
     assert target.runner[-1] == "max,sme512=on"
     for cpu in ("max,sme512=on", "max,sme256=on", "max,sme128=on", "max,sme1024=on", "max,sme=off",

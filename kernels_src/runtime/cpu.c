@@ -142,8 +142,7 @@ int at_kernel_usable(int index) { return at__kernel_usable(index); }
 
 const char *at_required_features(void) { return at_library_features; }
 
-/* The features of at_library_features this CPU lacks, and whether the
- * streaming vector length differs from the SME2 kernels', as one sentence. */
+/* The features the kernels' records name and this CPU lacks, each once. */
 struct missing {
     char text[160];
 };
@@ -152,6 +151,11 @@ static void note_missing(const char *name, size_t len, void *ctx)
 {
     struct missing *m = ctx;
     if (has_feature(name, len)) return;
+    for (const char *word = m->text; *word;) { /* already listed? */
+        size_t n = strcspn(word, " ");
+        if (n == len && memcmp(word, name, len) == 0) return;
+        word += n + (word[n] == ' ');
+    }
     size_t used = strlen(m->text);
     snprintf(m->text + used, sizeof m->text - used, "%s%.*s", used ? " " : "", (int)len, name);
 }
@@ -159,10 +163,13 @@ static void note_missing(const char *name, size_t len, void *ctx)
 int at_cpu_check(void)
 {
     int total = at_kernel_table_count, runnable = 0;
-    for (int i = 0; i < total; i++) runnable += at__kernel_usable(i);
-    if (runnable == total) return AT_OK;
     struct missing m = {""};
-    each_feature(at_library_features, note_missing, &m);
+    for (int i = 0; i < total; i++) {
+        int usable = at__kernel_usable(i);
+        runnable += usable;
+        if (!usable) each_feature(at_kernel_table[i].kernel.requires, note_missing, &m);
+    }
+    if (runnable == total) return AT_OK;
     int32_t svl = streaming_vector_bytes();
     if (at_facts.svl_bytes && svl && svl != at_facts.svl_bytes)
         snprintf(m.text + strlen(m.text), sizeof m.text - strlen(m.text),

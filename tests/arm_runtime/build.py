@@ -80,14 +80,18 @@ def _strict(target: Target) -> list[str]:
     return ["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *[f for f in target.base_cflags if f.startswith("-march")]]
 
 
-def build_driver(target: Target, lib: ArmLibraryBuild, workdir: Path) -> Path:
-    """driver.c + rt_abi.S linked statically with libautotune.a."""
+def build_driver(target: Target, lib: ArmLibraryBuild, workdir: Path, baseline: bool = False) -> Path:
+    """driver.c + rt_abi.S linked statically with libautotune.a.
+
+    ``baseline`` builds the driver for any aarch64 CPU (no SME checks of its
+    own), to run the library on CPUs without the target's extensions.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
-    sme = target.isa == "sme2"
+    sme = target.isa == "sme2" and not baseline
     arch = list(target.cflags if sme else target.base_cflags)
     defines = ["-DRT_SME"] if sme else []
     includes = [f"-I{lib.header.parent}", f"-I{kernels_src() / 'runtime'}", f"-I{kernels_src() / 'include'}"]
-    exe = workdir / f"driver-{target.isa}"
+    exe = workdir / f"driver-{target.isa}{'-baseline' if baseline else ''}"
     _run([*target.cc, *_strict(target), *[f for f in arch if f.startswith("-march")], *defines, *includes,
           str(HERE / "driver.c"), str(HERE / "rt_abi.S"), str(lib.archive), *target.ldflags, "-pthread",
           "-lm", "-o", str(exe)])
