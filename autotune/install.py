@@ -335,6 +335,10 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     if native:
         stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console, show)
     path, installed = commit(stored, library, root)
+    if native and installed is not None:
+        from .reports.extras import record_example_plans  # the report's shapes; loads matplotlib
+
+        record_example_plans(options.target, installed, root)
     return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes), installed)
 
 

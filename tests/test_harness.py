@@ -53,7 +53,8 @@ def test_compiles_without_warnings(family, isa, tmp_path):
     cc = next((c for c in candidates if shutil.which(c)), None)
     if cc is None:
         pytest.skip(f"no {family} installed")
-    strict = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{HARNESS}", "-c"]
+    strict = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-I{HARNESS}",
+              f"-I{kernels_src() / 'include'}", "-c"]
     for source, flags in ((HARNESS / "harness.c", []), (HARNESS / f"peak_{isa}.c", ISA_FLAGS[isa])):
         proc = subprocess.run([*strict, *flags, str(source), "-o", str(tmp_path / "x.o")],
                               capture_output=True, text=True, timeout=120)

@@ -38,7 +38,7 @@ def lib(built):
 
 def has_gather(lib, dtype: str) -> bool:
     prefix = "at_sgemm_" if dtype == "f32" else "at_dgemm_"
-    return any(n.startswith(prefix) and "_gather_" in n for n in plans._kernel_names(lib.lib))
+    return any(n.startswith(prefix) and "_gather_" in n for n in plans.kernel_names(lib))
 
 
 

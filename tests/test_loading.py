@@ -212,15 +212,22 @@ def test_a_library_above_the_isa_cap_is_refused(built, tmp_path, monkeypatch):
         loader.load(install_copy(built, tmp_path))
 
 
-def test_a_report_plans_without_rebinding_gemm(built, private_home):
-    from autotune.reports.extras import EXAMPLE_SHAPES, example_plans
+def test_plans_recorded_at_install_are_what_the_report_reads(built, private_home):
+    from autotune.reports.extras import EXAMPLE_SHAPES, example_plans, plans_path, record_example_plans
 
-    install_copy(built, private_home)
+    assert example_plans("host", private_home) is None  # nothing recorded yet: no section
+    lib = install_copy(built, private_home)
     rt.use_library(built.library)
     before, gemm_before = rt.api.current(), rt.gemm
+    path = record_example_plans("host", lib, private_home)
+    assert path == plans_path("host", private_home)
+    assert rt.api.current() is before and rt.gemm is gemm_before  # recording rebinds nothing
     drawn = example_plans("host", private_home)
     assert drawn is not None and [(p.M, p.N, p.K, p.dtype) for p in drawn] == list(EXAMPLE_SHAPES)
-    assert rt.api.current() is before and rt.gemm is gemm_before
+    live = plans.plan(*EXAMPLE_SHAPES[0][:3], EXAMPLE_SHAPES[0][3], runtime=loader.load(lib))
+    assert drawn[0] == live  # the record reads back as the plan itself
+    path.write_text("{not json")
+    assert example_plans("host", private_home) is None  # damaged: no section, no traceback
 
 
 def test_the_runtime_imports_no_generator_nor_build_stage():

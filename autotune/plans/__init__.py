@@ -9,7 +9,9 @@ blocks labelled by kernel, in the manner of IAAT's Fig. 2.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +66,18 @@ class Plan:
     steps: tuple[Step, ...]       # the first STEP_LIMIT steps (all of them below that)
     nsteps: int = -1              # every step of the plan; -1: len(steps)
     usage: tuple[tuple[str, int, int], ...] = ()  # (kernel, calls, elements of C) of every step
+
+    def to_dict(self) -> dict:
+        """A JSON-ready mapping; :meth:`from_dict` reads it back."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "Plan":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{**{k: v for k, v in data.items() if k in fields},
+                      "blocks": tuple(data["blocks"]),
+                      "steps": tuple(Step(**step) for step in data["steps"]),
+                      "usage": tuple(tuple(u) for u in data.get("usage", ()))})
 
     @property
     def title(self) -> str:

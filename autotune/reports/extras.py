@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..home import home as default_home
+from ..table import atomic_write_text
 from .html import ReportExtras
 
 if TYPE_CHECKING:
@@ -26,27 +28,45 @@ EXAMPLE_SHAPES = (
 )
 
 
-def example_plans(target: str, root: Path) -> "list[Plan] | None":
-    """Plans the installed library makes for EXAMPLE_SHAPES; None when it cannot be loaded here
-    (no library yet, or one built for another machine, as an emulated target's is).
+def plans_path(target: str, root: Path) -> Path:
+    return root / "plans" / f"{target}.json"
 
-    The library is opened privately (RTLD_LOCAL, see the loader) and asked for plans
-    only: writing a report never changes which library ``autotune.gemm`` runs.
+
+def record_example_plans(target: str, library: Path, root: Path) -> Path | None:
+    """Write the plans ``library`` makes for EXAMPLE_SHAPES where the report reads them.
+
+    `autotune install` calls this after each native install, so that writing a
+    report loads no library.  The library is opened privately (RTLD_LOCAL, see
+    the loader): this never changes which library ``autotune.gemm`` runs.
+    None when the library cannot run here (built for another machine).
     """
     from ..plans import PlanError, plan
     from ..runtime import loader
 
-    library = root / "lib" / target / "libautotune.so"
-    if not library.exists():
-        return None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             private = loader.load(library)
         if private is None:
             return None
-        return [plan(M, N, K, dtype, runtime=private) for M, N, K, dtype in EXAMPLE_SHAPES]
+        records = [plan(M, N, K, dtype, runtime=private).to_dict() for M, N, K, dtype in EXAMPLE_SHAPES]
     except (OSError, PlanError):
+        return None
+    path = plans_path(target, root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"library": str(library), "plans": records}) + "\n")
+    return path
+
+
+def example_plans(target: str, root: Path) -> "list[Plan] | None":
+    """The plans the last install recorded for EXAMPLE_SHAPES; None when there are none
+    (no native install yet) or the file cannot be read."""
+    from ..plans import Plan
+
+    try:
+        data = json.loads(plans_path(target, root).read_text())
+        return [Plan.from_dict(p) for p in data["plans"]] or None
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

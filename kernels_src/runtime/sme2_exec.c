@@ -18,7 +18,6 @@
  * through an ordinary function pointer: the compiler leaves streaming mode
  * around that call, ZA stays on and untouched.  The arithmetic is the plan's,
  * so results stay bitwise identical for any thread count. */
-#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "at_sme2.h"
@@ -35,25 +34,6 @@ void at__sme2_pack_t_f64_s(int64_t K, int64_t n, const double *src, int64_t ld, 
                            int64_t ldd) __arm_streaming;
 
 static int64_t round_up(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
-
-/* The kernels are specialised to the SVL of at_facts.svl_bytes; on a CPU with
- * another one they would read and write the wrong extents, so a share refuses
- * to run (RDSVL is legal outside streaming mode).  Checked once per process. */
-static _Atomic uint64_t svl_seen; /* 0 unknown, else RDSVL's bytes */
-
-static int svl_matches(void)
-{
-    uint64_t bytes = atomic_load_explicit(&svl_seen, memory_order_relaxed);
-    if (!bytes) {
-        __asm__ volatile("rdsvl %0, #1" : "=r"(bytes));
-        atomic_store_explicit(&svl_seen, bytes, memory_order_relaxed);
-    }
-    if (bytes == (uint64_t)at_facts.svl_bytes) return 1;
-    at__set_error("this CPU's streaming vector length is %llu bits, the library's SME2 kernels "
-                  "were built for %d: run `autotune install` on this machine",
-                  (unsigned long long)bytes * 8, (int)at_facts.svl_bytes * 8);
-    return 0;
-}
 
 /* 64-byte aligned, whole cache lines; NULL for zero elements is fine. */
 static void *panel_alloc(int64_t elems, size_t es)

@@ -156,7 +156,6 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
         streaming += d->fn_s != NULL;
     }
     if (!streaming) return AT_SME2_DECLINED;
-    if (!svl_matches()) return AT_EINVAL;
     if (p->info.path != 0) {
         int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
         cx.gald = p->ktrans_a ? round_up(bk, vl) : round_up(bm, vl);
