@@ -36,6 +36,7 @@ struct at_plan {
     int32_t ta, tb;
     _Atomic int refs;          /* the cache and each in-flight call hold one */
     int32_t ktrans_a, ktrans_b;/* operand formats the kernels read */
+    int32_t streaming;         /* a step calls an SME2 kernel: the executor's streaming region */
     /* No-pack path: steps in global coordinates, grouped by thread.
      * Packed path: micro steps relative to their block, grouped by tiling. */
     int64_t nsteps;

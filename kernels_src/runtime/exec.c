@@ -6,6 +6,9 @@
 #include "at_internal.h"
 #ifdef AT_SME2_EXEC
 #include "at_sme2.h" /* Arm sme2 libraries only: the streaming executor */
+#define AT_STREAMING(p) ((p)->streaming)
+#else
+#define AT_STREAMING(p) 0 /* no SME2 kernel in the library: no plan has SME2 steps */
 #endif
 
 typedef struct {

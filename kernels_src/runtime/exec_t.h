@@ -318,8 +318,10 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
 #ifdef AT_SME2_EXEC
     /* An SME2 library runs each share that calls SME2 kernels in one streaming
      * region (sme2_exec.c); a share without any stays in normal mode, here. */
-    int sme = AT_FN(at__sme2_part)(p, t, A, B, C, alpha, beta);
-    if (sme != AT_SME2_DECLINED) return sme;
+    if (p->streaming) {
+        int sme = AT_FN(at__sme2_part)(p, t, A, B, C, alpha, beta);
+        if (sme != AT_SME2_DECLINED) return sme;
+    }
 #endif
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
     if (p->info.path == 0) {
@@ -524,16 +526,14 @@ static int AT_FN(run_one)(const at_plan *p, const void *A, const void *B, void *
         AT_FN(scale)(p->M, p->N, (AT_T *)C, p->ldc, b);
         return AT_OK;
     }
-#ifndef AT_SME2_EXEC
-    /* (An SME2 library keeps run_part: it decides whether a share runs in a
-     * streaming region.) */
-    if (p->info.path == 0) {
+    /* (A plan with SME2 steps keeps run_part: it decides whether a share runs
+     * in a streaming region.) */
+    if (p->info.path == 0 && !AT_STREAMING(p)) {
         AT_FN(run_steps)(p->steps, p->thread_start[0], p->thread_start[p->info.threads], p->K,
                          (const AT_T *)A, p->lda, p->ta, (const AT_T *)B, p->ldb, p->tb,
                          (AT_T *)C, p->ldc, a, b);
         return AT_OK;
     }
-#endif
     int rc = AT_OK;
     for (int t = 0; t < p->info.threads; t++) {
         int r = AT_FN(run_part)(p, t, (const AT_T *)A, (const AT_T *)B, (AT_T *)C, a, b);
@@ -563,10 +563,9 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
             AT_FN(scale)(p->M, p->N, (AT_T *)(j->C ? j->C[i] : j->C0 + i * sc), p->ldc, b);
         return AT_OK;
     }
-#ifndef AT_SME2_EXEC
-    /* (An SME2 library keeps the generic walk below: its shares may run in a
-     * streaming region, which run_part decides.) */
-    if (p->info.path == 0) {
+    /* (A plan with SME2 steps keeps the generic walk below: its shares may run
+     * in a streaming region, which run_part decides.) */
+    if (p->info.path == 0 && !AT_STREAMING(p)) {
         const at_step *st = p->steps;
         int64_t s0 = p->thread_start[0], s1 = p->thread_start[p->info.threads];
         int64_t K = p->K, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
@@ -608,7 +607,6 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
         }
         return AT_OK;
     }
-#endif
     int rc = AT_OK;
     for (int64_t i = lo; i < hi; i++) {
         const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);

@@ -418,6 +418,8 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         rc = packed ? build_packed(p, threads) : build_nopack(p, threads);
     }
     in->kernel_trans = p->ktrans_a * 2 + p->ktrans_b;
+    for (int64_t s = 0; s < p->nsteps && !p->streaming; s++)
+        p->streaming = p->steps[s].kernel >= 0 && at_kernel_table[p->steps[s].kernel].kernel.fn_s;
     if (rc) {
         at__set_error("out of memory while planning %lld x %lld x %lld", (long long)M,
                       (long long)N, (long long)K);
