@@ -36,7 +36,7 @@ def example_plans(target: str, root: Path) -> "list[Plan] | None":
     from ..plans import PlanError, plan
     from ..runtime import loader
 
-    library = root / "lib" / target / "libautotune.so"
+    library = root / "lib" / target / loader.LIBRARY_NAME
     if not library.exists():
         return None
     try:
