@@ -186,7 +186,9 @@ def _compile(
 
     # The argv minus the file names is what decides the code, so it is hashed
     # whole: the same source under other flags or another compiler is another object.
-    digest = _digest(source_text, language, extra_hash, target.compiler_id, *target.cc, "--", *flags)
+    # An assembly source's header counts as its text (its place on disk does not).
+    digest = _digest(source_text, language, extra_hash + language_header_text(language), target.compiler_id,
+                     *target.cc, "--", *flags)
     src = sources / f"{name}{_SUFFIX[language]}"
     _write_atomic(src, source_text)
     obj = objects / f"{digest}.o"
@@ -200,7 +202,8 @@ def _compile(
             return ObjectResult(name, None, digest, True, failed.read_text())
 
     tmp = objects / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp.o"
-    ok, output = _run([*target.cc, *flags, "-c", str(src), "-o", str(tmp)], COMPILE_TIMEOUT)
+    ok, output = _run([*target.cc, *flags, *language_includes(language), "-c", str(src), "-o", str(tmp)],
+                      COMPILE_TIMEOUT)
     if not ok:
         tmp.unlink(missing_ok=True)
         if not output.startswith(("timed out", "cannot run", INTERRUPTED)):  # not the source's fault
@@ -209,6 +212,16 @@ def _compile(
     os.replace(tmp, obj)
     failed.unlink(missing_ok=True)
     return ObjectResult(name, obj, digest, False)
+
+
+def language_includes(language: str) -> tuple[str, ...]:
+    """Include flags a kernel source of ``language`` needs: assembly includes at_asm.h."""
+    return (f"-I{home_mod.kernels_src() / 'arm'}",) if language == "asm" else ()
+
+
+def language_header_text(language: str) -> str:
+    """The shipped header text a ``language`` source includes (part of its objects' hash)."""
+    return (home_mod.kernels_src() / "arm" / contract.ASM_HEADER).read_text() if language == "asm" else ""
 
 
 def compile_object(
@@ -242,7 +255,8 @@ def _unit_text(members: Sequence[SourceLike]) -> str:
 def _kernel_hash(target: Target, source: SourceLike) -> str:
     """Identity of one kernel's machine code, whichever unit it was compiled in."""
     # Same digest as a kernel compiled alone, so the two paths agree on identity.
-    return _digest(source.text, source.language, "", target.compiler_id, *target.cc, "--", *target.cflags)
+    return _digest(source.text, source.language, language_header_text(source.language), target.compiler_id,
+                   *target.cc, "--", *target.cflags)
 
 
 def build_kernels(

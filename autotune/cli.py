@@ -19,6 +19,7 @@ from .home import HomeError, home
 from .host import IsaCapError, describe, detect
 from .install import InstallError, InstallOptions, install, library_dir
 from .plans import PlanError
+from .runtime.loader import LIBRARY_NAME
 from .table import TableError, TunedTable, kernel_score, load, table_path
 from .specs import SVL_CHOICES
 from .toolchain import KNOWN_ISAS, ToolchainError
@@ -192,7 +193,7 @@ def cmd_show(args: argparse.Namespace, out: Console) -> int:
             "home": root,
             "table": table_path(args.target, root),
             "build cache": root / "build",
-            "library": library_dir(args.target, root) / "libautotune.so",
+            "library": library_dir(args.target, root) / LIBRARY_NAME,
             "header": library_dir(args.target, root) / "autotune.h",
         }
         archive = library_dir(args.target, root) / "libautotune.a"

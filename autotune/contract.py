@@ -20,6 +20,9 @@ from .specs import DTYPE_CODE, KernelSpec
 from .toolchain import REQUIRES
 
 HEADER = "at_kernel.h"
+#: The header every generated assembly kernel includes (kernels_src/arm/): symbol
+#: names, local labels and the directives that differ between ELF and Mach-O.
+ASM_HEADER = "at_asm.h"
 #: The SME2 kernels' second entry point: the same kernel for a caller already in
 #: streaming mode with ZA on, so a plan's steps switch mode once, not per call.
 STREAMING_SUFFIX = "_s"

@@ -8,7 +8,7 @@ share the content hash, the atomic replacement and the table emitter.
 An install calls :func:`emit_kernel_table_c` with the selected kernels and their
 measurements, then :func:`build_runtime` with the kernels' objects
 (:func:`build_table_library` does both for a stored table).  The result
-is ``<out_dir>/libautotune.so`` with ``autotune.h`` beside it and, when Python's
+is ``<out_dir>/libautotune.so`` (``libautotune.dylib`` for macOS) with ``autotune.h`` beside it and, when Python's
 headers are present, the ``_atfast`` extension module the Python entry points
 use (see ``docs/runtime.md``).  Every output is replaced atomically and rebuilt
 only when the hash of everything that went into it changes.
@@ -35,7 +35,7 @@ from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
-from .runtime.loader import LIBRARY_NAME
+from .runtime.loader import library_name
 from .specs import KernelSpec
 from .toolchain import Target, compiler_identity
 
@@ -196,6 +196,28 @@ def _replace_atomic(src: Path, dst: Path) -> None:
     os.replace(src, dst)
 
 
+def shared_library_flags(target: Target, name: str) -> list[str]:
+    """How ``target``'s compiler driver links the shared library ``name``.
+
+    ELF: ``-shared`` with a soname.  Mach-O (``target.os == "darwin"``): a dylib
+    whose install name is ``@rpath/<name>``, so a program linked with it finds it
+    through its own rpath (``-Wl,-rpath,<dir>``), wherever the install put it.
+    libm is part of libSystem there, which every link gets.
+    """
+    if target.os == "darwin":
+        return ["-dynamiclib", f"-Wl,-install_name,@rpath/{name}"]
+    return ["-shared", f"-Wl,-soname,{name}", "-lm"]
+
+
+def extension_link_flags(target: Target) -> list[str]:
+    """Linking the ``_atfast`` extension: its Python symbols resolve when Python loads it.
+
+    ELF allows undefined symbols in a shared object; ld64 refuses them unless told,
+    so on macOS the extension is a bundle with dynamic lookup, as distutils builds them.
+    """
+    return ["-bundle", "-undefined", "dynamic_lookup"] if target.os == "darwin" else ["-shared"]
+
+
 def runtime_cflags(target: Target) -> list[str]:
     """Flags of the runtime's own C: the target's baseline, never a kernel ISA's."""
     flags = list(target.base_cflags)
@@ -255,8 +277,9 @@ def build_runtime(
         parts += [obj, Path(obj).read_bytes()]
     digest = _digest(*parts)
 
-    library = out_dir / LIBRARY_NAME
-    stamp = out_dir / (LIBRARY_NAME + ".hash")
+    lib_name = library_name(target.os)
+    library = out_dir / lib_name
+    stamp = out_dir / (lib_name + ".hash")
     extension = out_dir / f"_atfast{ext[1]}" if ext else None
     if (
         library.exists()
@@ -276,26 +299,23 @@ def build_runtime(
             obj = tmp / (Path(name).stem + ".o")
             _run([*target.cc, *cflags, *includes, "-c", str(path), "-o", str(obj)])
             objects.append(str(obj))
-        lib_tmp = tmp / LIBRARY_NAME
-        _run(
-            [*target.cc, "-shared", "-pthread", "-o", str(lib_tmp), *objects,
-             *object_paths, *target.ldflags,
-             f"-Wl,-soname,{LIBRARY_NAME}", "-lm"]
-        )
+        lib_tmp = tmp / lib_name
+        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *target.ldflags,
+              *shared_library_flags(target, lib_name)])
         outputs = [(lib_tmp, library)]
-        outputs += _build_extension([*target.cc, *cflags, *includes], ext, extension, tmp)
+        outputs += _build_extension([*target.cc, *cflags, *includes], ext, extension, tmp, target)
         _publish(tmp, out_dir, outputs, header, digest, stamp)
     return LibraryBuild(library, out_dir / "autotune.h", extension, digest, False)
 
 
 def _build_extension(compile_argv: Sequence[str], ext: tuple[list[str], str] | None,
-                     extension: Path | None, tmp: Path) -> list[tuple[Path, Path]]:
+                     extension: Path | None, tmp: Path, target: Target) -> list[tuple[Path, Path]]:
     """The _atfast extension built in ``tmp``: [(built, destination)], or [] without Python headers."""
     if not ext or extension is None:
         return []
     built = tmp / extension.name
-    _run([*compile_argv, *ext[0], "-shared", str(kernels_src() / "runtime" / EXTENSION_SOURCE),
-          "-o", str(built)])
+    _run([*compile_argv, *ext[0], *extension_link_flags(target),
+          str(kernels_src() / "runtime" / EXTENSION_SOURCE), "-o", str(built)])
     return [(built, extension)]
 
 
@@ -363,12 +383,17 @@ def streaming_compiler(target: Target) -> tuple[str, ...]:
     return target.cc  # its error message will name the attribute it lacks
 
 
-def _archiver() -> str:
-    """An ``ar`` that indexes aarch64 objects: LLVM's understands every target."""
+def _archiver(target: Target) -> list[str]:
+    """An ``ar`` that indexes aarch64 objects: LLVM's understands every target.
+
+    For Mach-O it writes the BSD format with the symbol table ld64 reads (Apple's
+    own ``ar``, found last, always does).
+    """
     for name in ("llvm-ar-19", "llvm-ar", "aarch64-linux-gnu-ar", "ar"):
         path = shutil.which(name)
         if path:
-            return path
+            darwin = target.os == "darwin" and "llvm-ar" in Path(path).name
+            return [path, *(["--format=darwin"] if darwin else [])]
     raise LibraryError("no archiver found (llvm-ar or ar): install llvm-19 or binutils")
 
 
@@ -381,7 +406,7 @@ def build_arm_runtime(
     out_dir: Path,
     with_extension: bool | None = None,
 ) -> ArmLibraryBuild:
-    """Link the aarch64 ``libautotune.so`` and ``libautotune.a`` into ``out_dir``.
+    """Link the aarch64 ``libautotune.so`` (``.dylib`` for macOS) and ``libautotune.a`` into ``out_dir``.
 
     ``kernels`` pairs every selected kernel with its GFLOPS by K (empty under
     emulation), ``kernel_objects`` gives their compiled objects.  The Python
@@ -393,7 +418,7 @@ def build_arm_runtime(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     src = kernels_src()
-    runtime_dir, include_dir = src / "runtime", src / "include"
+    runtime_dir, include_dir, arm_dir = src / "runtime", src / "include", src / "arm"
     header = include_dir / "autotune.h"
     sme2 = target.isa == "sme2"
     table_c = emit_kernel_table_c(kernels, params, peak_gflops, target.svl_bits or 512 if sme2 else 0)
@@ -414,13 +439,16 @@ def build_arm_runtime(
     for name in names:
         parts += [name, (runtime_dir / name).read_bytes()]
     parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c]
+    if sme2:
+        parts += [(arm_dir / contract.ASM_HEADER).read_bytes()]
     object_paths = list(dict.fromkeys(str(obj) for _, obj in kernel_objects))
     for obj in object_paths:
         parts += [obj, Path(obj).read_bytes()]
     digest = _digest(*parts)
 
-    library, archive = out_dir / LIBRARY_NAME, out_dir / ARCHIVE_NAME
-    stamp = out_dir / (LIBRARY_NAME + ".hash")
+    lib_name = library_name(target.os)
+    library, archive = out_dir / lib_name, out_dir / ARCHIVE_NAME
+    stamp = out_dir / (lib_name + ".hash")
     extension = out_dir / f"_atfast{ext[1]}" if ext else None
     if (library.exists() and archive.exists() and stamp.exists()
             and stamp.read_text().strip() == digest and (extension is None or extension.exists())):
@@ -429,7 +457,7 @@ def build_arm_runtime(
     with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "at_table.c").write_text(table_c)
-        includes = [f"-I{include_dir}", f"-I{runtime_dir}"]
+        includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
         jobs: list[list[str]] = []
         objects: list[str] = []
 
@@ -447,12 +475,12 @@ def build_arm_runtime(
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(_run, jobs))
 
-        lib_tmp, ar_tmp = tmp / LIBRARY_NAME, tmp / ARCHIVE_NAME
-        _run([*target.cc, "-shared", "-pthread", "-o", str(lib_tmp), *objects, *object_paths,
-              *shared_ldflags, f"-Wl,-soname,{LIBRARY_NAME}", "-lm"])
-        _run([_archiver(), "rcs", str(ar_tmp), *objects, *object_paths])
+        lib_tmp, ar_tmp = tmp / lib_name, tmp / ARCHIVE_NAME
+        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *shared_ldflags,
+              *shared_library_flags(target, lib_name)])
+        _run([*_archiver(target), "rcs", str(ar_tmp), *objects, *object_paths])
         outputs = [(lib_tmp, library), (ar_tmp, archive)]
-        outputs += _build_extension([*target.cc, *base, *includes], ext, extension, tmp)
+        outputs += _build_extension([*target.cc, *base, *includes], ext, extension, tmp, target)
         _publish(tmp, out_dir, outputs, header, digest, stamp)
     return ArmLibraryBuild(library, out_dir / "autotune.h", extension, digest, False, archive)
 

@@ -36,6 +36,7 @@ class Target:
     emulated: bool = False
     arch: str = "x86_64"
     svl_bits: int = 0  # the streaming vector length SME2 kernels are specialised to
+    os: str = "linux"  # "linux" (ELF) or "darwin" (Mach-O): the link stage's library name and flags
 
     @property
     def compiler_id(self) -> str:
@@ -87,6 +88,11 @@ def compiler_identity(cc: tuple[str, ...]) -> str:
     return first[0] if first else " ".join(cc)
 
 
+def _target_os(host: HostInfo) -> str:
+    """A native target's object format family: "darwin" (Mach-O) on macOS, else "linux" (ELF)."""
+    return "darwin" if host.os == "darwin" else "linux"
+
+
 def native_isas(host: HostInfo) -> tuple[str, ...]:
     """Kernel families this host runs natively, fastest first."""
     if host.arch == "x86_64":
@@ -115,7 +121,8 @@ def target_for(isa: str, host: HostInfo, svl_bits: int | None = None) -> Target:
                 f"this CPU ({host.cpu}) lacks {', '.join(missing)}: it cannot run {isa} kernels"
             )
         flags = _X86_FLAGS[isa] if host.arch == "x86_64" else _COMMON
-        return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch=host.arch)
+        return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch=host.arch,
+                      os=_target_os(host))
     if isa in X86_ISAS:
         raise ToolchainError(f"{isa} kernels need an x86-64 host; this one is {host.arch}")
     return arm_target(isa, host, svl_bits or host.svl_bits or 512)
@@ -131,7 +138,7 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
         raise ToolchainError(f"{isa!r} is not an Arm target; Arm targets: {', '.join(ARM_ISAS)}")
     if svl_bits not in SVL_CHOICES:
         raise ToolchainError(f"SVL must be one of {SVL_CHOICES} bits, got {svl_bits}")
-    flags = _COMMON + (_ARM_MARCH[isa],)
+    flags = _COMMON + (arm_march(isa, host.os),)
     if host.arch == "aarch64":
         if isa == "sme2" and not host.has("sme2"):
             raise ToolchainError(f"this CPU ({host.cpu}) has no SME2: it cannot run sme2 kernels")
@@ -140,7 +147,7 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
                 f"this CPU's streaming vector length is {host.svl_bits} bits, not {svl_bits}"
             )
         return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch="aarch64",
-                      svl_bits=svl_bits if isa == "sme2" else 0)
+                      svl_bits=svl_bits if isa == "sme2" else 0, os=_target_os(host))
     if host.arch != "x86_64":
         raise ToolchainError(f"cannot build {isa} kernels on a {host.arch} host")
     cc = _cross_clang()
@@ -160,6 +167,52 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
 
 
 _ARM_MARCH = {"neon": "-march=armv8-a+simd", "sme2": "-march=armv9-a+sme2+sme-f64f64"}
+#: Apple's cores: the M4 has SME2 and SME_F64F64 but no SVE, while clang's armv9-a
+#: (and armv9.2-a) turn SVE2 on, so C compiled with them (sme2_exec.c outside
+#: streaming mode) may use instructions an M4 traps.  -mcpu=apple-m4 (LLVM 19 and
+#: later) enables what the M4 has -- SME, SME2, SME_F64F64 -- and no SVE.
+_APPLE_MARCH = {"neon": "-march=armv8-a+simd", "sme2": "-mcpu=apple-m4"}
+
+
+def arm_march(isa: str, os_name: str = "linux") -> str:
+    """The architecture flag of ``isa``'s kernels for an Arm target on ``os_name``."""
+    return (_APPLE_MARCH if os_name == "darwin" else _ARM_MARCH)[isa]
+
+
+#: The macOS release an Apple cross build targets (arm64-apple-macos<this>).
+APPLE_MIN_OS = "14"
+
+
+def apple_cross_target(isa: str, sdk: str | os.PathLike, svl_bits: int = 512) -> Target:
+    """NEON and SME2 targets for arm64 macOS, cross-built here with clang-19 and ld64.lld.
+
+    ``sdk`` is a macOS SDK folder (``usr/include``, ``usr/lib/libSystem.tbd``): clang
+    reads the C library's headers from it and the linker libSystem's exports.  No
+    runner: nothing built for macOS runs here.  The project's tests use it with a
+    stub SDK (tests/macos/sdk) to check that everything the aarch64 library is made
+    of compiles and links as Mach-O.
+    """
+    if isa not in ARM_ISAS:
+        raise ToolchainError(f"{isa!r} is not an Arm target; Arm targets: {', '.join(ARM_ISAS)}")
+    if svl_bits not in SVL_CHOICES:
+        raise ToolchainError(f"SVL must be one of {SVL_CHOICES} bits, got {svl_bits}")
+    clang = shutil.which("clang-19")
+    lld = shutil.which("ld64.lld-19") or shutil.which("ld64.lld")
+    if not clang or not lld:
+        raise ToolchainError(f"clang-19 and lld-19 (ld64.lld) build for macOS here: {_SETUP_HINT}")
+    return Target(
+        isa=isa,
+        cc=(clang, f"--target=arm64-apple-macos{APPLE_MIN_OS}", "-isysroot", str(sdk)),
+        cflags=_COMMON + (arm_march(isa, "darwin"),),
+        base_cflags=_COMMON,
+        # A new -mlinker-version makes clang pass ld64's -platform_version, which lld needs.
+        ldflags=(f"--ld-path={lld}", "-mlinker-version=1000"),
+        arch="aarch64",
+        svl_bits=svl_bits if isa == "sme2" else 0,
+        os="darwin",
+    )
+
+
 _CROSS_SYSROOT_LIBC = "/usr/aarch64-linux-gnu/lib/libc.a"
 _CROSS_LIBGCC = "/usr/lib/gcc-cross/aarch64-linux-gnu/*/libgcc.a"
 # The first QEMU that executes SME2 (multi-vector loads, predicate-as-counter).

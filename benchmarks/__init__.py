@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from autotune.runtime.loader import LIBRARY_NAME
+
 from .harness import Config, Point, Shape, build_harness, run_peer
 from .peers import PINNING_VARIABLES, Peer, discover, pinned_in_environment, thread_env
 from .results import (Target, add_ratios, evaluate_targets, points_frame, python_frame, regime_means,
@@ -195,7 +197,7 @@ def run(options: Options) -> Results:
     load_before = _load()
     home = _home(options)
     build_dir = home / "benchmarks" / "build"
-    library = Path(options.library) if options.library else home / "lib" / "host" / "libautotune.so"
+    library = Path(options.library) if options.library else home / "lib" / "host" / LIBRARY_NAME
     peers = discover(library, build_dir)
     if options.libraries:
         keep = {*options.libraries, "autotune"}
@@ -307,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         from . import display
 
         home = _home(Options(home=args.home))
-        display.show_peers(discover(home / "lib" / "host" / "libautotune.so", home / "benchmarks" / "build"))
+        display.show_peers(discover(home / "lib" / "host" / LIBRARY_NAME, home / "benchmarks" / "build"))
         return 0
     results = run(options_from_args(args))
     wrong = results.frame[results.frame["status"].eq("wrong")] if not results.frame.empty else results.frame

@@ -23,6 +23,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from autotune.runtime.loader import LIBRARY_NAME
+
 from .harness import build_harness
 from .peers import thread_env
 
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from autotune.home import home as default_home
 
     home = args.home or default_home()
-    library = home / "lib" / "host" / "libautotune.so"
+    library = home / "lib" / "host" / LIBRARY_NAME
     out = Console(highlight=False)
     prof, line = profile_shape(library, args.shape, args.dtype, args.api, args.threads, home / "benchmarks" / "build")
     import json

@@ -31,7 +31,7 @@ def install_copy(built: library.LibraryBuild, home: Path, target: str = "host") 
     """The session library's directory copied to ``home/lib/<target>`` (a new file, a new load)."""
     dest = home / "lib" / target
     shutil.copytree(built.library.parent, dest)
-    return dest / library.LIBRARY_NAME
+    return dest / loader.LIBRARY_NAME
 
 
 def run_python(code: str, home: Path) -> subprocess.CompletedProcess:

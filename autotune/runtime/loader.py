@@ -14,6 +14,7 @@ import importlib.util
 import os
 import platform
 import struct
+import sys
 import sysconfig
 import threading
 import warnings
@@ -25,8 +26,15 @@ from ..home import home
 from ..host import ISA_CAP_VARIABLE, IsaCapError, above_cap, normalized_arch
 from ..params import CTuneParams as at_tune_params  # the C name, for the prototypes below
 
-#: The file every install writes and the loader opens (the link stage names it after this).
-LIBRARY_NAME = "libautotune.so"
+
+def library_name(system: str = sys.platform) -> str:
+    """The shared library's file name on ``system`` (a ``sys.platform`` value, or a Target's os)."""
+    return "libautotune.dylib" if system == "darwin" else "libautotune.so"
+
+
+#: The file every install on this machine writes and the loader opens (the link
+#: stage names it after this): ``libautotune.dylib`` on macOS, ``.so`` elsewhere.
+LIBRARY_NAME = library_name()
 
 c_int64 = ctypes.c_int64
 c_int32 = ctypes.c_int32
@@ -76,7 +84,7 @@ HOST_TARGET = "host"
 
 
 def find_library() -> Path | None:
-    """$AUTOTUNE_LIBRARY, else ``$AUTOTUNE_HOME/lib/host/libautotune.so`` when it exists."""
+    """$AUTOTUNE_LIBRARY, else ``$AUTOTUNE_HOME/lib/host/libautotune.so`` (``.dylib`` on macOS) when it exists."""
     explicit = os.environ.get("AUTOTUNE_LIBRARY")
     if explicit:
         return Path(explicit)

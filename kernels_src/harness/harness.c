@@ -17,6 +17,7 @@
  * ISA specific lives in the peak files. */
 #define _DEFAULT_SOURCE
 #define _POSIX_C_SOURCE 200809L
+#define _DARWIN_C_SOURCE /* macOS hides MAP_ANON under _POSIX_C_SOURCE without it */
 
 #include <float.h>
 #include <math.h>

@@ -25,13 +25,11 @@
 #if !defined(__aarch64__)
 #error "sme2_region.S needs AArch64 with SME2: compile it with the sme2 target's flags"
 #endif
+#include "at_asm.h"
     .arch armv9-a+sme2+sme-f64f64
     .text
 
-    .globl at__sme2_region
-    .type at__sme2_region, %function
-    .p2align 4
-at__sme2_region:
+AT_FUNC_BEGIN(at__sme2_region)
     stp x29, x30, [sp, #-96]!
     mov x29, sp
     stp d8, d9, [sp, #16]
@@ -70,16 +68,13 @@ at__sme2_region:
     ldp x29, x30, [sp], #96
     ret
 9:  brk #0x5b                                // malformed TPIDR2 block: the caller broke the ABI
-    .size at__sme2_region, .-at__sme2_region
+AT_FUNC_END(at__sme2_region)
 
 // x0 K, x1 n, x2 src, x3 ld (bytes), x4 dst, x5 ldd (bytes), x6 ldd (elements),
 // x8 VL, x9 first x of the block, x10 first q, x11 rows of the block (<= 0 past n),
 // w12 slice, x13 pointer, x14 columns of the block.
 .macro AT_SME2_PACK_S name, t, ld, cnt, shift
-    .globl \name
-    .type \name, %function
-    .p2align 4
-\name:
+AT_FUNC_BEGIN(\name)
     \cnt x8
     mov x6, x5
     lsl x3, x3, #\shift
@@ -122,10 +117,10 @@ at__sme2_region:
 18: add x9, x9, x8
     b 10b
 19: ret
-    .size \name, .-\name
+AT_FUNC_END(\name)
 .endm
 
 AT_SME2_PACK_S at__sme2_pack_t_f32_s, s, w, cntw, 2
 AT_SME2_PACK_S at__sme2_pack_t_f64_s, d, d, cntd, 3
 
-    .section .note.GNU-stack,"",%progbits
+AT_NO_EXEC_STACK

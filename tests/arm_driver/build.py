@@ -63,14 +63,15 @@ def build_driver(target: Target, specs: list[KernelSpec], workdir: Path, svl_bit
     registry.write_text(_registry(specs, svl_bits))
     includes = ("-I", str(HERE), "-I", str(kernels_src() / "arm"), "-I", str(kernels_src() / "include"))
     sme = ("-DDRV_SME",) if target.isa == "sme2" else ()
-    jobs = [(src, src.with_suffix(".o"), ()) for src in sources]
+    asm = ("-I", str(kernels_src() / "arm"))  # at_asm.h, for the generated and the packing assembly
+    jobs = [(src, src.with_suffix(".o"), asm if src.suffix == ".S" else ()) for src in sources]
     jobs.append((registry, workdir / "registry.o", includes))
     jobs.append((HERE / "driver.c", workdir / "driver.o", includes + sme))
     # One canary caller serves the kernel and the runtime drivers.
     abi = HERE.parent / "arm_runtime" / "rt_abi.S"
     jobs.append((abi, workdir / "rt_abi.o", ("-DRT_SME",) if target.isa == "sme2" else ()))
     if target.isa == "sme2":
-        jobs.append((kernels_src() / "arm" / "sme2_pack.S", workdir / "sme2_pack.o", ()))
+        jobs.append((kernels_src() / "arm" / "sme2_pack.S", workdir / "sme2_pack.o", asm))
     with ThreadPoolExecutor(max_workers=2) as pool:
         list(pool.map(lambda job: _compile(target, *job), jobs))
     exe = workdir / "driver"
