@@ -48,8 +48,9 @@ struct at_plan {
     int64_t *thread_start;     /* threads + 1 offsets into steps or blocks */
     double thread_flops;       /* the batch split's threshold, as planned */
     /* Set when the whole plan is one kernel call on one thread without packing
-     * (every product one kernel covers): the entry points call it themselves,
-     * with the operands swapped for row-major.  NULL otherwise. */
+     * (every product one kernel covers) and that kernel reads A and B in place
+     * as an ordinary function (no panels, no streaming entry): the entry points
+     * call it themselves, with the operands swapped for row-major.  NULL otherwise. */
     at_kernel_fn single;
 };
 
@@ -232,8 +233,12 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
  * use, so the same bits, without the executor's calls in between (at 2x2x2 they
  * cost as much as the kernel).  Ready unless the plan needs the executor: not
  * one kernel, or alpha == 0 (then, as in the reference BLAS, A and B are not
- * read).  An SME2 library never is: its kernels run in a streaming region. */
-#ifndef AT_SME2_EXEC
+ * read).  The planner leaves `single` NULL for a kernel that reads packed
+ * panels or runs in an SME2 streaming region (plan.c), so those always take
+ * the executor.  The same definition in every translation unit: nothing here
+ * may depend on a macro only some of them are compiled with (AT_SME2_EXEC is
+ * exec.c's alone: blas.c, compiled without it, once called a packed SME2
+ * kernel on unpacked operands from a cached plan). */
 #define AT_SINGLE(T, KFN)                                                                  \
     static inline int at__single_ready_##T(const at_plan *p, T alpha)                      \
     {                                                                                    \
@@ -249,19 +254,6 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
         }                                                                                \
         ((KFN)p->single)(p->K, A, p->lda, B, p->ldb, C, p->ldc, alpha, beta);            \
     }
-#else
-#define AT_SINGLE(T, KFN)                                                                  \
-    static inline int at__single_ready_##T(const at_plan *p, T alpha)                      \
-    {                                                                                    \
-        (void)p, (void)alpha;                                                            \
-        return 0;                                                                        \
-    }                                                                                    \
-    static inline void at__single_run_##T(const at_plan *p, T alpha, const T *A,         \
-                                          const T *B, T beta, T *C)                      \
-    {                                                                                    \
-        (void)p, (void)alpha, (void)A, (void)B, (void)beta, (void)C;                     \
-    }
-#endif
 AT_SINGLE(float, at_sgemm_fn)
 AT_SINGLE(double, at_dgemm_fn)
 #undef AT_SINGLE

@@ -169,8 +169,16 @@ static int build_nopack(at_plan *p, int T)
     p->info.memops = memops + 2.0 * (double)p->M * (double)p->N;
     p->info.nsteps = p->nsteps;
     p->info.path = 0;
-    if (rc == AT_OK && p->nsteps == 1 && p->info.threads == 1 && p->steps[0].kernel >= 0)
-        p->single = at_kernel_table[p->steps[0].kernel].kernel.fn;
+    /* A lone kernel the entries may call themselves (at__single_run_*): only one
+     * that reads A and B in place and is an ordinary function.  A packed-format
+     * kernel (pack_a_ld, pack_b_ld: SME2's pa/pb/papb and hybrids) reads panels
+     * only the executor packs, and an SME2 kernel (fn_s) runs in the executor's
+     * streaming region.  Decided here, from the kernel's record, so every
+     * translation unit of the runtime agrees. */
+    if (rc == AT_OK && p->nsteps == 1 && p->info.threads == 1 && p->steps[0].kernel >= 0) {
+        const at_kernel *k = &at_kernel_table[p->steps[0].kernel].kernel;
+        if (k->pack_a_ld == 0 && k->pack_b_ld == 0 && k->fn_s == NULL) p->single = k->fn;
+    }
 done:
     free(st.v);
     at__grid_free(&g);
