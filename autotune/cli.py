@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib
+import importlib.util
 import json
+import os
+import select
 import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from types import ModuleType
+from typing import Callable, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -23,6 +28,7 @@ from .runtime.loader import LIBRARY_NAME
 from .table import TableError, TunedTable, kernel_score, load, table_path
 from .specs import SVL_CHOICES
 from .toolchain import KNOWN_ISAS, ToolchainError
+from .trials import summary_line
 
 DESCRIPTION = """\
 Install-time autotuned GEMM. `autotune install` generates fixed-size micro-kernels
@@ -35,6 +41,52 @@ TARGET_HELP = (
     f"one of {', '.join(KNOWN_ISAS)} selects a single family (Arm families are "
     "cross-built and validated under QEMU on an x86 host)"
 )
+TARGETS = ("host", *KNOWN_ISAS)
+
+#: The runtime's most threads (AT_MAX_THREADS, kernels_src/runtime/at_internal.h).
+MAX_THREADS = 256
+
+#: A shell's status for a program that wrote into a pipe nobody reads any more
+#: (128 + SIGPIPE), what `cat big | head` reports for cat.
+CLOSED_PIPE_STATUS = 128 + signal.SIGPIPE
+
+#: The width rich lays tables out in when the output is piped: wider than any line
+#: autotune prints, so nothing is folded, and tables keep their natural width.
+PIPED_WIDTH = 1000
+
+
+def target(value: str) -> str:
+    """--target: a name the installer knows; otherwise argparse's error, listing them."""
+    if value not in TARGETS:
+        raise argparse.ArgumentTypeError(f"unknown target {value!r}; valid targets: {', '.join(TARGETS)}")
+    return value
+
+
+def count(minimum: int, maximum: int | None = None, note: str = "") -> Callable[[str], int]:
+    """A whole-number argument in [minimum, maximum]; the error names the range."""
+    span = f"from {minimum} to {maximum}" if maximum is not None else f"of {minimum} or more"
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number {span}"
+                                             + (f" ({note})" if note else ""))
+        return value
+
+    return whole_number
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (0 or more)")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,17 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
                     "twice, at any stage) exits with status 130 and leaves the previous table and "
                     "library as they were; finished compiles, measurements and tuning trials are "
                     "kept for the next run.")
-    install.add_argument("--target", default="host", help=TARGET_HELP)
+    install.add_argument("--target", type=target, default="host", help=TARGET_HELP)
     install.add_argument("--quick", action="store_true",
                          help="a smaller kernel family and a shorter timing grid (about a minute)")
     install.add_argument("--force", action="store_true",
                          help="rebuild and re-measure everything, ignoring caches")
-    install.add_argument("--jobs", type=int, default=None, metavar="N",
+    install.add_argument("--jobs", type=count(1), default=None, metavar="N",
                          help="parallel compiler processes (default: the number of cores)")
     install.add_argument("--svl", type=int, choices=SVL_CHOICES, default=None, metavar="BITS",
                          help="SME2 streaming vector length to specialise kernels to: 128, 256 or "
                               "512 (default: the CPU's; 512 when cross-building)")
-    install.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+    install.add_argument("--budget", type=seconds, default=None, metavar="SECONDS",
                          help="time for the optuna search of the planner's parameters (default 90; "
                               "0 keeps the analytic default, as --quick does)")
     install.add_argument("--seed", type=int, default=0, help="seed of the tuning search (default 0)")
@@ -73,12 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
         "show", help="print the tuned table (or the host) in the terminal or as JSON",
         description="Print the tuned table: per family the validated and rejected kernels and "
                     "the fastest ones with their share of the measured peak.")
-    show.add_argument("--target", default="host", help=TARGET_HELP)
+    show.add_argument("--target", type=target, default="host", help=TARGET_HELP)
     show.add_argument("--host", action="store_true", help="print what was detected about this machine")
     show.add_argument("--json", action="store_true", help="print the table as JSON for scripts")
     show.add_argument("--all", action="store_true", help="list every kernel, not only the fastest")
     show.add_argument("--paths", action="store_true", help="print where autotune keeps its files")
-    show.add_argument("--limit", type=int, default=12, metavar="N",
+    show.add_argument("--limit", type=count(1), default=12, metavar="N",
                       help="fastest kernels listed per data type (default 12)")
     show.add_argument("--heatmap", action="store_true",
                       help="draw each family's kernel speed over mr x nr as a heatmap")
@@ -88,33 +140,44 @@ def build_parser() -> argparse.ArgumentParser:
         description="Ask the installed library's input-aware tiler for the plan of C = op(A) op(B) "
                     "with C of M x N and depth K: its steps (which kernel covers which block of C), "
                     "the predicted time and memory operations, and a drawing of the tiling of C.")
-    plan.add_argument("M", type=int)
-    plan.add_argument("N", type=int)
-    plan.add_argument("K", type=int)
+    plan.add_argument("M", type=count(0), help="rows of C")
+    plan.add_argument("N", type=count(0), help="columns of C")
+    plan.add_argument("K", type=count(0), help="the depth: columns of op(A), rows of op(B)")
     plan.add_argument("--dtype", choices=("f32", "f64"), default="f32")
     plan.add_argument("--trans", default="nn", type=str.lower, choices=("nn", "nt", "tn", "tt"),
                       help="transpositions of A and B, BLAS style (default nn)")
     plan.add_argument("--layout", choices=("col", "row"), default="col",
                       help="storage order of the matrices (default col, as BLAS)")
-    plan.add_argument("--threads", type=int, default=0, help="threads to plan for (default: the library's)")
-    plan.add_argument("--steps", type=int, default=40, metavar="N",
+    plan.add_argument("--threads", type=count(0, MAX_THREADS, "0: the library's default"), default=0,
+                      metavar="N", help=f"threads to plan for, 1 to {MAX_THREADS} (default 0: the library's, "
+                                        "AUTOTUNE_NUM_THREADS or the online CPUs)")
+    plan.add_argument("--steps", type=count(0), default=40, metavar="N",
                       help="list at most N steps (default 40; the drawing shows them all)")
 
     bench = commands.add_parser(
         "bench", help="benchmark against OpenBLAS, BLIS, LIBXSMM, MKL and numpy in one run",
-        description="Run the side-by-side benchmarks of the source checkout's benchmarks/ "
-                    "(the same as `python -m benchmarks` there): our cblas and plan handles "
-                    "against the peers' on small, irregular and large shapes, one and all cores. "
-                    "Arguments after `bench` go to it; `autotune bench -- --help` lists them. "
-                    "`scripts/setup.sh --bench` installs the peers.", add_help=False)
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the benchmarks")
+        description="Measure the installed library side by side with the libraries a user would "
+                    "pick instead: our cblas and plan handles against OpenBLAS, BLIS, MKL and "
+                    "LIBXSMM (C level) and autotune.gemm against numpy (Python level), on small, "
+                    "irregular and large shapes, one and all cores. Results go to "
+                    "$AUTOTUNE_HOME/benchmarks/ (latest.csv, latest.json, report.csv) and "
+                    "`autotune report` draws them. A peer that is not installed is reported as "
+                    "missing: they are Debian's libopenblas-dev, libblis-dev and libxsmm-dev and "
+                    "PyPI's mkl (`bash scripts/setup.sh --bench` in a source checkout installs them). "
+                    "The full run takes about 10 minutes on 2 cores, --quick about one.")
+    try:
+        benchmarks_module().add_arguments(bench)
+    except ImportError:
+        # Every other command works without the benchmarks; `autotune bench`, whatever its
+        # options, says what is missing.
+        bench.set_defaults(bench_unavailable=True)
 
     report = commands.add_parser(
         "report", help="write the HTML tuning report (one self-contained offline file)",
         description="Write one self-contained HTML page showing what was tuned: host and peak, "
                     "heatmaps of kernel speed over mr x nr, GFLOPS against K, the selection, "
                     "rejected kernels, and the tuning history and plans once they exist.")
-    report.add_argument("--target", default="host", help=TARGET_HELP)
+    report.add_argument("--target", type=target, default="host", help=TARGET_HELP)
     report.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                         help="where to write it (default: $AUTOTUNE_HOME/reports/<target>.html)")
     report.add_argument("--open", action="store_true", help="open it in a web browser")
@@ -125,10 +188,91 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Like parser.parse_args, but an unknown option is the command's error, with its usage.
+
+    argparse hands what a subcommand does not know back to the top-level parser,
+    which would print the top-level usage for an option `show` does not have.
+    """
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "bench_unavailable", False):
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """A closed pipe is main()'s to handle (quietly, status 141), not rich's (status 1)."""
+        self.quiet = True  # nothing more goes to this stream
+        if not self.stderr:
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console on stdout (or stderr) that wraps only for a person at a terminal.
+
+    rich wraps to 80 columns when the stream is a pipe or a file, which cuts lines
+    mid-phrase ("0\nrejected") for the script or log reading them; there every
+    line is written whole, tables at their natural width (COLUMNS, when set, still
+    gives a width).
+    """
+    stream = sys.stderr if stderr else sys.stdout
+    terminal = _Console(file=stream, stderr=stderr)
+    if terminal.is_terminal or os.environ.get("COLUMNS"):
+        return terminal
+    return _Console(file=stream, stderr=stderr, soft_wrap=True, width=PIPED_WIDTH)
+
+
+def stdout_closed() -> bool:
+    """Whether the reader of our stdout went away (`| head` took its lines and left)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's capture): not a pipe
+        return False
+
+
+def quiet_exit_on_closed_pipe() -> int:
+    """End quietly, as `cat` does when `head` has read enough: nothing on stderr, status 141.
+
+    stdout is pointed at /dev/null first, so the interpreter's last flush of the
+    unwritten rest cannot fail ("Exception ignored ... BrokenPipeError").
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return CLOSED_PIPE_STATUS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out = Console()
-    err = Console(stderr=True)
+    try:
+        status = run(argv)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is then one more case handled below
+        return status
+    except BrokenPipeError:
+        if stdout_closed():
+            return quiet_exit_on_closed_pipe()
+        raise
+
+
+def report_os_error(exc: OSError, err: Console) -> int:
+    # A home that became read-only or full, a file another process holds: the file
+    # and the reason, and where to go instead.
+    where = f"{exc.filename}: " if exc.filename else ""
+    err.print(f"[bold red]error:[/] {where}{exc.strerror or exc} (set AUTOTUNE_HOME to a writable "
+              "directory, or give `report` another -o)", soft_wrap=True)
+    return 2
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(build_parser(), argv)
+    out = console()
+    err = console(stderr=True)
     try:
         if args.command == "install":
             return cmd_install(args, err)
@@ -149,19 +293,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         # One line however long: a wrapped path or command cannot be copied.
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 2
+    except BrokenPipeError as exc:
+        if stdout_closed():
+            raise  # main() ends quietly
+        return report_os_error(exc, err)
     except OSError as exc:
-        # A home that became read-only or full, a file another process holds: the file
-        # and the reason, and where to go instead.
-        where = f"{exc.filename}: " if exc.filename else ""
-        err.print(f"[bold red]error:[/] {where}{exc.strerror or exc} (set AUTOTUNE_HOME to a writable "
-                  "directory, or give `report` another -o)", soft_wrap=True)
-        return 2
+        return report_os_error(exc, err)
     except KeyboardInterrupt:
         # The run is over: a second Ctrl-C must not cut the report short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        err.print("[yellow]interrupted:[/] the previous table and library are unchanged; finished "
-                  "compiles, measurements and tuning trials are kept and the next run resumes from them",
-                  soft_wrap=True)
+        if args.command == "install":
+            err.print("[yellow]interrupted:[/] the previous table and library are unchanged; finished "
+                      "compiles, measurements and tuning trials are kept and the next run resumes from them",
+                      soft_wrap=True)
+        else:
+            err.print("[yellow]interrupted[/]")
         return 130
     return 1
 
@@ -178,7 +324,7 @@ def cmd_install(args: argparse.Namespace, err: Console) -> int:
         f"({result.compiled} compiled, {result.measured} measured in this run, "
         f"{result.seconds:.0f} s)"
     )
-    err.print(tuning_summary(table), highlight=False)
+    err.print(summary_line(table.tuning), highlight=False)
     if result.library:
         err.print(f"library: {result.library}", soft_wrap=True)
     for note in result.notes:
@@ -241,7 +387,7 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
     out.print(banner)
     peaks = "  ".join(f"{d} {g:.1f}" for d, g in sorted(table.peak_gflops.items()))
     out.print(f"peak GFLOPS per core: {peaks or 'not measured'}   fingerprint {table.fingerprint}")
-    out.print(tuning_summary(table), highlight=False)
+    out.print(summary_line(table.tuning), highlight=False)
 
     summary = Table(title="kernels", title_justify="left")
     for column in ("family", "dtype", "trans", "valid", "rejected", "best GFLOPS"):
@@ -301,27 +447,41 @@ def cmd_plan(args: argparse.Namespace, out: Console) -> int:
     return 0
 
 
+def benchmarks_module() -> ModuleType:
+    """The benchmarks package: ``benchmarks/`` beside ``autotune/`` in a source checkout,
+    else the copy an installed autotune carries (``autotune.benchmarks``, see pyproject.toml).
+
+    The checkout's copy is loaded from its own path, never by a search of sys.path,
+    so another directory's ``benchmarks`` (the current one's, say) is never run.
+    """
+    source = Path(__file__).resolve().parent.parent / "benchmarks"
+    if not (source / "bench_gemm.c").is_file():
+        return importlib.import_module("autotune.benchmarks")
+    loaded = sys.modules.get("benchmarks")
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve().parent == source:
+        return loaded
+    spec = importlib.util.spec_from_file_location("benchmarks", source / "__init__.py",
+                                                  submodule_search_locations=[str(source)])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["benchmarks"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["benchmarks"]
+        raise
+    return module
+
+
 def cmd_bench(args: argparse.Namespace, err: Console) -> int:
-    # The benchmarks live beside the package in the checkout, not inside it: the
-    # install adds one import name, and peers' glue has no place in a runtime.
-    checkout = Path(__file__).resolve().parent.parent
-    if not (checkout / "benchmarks" / "__main__.py").exists():
-        err.print("[bold red]error:[/] `autotune bench` runs the benchmarks/ of a source checkout; "
-                  "this autotune was installed without one (use `pip install -e` from a clone)")
+    try:
+        bench = benchmarks_module()
+    except ImportError as exc:
+        err.print(f"[bold red]error:[/] `autotune bench` needs the benchmarks that ship with autotune "
+                  f"(autotune.benchmarks), and this installation lacks them ({exc}): reinstall autotune from "
+                  "its wheel or from a clone of its source (`pip install .` there)", soft_wrap=True)
         return 2
-    passed = [a for a in args.args if a != "--"] if args.args[:1] == ["--"] else args.args
-    return subprocess.call([sys.executable, "-m", "benchmarks", *passed], cwd=checkout)
-
-
-def tuning_summary(table: TunedTable) -> str:
-    """One line on the planner's parameters: tuned (and by how much) or the analytic default."""
-    tuning = table.tuning or {}
-    default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
-    if not default_s or not tuned_s:
-        return "planner parameters: analytic default (not tuned)"
-    verdict = "kept" if tuning.get("kept") else "default kept"
-    return (f"tuning: suite {default_s * 1e3:.2f} ms default, {tuned_s * 1e3:.2f} ms tuned, {verdict} "
-            f"({len(tuning.get('trials', []))} trials, {tuning.get('budget_s', 0):.0f} s)")
+    return bench.command(args)
 
 
 def cmd_clean(args: argparse.Namespace, out: Console) -> int:

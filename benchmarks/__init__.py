@@ -1,7 +1,7 @@
 """Side-by-side GEMM benchmarks: autotune against the libraries a user would pick instead.
 
-``python -m benchmarks`` (and ``autotune bench``, wired to :func:`add_arguments` and
-:func:`run`) measures, in one run:
+``autotune bench`` (and ``python -m benchmarks`` in a source checkout; both go
+through :func:`add_arguments` and :func:`command`) measures, in one run:
 
 * **C level**: one harness (``bench_gemm.c``) times every library through the same
   loop.  ``cblas`` interface: our ``cblas_?gemm`` against OpenBLAS's, BLIS's and
@@ -13,6 +13,10 @@
 and writes ``$AUTOTUNE_HOME/benchmarks/latest.{csv,json}`` (plus a dated copy).
 Timings never belong in tests; the tests check that the harness computes correct
 results through each peer and that this module's arithmetic is right.
+
+In a source checkout this package is ``benchmarks``, beside ``autotune``; an
+installed autotune carries it as ``autotune.benchmarks`` (pyproject.toml maps the
+one directory to that name), so nothing here names its own package.
 """
 
 from __future__ import annotations
@@ -150,12 +154,16 @@ def run_python_level(home: Path, sizes: tuple[int, ...], batch: int, min_time: f
     # numpy's own OpenBLAS is a peer too: it runs without pinning variables, like the others.
     env = {k: v for k, v in os.environ.items() if k not in PINNING_VARIABLES}
     env.update({**thread_env(1), "AUTOTUNE_HOME": str(home)})
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    cmd = [sys.executable, "-m", "benchmarks.pylevel", "--sizes", ",".join(map(str, sizes)),
+    cwd = None
+    if __name__ == "benchmarks":
+        # The checkout's copy: its root is where the child finds this package (and autotune),
+        # ahead of any other `benchmarks` on the path.
+        cwd = root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [sys.executable, "-m", f"{__name__}.pylevel", "--sizes", ",".join(map(str, sizes)),
            "--batch", str(batch), "--min-time", f"{min_time:g}", "--repeats", str(repeats),
            "--dtypes", ",".join(dtypes)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=1800)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=1800, cwd=cwd)
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "rows": []}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -165,8 +173,9 @@ def _command_line() -> str:
     argv = list(sys.argv)
     if not argv:
         return "benchmarks.run"
-    if argv[0].endswith("__main__.py"):  # `python -m benchmarks` reports the module's file
-        argv[0:1] = ["python", "-m", "benchmarks"]
+    if argv[0].endswith("__main__.py"):  # `python -m benchmarks` (or autotune) reports the module's file
+        ours = Path(argv[0]).resolve() == Path(__file__).resolve().with_name("__main__.py")
+        argv[0:1] = ["python", "-m", __name__ if ours else Path(argv[0]).resolve().parent.name]
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -264,6 +273,19 @@ def load_latest(home: Path | None = None) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.exists() else None
 
 
+def _thread_count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (a whole number, 1 or more)")
+    return int(text)
+
+
+def _shape(text: str) -> Shape:
+    parts = text.split(",")
+    if len(parts) not in (3, 4) or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not M,N,K or M,N,K,BATCH (whole numbers, 1 or more)")
+    return Shape(*(int(p) for p in parts))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `python -m benchmarks`, for `autotune bench` to share."""
     parser.add_argument("--quick", action="store_true", help="a few shapes, shorter timing (about a minute)")
@@ -273,7 +295,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="measure this libautotune.so instead of the installed one (C level only)")
     parser.add_argument("--dtype", choices=("f32", "f64"), action="append", dest="dtypes",
                         help="measure only this dtype (repeatable)")
-    parser.add_argument("--threads", type=int, action="append",
+    parser.add_argument("--threads", type=_thread_count, action="append", metavar="N",
                         help="thread count (repeatable; default 1 and all cores)")
     parser.add_argument("--min-time", type=float, default=None, help="seconds per repeat (default 0.002)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per point (default 7)")
@@ -285,15 +307,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this peer (openblas, blis, mkl, libxsmm, numpy; repeatable)")
     parser.add_argument("--no-c", action="store_true", help="skip the C level")
     parser.add_argument("--no-python", action="store_true", help="skip the Python level")
-    parser.add_argument("--shape", action="append", default=None, metavar="M,N,K[,BATCH]",
+    parser.add_argument("--shape", type=_shape, action="append", default=None, metavar="M,N,K[,BATCH]",
                         help="measure these shapes instead of the standard list (repeatable)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for latest.csv/json (default $AUTOTUNE_HOME/benchmarks)")
     parser.add_argument("--no-save", action="store_true", help="do not write result files")
+    parser.add_argument("--list-peers", action="store_true", help="print where each peer was found and exit")
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
-    shapes = tuple(Shape(*(int(v) for v in s.split(","))) for s in (args.shape or ()))
+    shapes = tuple(s if isinstance(s, Shape) else _shape(s) for s in (args.shape or ()))
     return Options(home=args.home, library=args.library, quick=args.quick, dtypes=tuple(args.dtypes or ("f32", "f64")),
                    threads=tuple(args.threads or ()), min_time=args.min_time, repeats=args.repeats,
                    cold=args.cold, passes=args.passes, c_level=not args.no_c, python_level=not args.no_python,
@@ -301,10 +324,13 @@ def options_from_args(args: argparse.Namespace) -> Options:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__name__}", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    parser.add_argument("--list-peers", action="store_true", help="print where each peer was found and exit")
-    args = parser.parse_args(argv)
+    return command(parser.parse_args(argv))
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run what the parsed options of :func:`add_arguments` ask for; 1 when a peer computed a wrong result."""
     if args.list_peers:
         from . import display
 

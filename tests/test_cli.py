@@ -6,6 +6,7 @@ import io
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -14,9 +15,11 @@ from autotune import cli, table, toolchain
 from tests.isa import best_simd_isa
 from tests.test_table import make_table
 
+ROOT = Path(__file__).resolve().parent.parent
 
 def autotune(*args: str, home) -> subprocess.CompletedProcess:
     env = {**os.environ, "AUTOTUNE_HOME": str(home)}
+    env.pop("COLUMNS", None)  # as from a script: no width but the pipe's
     return subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True,
                           text=True, env=env, timeout=120)
 
@@ -105,3 +108,153 @@ def test_an_unwritable_home_is_one_line(tmp_path, monkeypatch, capsys, command):
     assert cli.main(command) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert f"{tmp_path / 'build'}: Permission denied" in line and "AUTOTUNE_HOME" in line
+
+
+# -- commands and their errors ------------------------------------------------------
+
+def emulated_table(tuning: dict | None = None):
+    """A table `show --target sme2` prints on any host (emulated tables are never checked against it)."""
+    import dataclasses
+
+    return dataclasses.replace(make_table("sme2", "emulated"), tuning=tuning)
+
+
+TUNING = {"objective_default_s": 1.23e-3, "objective_tuned_s": 1.23e-3, "kept": False, "budget_s": 90.0,
+          "trials": [{"number": i, "state": state, "value": 1.3e-3 if state == "COMPLETE" else None}
+                     for i, state in enumerate(["COMPLETE"] * 5 + ["PRUNED"] * 7 + ["FAIL"])]}
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_bench_has_help(tmp_path, flag):
+    done = autotune("bench", flag, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: autotune bench")
+    for option in ("--quick", "--only", "--threads", "--list-peers"):
+        assert option in done.stdout
+
+
+def test_bench_rejects_bad_options_with_its_own_usage(tmp_path):
+    done = autotune("bench", "--threads", "-2", home=tmp_path)
+    assert done.returncode == 2 and "usage: autotune bench" in done.stderr and "thread count" in done.stderr
+
+
+def test_bench_runs_from_another_directory(tmp_path):
+    # `--list-peers` runs the benchmarks' own code without measuring anything.
+    env = {**os.environ, "AUTOTUNE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "autotune", "bench", "--list-peers"], capture_output=True,
+                          text=True, env=env, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "openblas" in done.stdout.lower()
+
+
+def test_unknown_target_names_the_valid_ones_and_no_command_that_fails(tmp_path):
+    for command in ("show", "report", "install"):
+        done = autotune(command, "--target", "foo", home=tmp_path)
+        assert done.returncode == 2
+        assert f"usage: autotune {command}" in done.stderr
+        assert "unknown target 'foo'" in done.stderr
+        assert "valid targets: host, avx512, avx2, generic" in done.stderr
+        assert "--target foo`" not in done.stderr  # no hint to run what cannot work
+
+
+def test_unknown_option_prints_the_commands_usage(tmp_path):
+    done = autotune("show", "--frobnicate", home=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: autotune show")
+    assert "unrecognized arguments: --frobnicate" in done.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["plan", "8", "8", "8", "--threads", "-1"], "'-1' is not a whole number from 0 to 256"),
+    (["plan", "8", "8", "8", "--threads", "1e3"], "'1e3' is not a whole number from 0 to 256"),
+    (["plan", "8", "8", "8", "--threads", "257"], "'257' is not a whole number from 0 to 256"),
+    (["plan", "-8", "8", "8"], "'-8' is not a whole number of 0 or more"),
+    (["install", "--jobs", "0"], "'0' is not a whole number of 1 or more"),
+    (["install", "--budget", "-5"], "'-5' is not a number of seconds"),
+    (["show", "--limit", "0"], "'0' is not a whole number of 1 or more"),
+])
+def test_invalid_counts_are_refused(tmp_path, args, message):
+    done = autotune(*args, home=tmp_path)
+    assert done.returncode == 2
+    assert message in done.stderr and f"usage: autotune {args[0]}" in done.stderr
+
+
+def test_every_command_a_message_names_exists():
+    """Hints in messages and pages (`autotune install --force`, ...) must parse as commands."""
+    import re
+
+    parser = cli.build_parser()
+    sources = [*Path(ROOT, "autotune").rglob("*.py"), *Path(ROOT, "autotune").rglob("*.j2"),
+               *Path(ROOT, "benchmarks").rglob("*.py"), Path(ROOT, "README.md")]
+    named = set()
+    for path in sources:
+        for command in re.findall(r"`autotune ([a-z][^`{}<>\[\]|]*)`", path.read_text()):
+            named.add(command.strip())
+    assert {"install", "bench", "install --force", "clean --all", "show --paths"} <= named
+    for command in sorted(named):
+        try:
+            parser.parse_args(command.split())
+        except SystemExit:
+            pytest.fail(f"`autotune {command}` is named in a message but does not parse")
+
+
+# -- output into pipes ----------------------------------------------------------------
+
+def test_piped_output_is_not_wrapped(tmp_path):
+    table.save(emulated_table(TUNING), tmp_path)
+    done = autotune("show", "--target", "sme2", home=tmp_path)  # stdout is a pipe here
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    summary = next(line for line in lines if line.startswith("tuning:"))
+    assert len(summary) > 80 and summary.endswith("90 s)")  # one line, however long
+    assert "13 trials: 5 complete, 7 pruned, 1 failed" in summary
+
+
+def test_terminal_output_still_wraps_to_the_terminal():
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=60, force_terminal=True)
+    console.print("word " * 30)
+    assert max(len(line) for line in buffer.getvalue().splitlines()) <= 60
+
+
+@pytest.mark.parametrize("args", [["show", "--target", "sme2", "--json"], ["show", "--target", "sme2"],
+                                  ["show", "--paths"]])
+def test_a_closed_pipe_ends_quietly(tmp_path, args):
+    table.save(emulated_table(TUNING), tmp_path)
+    env = {**os.environ, "AUTOTUNE_HOME": str(tmp_path)}
+    # The reader is gone before the command writes a byte: what `| head -0` does at once,
+    # and `| head` does after its lines.
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141  # 128 + SIGPIPE, as a shell reports for `cat`
+    assert stderr == ""
+
+
+def test_a_closed_pipe_from_a_shell_pipeline(tmp_path):
+    table.save(emulated_table(TUNING), tmp_path)
+    script = f"set -o pipefail; {sys.executable} -m autotune show --target sme2 --json | head -n 1"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "AUTOTUNE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    assert done.stdout == "{\n"
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+    assert done.returncode in (0, 141)  # 0 when everything fitted the pipe before head left
+
+
+def test_bench_without_its_package_says_what_to_do(monkeypatch, capsys):
+    def missing():
+        raise ImportError("No module named 'autotune.benchmarks'")
+
+    monkeypatch.setattr(cli, "benchmarks_module", missing)
+    assert cli.main(["bench", "--quick"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "autotune.benchmarks" in line and "reinstall autotune" in line and "pip install ." in line
+
+
+def test_messages_on_stderr_are_not_wrapped_either(monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # a file: not a terminal
+    err = cli.console(stderr=True)
+    err.print("stored /some/home/tables/host.json: 701 kernels validated, 0 rejected, 419 selected " * 2)
+    assert len(sys.stderr.getvalue().splitlines()) == 1

@@ -93,7 +93,8 @@ def synthetic_tuning(seed: int = 3, trials: int = 40) -> dict:
         value = 1e-3 * (1 + 0.8 * abs(math.log2(blk_k / 256)) + 0.002 * nb + rng.normal(0, 0.02))
         out.append({"number": number, "value": value, "params": {"blk_k": blk_k, "nb": nb, "prefer": prefer}})
     out.append({"number": trials, "value": None, "params": {"blk_k": 64, "nb": 8, "prefer": "u2"}})  # failed
-    return {"trials": out, "objective_default_s": 1.6e-3, "objective_tuned_s": 1.02e-3, "budget_s": 120}
+    return {"trials": out, "objective_default_s": 1.6e-3, "objective_tuned_s": 1.02e-3, "budget_s": 120,
+            "kept": True}
 
 
 def tiled_plan(M: int, N: int, K: int, blocks: list[tuple[int, int]]) -> Plan:
@@ -177,6 +178,10 @@ def test_every_section_appears_when_its_data_exists(full_page):
         assert f'<section id="{anchor}">' in full_page
         assert f'href="#{anchor}"' in full_page
     assert full_page.count('<figure class="heatmap">') == 2  # f32, f64
+    assert full_page.count('<img class="key"') == 2  # one colour key per dtype
+    # One panel per family (3 ISAs x 4 transpositions per dtype), each drawn at its own size.
+    assert full_page.count('alt="avx512 f32 nn: heatmap') == 1
+    assert len(re.findall(r'alt="\w+ f(32|64) (nn|nt|tn|tt): heatmap', full_page)) == 24
     assert full_page.count('<figure class="kcurve">') == 2
     assert full_page.count('<figure class="plan">') == 2
     assert 'aria-label="objective per trial"' in full_page
@@ -187,10 +192,19 @@ def test_every_section_appears_when_its_data_exists(full_page):
 
 def test_later_stage_sections_are_absent_without_their_data(small):
     page = render_report(small)
-    for anchor in ("tuning", "plans", "peers"):
+    for anchor in ("tuning", "plans"):
         assert f'id="{anchor}"' not in page
         assert f'href="#{anchor}"' not in page
     assert "figure-svg" in page  # the GFLOPS-against-K charts are still there
+
+
+def test_without_peer_benchmarks_the_page_says_how_to_get_them(small, full_page):
+    page = render_report(small)
+    assert 'href="#peers"' in page
+    note = page[page.index('id="no-peers"'):]
+    note = re.sub(r"\s+", " ", note[:note.index("</p>")])
+    assert "No peer benchmarks yet: run <code>autotune bench</code>" in note
+    assert 'id="no-peers"' not in full_page and 'aria-label="peer comparison"' in full_page
 
 
 def test_svg_ids_are_unique_across_the_page(full_page):
@@ -366,3 +380,139 @@ def test_page_renders_in_headless_chromium(full_report, tmp_path):
     assert pixels.std() > 20  # a blank or single-colour page has almost no variance
     # The heatmaps sit below the summary: the lower half has ink too, not just the header.
     assert pixels[1200:].std() > 20
+
+
+# -- the tuning section: counts, verdict, parameters, importance -------------------
+
+def states_tuning(kept: bool = False) -> dict:
+    """A record as autotune.tune writes it: trials with states, studies with their confirmation runs."""
+    trials = []
+    for number in range(30):
+        state = "PRUNED" if number % 3 == 1 else "FAIL" if number == 29 else "COMPLETE"
+        value = 1.0e-3 * (1 + 0.01 * (number % 7)) if state == "COMPLETE" else None
+        trials.append({"number": number, "study": "f32-all-large", "state": state, "value": value,
+                       "params": {"f32.blk_k": 64 * (1 + number % 4), "f32.grid": number % 3}})
+    studies = [{"study": "f32-all-large", "trials": 30, "kept": kept, "best_s": 0.9e-3,
+                "confirm_default_s": 1.0e-3, "confirm_best_s": 0.995e-3 if not kept else 0.9e-3}]
+    return {"trials": trials, "studies": studies, "kept": kept, "budget_s": 90.0,
+            "objective_default_s": 1.0e-3, "objective_tuned_s": 1.0e-3 if not kept else 0.9e-3,
+            "default_params": {"blk_k": {"f32": 256, "f64": 256}},
+            "tuned_params": {"blk_k": {"f32": 128, "f64": 256}} if kept else None}
+
+
+def test_trials_are_counted_as_the_command_line_counts_them(small):
+    from autotune.cli import print_table
+    from autotune.trials import summary_line
+
+    tuning = states_tuning()
+    counts = data.tuning_history(tuning).counts
+    assert (counts.total, counts.complete, counts.pruned, counts.failed) == (30, 19, 10, 1)
+    page = render_report(dataclasses.replace(small, tuning=tuning))
+    card = page[page.index('<div class="label">trials</div>'):]
+    card = card[:card.index("</div></div>")]
+    assert '<div class="value">30</div>' in card
+    assert "19 complete, 10 pruned, 1 failed" in card
+    assert "30 trials: 19 complete, 10 pruned, 1 failed" in summary_line(tuning)
+    buffer = io.StringIO()
+    print_table(dataclasses.replace(small, tuning=tuning), Console(file=buffer, width=200))
+    assert "30 trials: 19 complete, 10 pruned, 1 failed" in buffer.getvalue()
+    # The chart draws the complete ones and says where the others went.
+    assert "one of the 19 complete trials" in page and "10 pruned" in page
+
+
+def test_a_default_kept_says_why_instead_of_one_times_faster(small):
+    page = render_report(dataclasses.replace(small, tuning=states_tuning(kept=False)))
+    section = page[page.index('<section id="tuning">'):page.index("</section>", page.index('<section id="tuning">'))]
+    assert "1.00x faster" not in section
+    assert "defaults kept" in section
+    verdict = re.sub(r"\s+", " ", section[section.index('id="tuning-verdict"'):])
+    assert "only when an interleaved confirmation run shows them faster than the defaults by more than 1%" \
+        in verdict
+    assert "f32-all-large: best re-measured at 0.995 ms against 1.000 ms for the defaults" in verdict
+    kept = render_report(dataclasses.replace(small, tuning=states_tuning(kept=True)))
+    assert "1.11x faster than the defaults" in kept and "The tuned parameters were kept" in kept
+
+
+def test_the_verdict_of_a_real_search(tmp_path):
+    from tests.test_tune import FakeRunner, run
+
+    flat = run(tmp_path / "flat", runner=FakeRunner(flat=True), n_trials=6)
+    assert "The analytic defaults were kept" in data.tuning_history(flat.record).verdict
+    found = run(tmp_path / "found", n_trials=25)
+    history = data.tuning_history(found.record)
+    assert history.kept and history.verdict.startswith("The tuned parameters were kept")
+    assert history.counts.total == len(found.record["trials"])
+
+
+def test_keep_margin_is_the_tuners():
+    from autotune import trials, tune
+
+    assert trials.KEEP_MARGIN == tune.KEEP_MARGIN
+
+
+def test_planner_parameters_are_a_table_not_a_dict(small):
+    from autotune.params import BY_NAME, DEFAULTS
+
+    params = {**DEFAULTS.to_mapping(), "simd_bytes": 64}
+    params["blk_k"] = {"f32": 128, "f64": 256}
+    page = render_report(dataclasses.replace(small, params=params, tuning=states_tuning(kept=True)))
+    table_html = page[page.index('id="params-table"'):]
+    table_html = table_html[:table_html.index("</table>")]
+    assert "{&#39;f32&#39;" not in page and "{'f32'" not in page
+    assert "<th>parameter</th><th>meaning</th><th class=\"num\">f32</th><th class=\"num\">f64</th>" in table_html
+    assert BY_NAME["blk_k"].meaning in table_html and BY_NAME["edge_frac"].meaning in table_html
+    row = table_html[table_html.index(">blk_k<"):]
+    row = row[:row.index("</tr>")]
+    assert re.findall(r">([^<>]+)</td>", row)[-3:] == ["128", "256", "256"]
+    assert 'class="num tuned">128' in row  # the value the search changed
+    assert "2 ns" in table_html  # call_seconds, in a unit a person reads
+    assert "simd_bytes" in page[page.index('<section id="params">'):]
+
+
+def test_importance_is_optunas_and_says_so():
+    history = data.tuning_history(synthetic_tuning())
+    importance, method = data.param_importance(history)
+    assert method == data.OPTUNA_METHOD and "get_param_importances" in method
+    assert sum(importance) == pytest.approx(1.0)  # optuna's shares, normalised per study
+    short, method = data.param_importance(data.tuning_history(synthetic_tuning(trials=6)))
+    assert short.empty and "6 complete trials, fewer than 10" in method
+
+
+def test_importance_is_per_study():
+    tuning = synthetic_tuning()
+    for trial in tuning["trials"]:  # two studies searching different parameters
+        trial["study"] = "f32-all-large" if trial["number"] % 2 else "f32-all-small"
+        trial["params"] = {f"{trial['study'][:3]}.{trial['study'][-5:]}.{k}": v
+                           for k, v in trial["params"].items()}
+    importance, method = data.param_importance(data.tuning_history(tuning))
+    assert method == data.OPTUNA_METHOD and len(importance) == 6
+    assert importance.sum() == pytest.approx(2.0)
+
+
+def test_the_page_names_the_importance_method(full_page, small):
+    assert "optuna.importance.get_param_importances" in full_page
+    page = render_report(small, extra=ReportExtras(tuning=synthetic_tuning(trials=6)))
+    assert "Parameter importance: none to show" in page and "fewer than 10" in page
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [800, 1280])
+def test_page_fits_the_window(full_report, width):
+    """Nothing but a table's own scroll box is wider than the window; heatmaps show at full size."""
+    from autotune.reports.browser import find_chromium, layout
+
+    if not find_chromium():
+        pytest.fail("Chromium is not installed: run scripts/setup.sh --test")
+    laid = layout(full_report, width=width)
+    assert laid.viewport == width
+    assert laid.page_width <= width and laid.overflow == (), laid
+    assert laid.heatmap_scale == pytest.approx(1.0, abs=0.01)  # labels as drawn, not shrunk
+
+
+def test_peer_shapes_without_a_ratio_still_render(small):
+    """A shape only autotune ran (its plan interface with no plan peer found) has no ratio."""
+    frame = pd.concat([example_benchmarks(), pd.DataFrame(
+        [{"shape": "f32 plan 4x4x4", "library": "autotune", "gflops": 6.8, "ratio": math.nan}])])
+    page = render_report(small, extra=ReportExtras(benchmarks=frame))
+    row = page[page.index('<td class="mono">f32 plan 4x4x4</td>'):]
+    assert row[:row.index("</tr>")].count("–") == 3  # no ratio for any library

@@ -297,6 +297,22 @@ def test_environment_sets_threads(built):
     assert out.stdout.strip() == "3", out.stderr
 
 
+@pytest.mark.parametrize("value", ["1e3", "-2", "four", "3x"])
+def test_environment_thread_count_that_is_no_count_is_ignored_with_one_warning(built, value):
+    # The variable is read again after set_num_threads(0): still one warning per process.
+    code = (
+        "import autotune.runtime as rt, sys; rt.use_library(sys.argv[1]); "
+        "print(rt.get_num_threads()); rt.set_num_threads(0); print(rt.get_num_threads())"
+    )
+    env = dict(os.environ, AUTOTUNE_NUM_THREADS=value)
+    out = subprocess.run([sys.executable, "-c", code, str(built.library)], env=env,
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    online = min(os.sysconf("SC_NPROCESSORS_ONLN"), 256)
+    assert out.stdout.split() == [str(online)] * 2, out.stderr
+    assert out.stderr.count("AUTOTUNE_NUM_THREADS") == 1
+    assert f'ignoring AUTOTUNE_NUM_THREADS="{value}"' in out.stderr
+
+
 def test_plan_cache_hits(lib):
     lib.lib.at_plan_cache_clear()
     A, B = np.ones((13, 11), np.float32), np.ones((11, 9), np.float32)

@@ -23,6 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, help="HTML file (default $AUTOTUNE_HOME/reports/<target>.html)")
     parser.add_argument("--open", action="store_true", help="open the report in a browser")
     parser.add_argument("--screenshot", type=Path, metavar="PNG", help="also render it to PNG with headless Chromium")
+    parser.add_argument("--width", type=int, default=1280, metavar="PX",
+                        help="window width of the screenshot in CSS pixels (default 1280; try 800)")
     args = parser.parse_args(argv)
     try:
         path = report_command(args.target, args.output, args.open)
@@ -31,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(path)
     if args.screenshot:
-        rendering = render(path, args.screenshot)
+        rendering = render(path, args.screenshot, width=args.width)
         print(rendering.screenshot)
         for message in rendering.errors:
             print(f"console error: {message}", file=sys.stderr)

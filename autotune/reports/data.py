@@ -15,8 +15,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from ..params import BY_NAME, PARAMS
 from ..specs import KernelSpec
 from ..table import KernelRecord, TunedTable, kernel_score
+from ..trials import TrialCounts, trial_counts, trial_state, verdict, was_kept
 
 #: Cell states of a heatmap grid.
 ABSENT, VALIDATED, REJECTED = 0, 1, 2
@@ -252,11 +254,14 @@ def rejection_reasons(table: TunedTable) -> list[tuple[str, int, tuple[str, ...]
 
 @dataclass(frozen=True, eq=False)
 class TuningHistory:
-    trials: pd.DataFrame  # number, value, then one column per parameter
+    trials: pd.DataFrame  # the complete trials: number, study, value, then one column per parameter
     params: tuple[str, ...]
     objective_default_s: float | None
     objective_tuned_s: float | None
     budget_s: float | None
+    counts: TrialCounts = TrialCounts()  # every trial by state: the chart shows the complete ones
+    kept: bool = False  # whether the tuned parameters replaced the defaults
+    verdict: str | None = None  # why (autotune.trials.verdict)
 
     @property
     def speedup(self) -> float | None:
@@ -272,9 +277,10 @@ def tuning_history(tuning: Mapping[str, Any] | None) -> TuningHistory | None:
     rows = []
     for trial in tuning.get("trials") or ():
         value = trial.get("value")
-        if value is None or not math.isfinite(float(value)):
-            continue  # a failed or pruned trial has no objective to plot
-        rows.append({"number": int(trial.get("number", len(rows))), "value": float(value),
+        if trial_state(trial) != "COMPLETE" or value is None or not math.isfinite(float(value)):
+            continue  # a failed or pruned trial has no objective to plot (it is counted, though)
+        rows.append({"number": int(trial.get("number", len(rows))), "study": str(trial.get("study", "")),
+                     "value": float(value),
                      **{f"param:{k}": v for k, v in (trial.get("params") or {}).items()}})
     if not rows:
         return None
@@ -287,50 +293,149 @@ def tuning_history(tuning: Mapping[str, Any] | None) -> TuningHistory | None:
         return float(value) if value is not None else None
 
     return TuningHistory(frame, params, number("objective_default_s"), number("objective_tuned_s"),
-                         number("budget_s"))
+                         number("budget_s"), trial_counts(tuning), was_kept(tuning), verdict(tuning))
 
 
-METHOD = "correlation ratio η² of the objective's ranks"
+OPTUNA_METHOD = "optuna's PED-ANOVA (optuna.importance.get_param_importances), per study"
+#: Complete trials a study needs before its importances are shown: PED-ANOVA compares
+#: the best tenth of the trials (at least two) with the rest, and with fewer than this
+#: the best two are the whole story.
+MIN_IMPORTANCE_TRIALS = 10
 
 
 def param_importance(history: TuningHistory) -> tuple[pd.Series, str]:
-    """Share of the objective's variation each parameter explains on its own, and the method.
+    """How much each parameter mattered to the objective, and how that was found.
 
-    The shares are not normalised to sum to one: parameters interact, and a parameter
-    that explains nothing should read as nothing, not as a slice of a pie.
-
-    The measure is the correlation ratio eta^2 of the objective's ranks grouped by the
-    parameter's value (numbers with many distinct values are cut into quantile bins):
-    unlike a rank correlation it sees effects that are not monotonic, which blocking
-    parameters typically have (blocks too small and too large are both slow), and
-    unlike optuna's fANOVA it needs no scikit-learn and no random forest. Ranks keep
-    one pathological trial from owning the variance.
+    Each study (one dtype and regime) searched its own parameters, so importance
+    is computed study by study with optuna's own evaluator
+    (:func:`optuna.importance.get_param_importances`: PED-ANOVA, which needs no
+    scikit-learn) over the study's complete trials; a study's shares add up to one.
+    Parameters that never varied are left out, and so are studies with fewer than
+    MIN_IMPORTANCE_TRIALS complete trials, or on which optuna fails or can only
+    answer "all equal"; the returned description names them.
     """
-    varying = [p for p in history.params if history.trials[p].nunique(dropna=True) > 1]
-    if not varying or len(history.trials) < 3:
-        return pd.Series(dtype=float), METHOD
     frame = history.trials
-    ranks = frame["value"].rank()
-    scores = {}
-    for param in varying:
-        groups = _groups(frame[param])
-        total = ((ranks - ranks.mean()) ** 2).sum()
-        means = ranks.groupby(groups).transform("mean")
-        between = ((means - ranks.mean()) ** 2).sum()
-        scores[param] = float(between / total) if total > 0 else 0.0
-    return pd.Series(scores, dtype=float).sort_values(ascending=False), METHOD
+    studies = frame["study"] if "study" in frame else pd.Series([""] * len(frame))
+    scores: dict[str, float] = {}
+    left_out: list[str] = []
+    for key, group in frame.groupby(studies.values, sort=False):
+        varying = [p for p in history.params if p in group and group[p].notna().all()
+                   and group[p].nunique(dropna=True) > 1]
+        if not varying:
+            continue
+        name = str(key) or "the search"
+        if len(group) < MIN_IMPORTANCE_TRIALS:
+            left_out.append(f"{name} ({len(group)} complete trials, fewer than {MIN_IMPORTANCE_TRIALS})")
+            continue
+        found = _optuna_importance(group, varying)
+        if found is None:
+            left_out.append(f"{name} (optuna found no difference)")
+            continue
+        scores.update(found)
+    method = OPTUNA_METHOD + (f"; left out: {', '.join(left_out)}" if left_out else "")
+    if not scores:
+        return pd.Series(dtype=float), method
+    return pd.Series(scores, dtype=float).sort_values(ascending=False), method
 
 
-# Distinct values up to which a numeric parameter is grouped by value rather than binned.
-MAX_LEVELS = 8
-BINS = 5
+def _distribution(name: str, column: pd.Series):
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    param = BY_NAME.get(name.split(".")[-1])
+    numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+    if not numeric or (param is not None and param.choices):
+        return CategoricalDistribution(sorted(column.unique().tolist(), key=str))
+    low, high = float(column.min()), float(column.max())
+    log = bool(param is not None and param.log and low > 0)
+    if all(float(v).is_integer() for v in column):
+        return IntDistribution(int(low), int(high), log=log)
+    return FloatDistribution(low, high, log=log)
 
 
-def _groups(column: pd.Series) -> pd.Series:
-    if (pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
-            and column.nunique() > MAX_LEVELS):
-        return pd.qcut(column, BINS, labels=False, duplicates="drop").astype("Int64").astype(str)
-    return column.astype(str)
+def _plain(value: Any, distribution: Any) -> Any:
+    from optuna.distributions import IntDistribution
+
+    value = value.item() if hasattr(value, "item") else value
+    return int(value) if isinstance(distribution, IntDistribution) else value
+
+
+def _optuna_importance(group: pd.DataFrame, varying: list[str]) -> dict[str, float] | None:
+    """optuna's importances over one study's complete trials; None where it has no answer."""
+    import warnings
+
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" on stderr
+    try:
+        distributions = {p: _distribution(p, group[p]) for p in varying}
+        study = optuna.create_study(direction="minimize")
+        for _, row in group.iterrows():
+            study.add_trial(optuna.trial.create_trial(
+                params={p: _plain(row[p], distributions[p]) for p in varying},
+                distributions=distributions, value=float(row["value"])))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = optuna.importance.get_param_importances(study)
+    except (ValueError, RuntimeError, ImportError, TypeError, ZeroDivisionError):
+        return None
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    if any("importances will be equal" in str(w.message) for w in caught):
+        return None
+    values = {k: float(v) for k, v in found.items()}
+    return values if values and all(math.isfinite(v) for v in values.values()) else None
+
+
+# -- planner parameters ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ParamRow:
+    name: str
+    meaning: str
+    f32: str
+    f64: str
+    default: str  # the runtime's built-in default (autotune.params)
+    tuned: tuple[str, ...] = ()  # dtypes whose value the search changed from its starting point
+
+
+def _param_text(name: str, value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if name.endswith("_seconds"):
+        return f"{value * 1e9:.3g} ns"
+    if float(value).is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:.3g}"
+
+
+def param_rows(params: Mapping[str, Any], tuning: Mapping[str, Any] | None = None
+               ) -> tuple[list[ParamRow], list[tuple[str, str]]]:
+    """The planner's parameters of a table as rows (parameter, meaning, f32, f64, default),
+    and the table's other ``params`` entries (kernel facts such as the SIMD width) as pairs."""
+    start = (tuning or {}).get("default_params") or {}
+    tuned = (tuning or {}).get("tuned_params") if was_kept(tuning) else None
+    rows = []
+    for p in PARAMS:
+        if p.name not in params:
+            continue
+        value = params[p.name]
+        per = {dt: (value.get(dt) if isinstance(value, Mapping) else value) for dt in ("f32", "f64")}
+        changed = []
+        if tuned and p.name in start:
+            before = start[p.name]
+            for dt in ("f32", "f64"):
+                old = before.get(dt) if isinstance(before, Mapping) else before
+                if old is not None and per[dt] is not None and not math.isclose(float(old), float(per[dt])):
+                    changed.append(dt)
+        rows.append(ParamRow(p.name, p.meaning, _param_text(p.name, per["f32"]), _param_text(p.name, per["f64"]),
+                             _param_text(p.name, p.default), tuple(changed)))
+    others = [(k, _param_text(k, v) if not isinstance(v, Mapping) else
+               ", ".join(f"{dk} {_param_text(k, dv)}" for dk, dv in v.items()))
+              for k, v in sorted(params.items()) if k not in BY_NAME]
+    return rows, others
 
 
 # -- plans and benchmarks ----------------------------------------------------------

@@ -56,6 +56,9 @@ STYLE = {
 }
 
 HEAT_CMAP = "viridis"
+#: Inches per heatmap cell when panels are sized to their grids: room for a 6 pt label.
+HEAT_CELL = 0.13
+
 ABSENT_COLOUR = "#f1f1f1"
 REJECTED_COLOUR = "#d9534f"
 VALIDATED_COLOUR = "#5aa9a0"
@@ -122,20 +125,74 @@ def _attr(text: str) -> str:
 
 # -- heatmaps --------------------------------------------------------------------
 
+def heat_scale(grids: Sequence[HeatmapGrid]) -> float:
+    """The top of the colour scale: 100 (% of peak) when every grid has a peak, else the fastest GFLOPS."""
+    if all(g.peak for g in grids):
+        return 100.0
+    return max((float(np.nanmax(g.gflops)) for g in grids if g.timed), default=1.0)
+
+
+def heatmap_panel(grid: HeatmapGrid, *, scale: float, timed: bool, with_peak: bool) -> Figure:
+    """One family (ISA, dtype, transposition) as its own figure, sized to its grid.
+
+    Every cell gets HEAT_CELL inches, room for its row and column label at 6 pt,
+    so a panel is readable at its natural size; the report flows the panels of a
+    dtype side by side as the window allows (two abreast at 800 px).  Cell colour
+    is the kernel's best GFLOPS as a percentage of the dtype's peak on the dtype's
+    common scale (``scale``, see :func:`heat_scale`), so families compare; the key
+    (:func:`heatmap_key`) explains colours and marks once for all panels.
+    """
+    width = max(2.9, HEAT_CELL * len(grid.nrs) + 0.75)
+    height = max(1.8, HEAT_CELL * len(grid.mrs) + 0.95)
+    with style():
+        fig = Figure(figsize=(width, height), layout="constrained")
+        ax = fig.subplots()
+        _draw_heat_panel(ax, grid, Normalize(vmin=0.0, vmax=scale), colormaps[HEAT_CMAP], timed, with_peak)
+    return fig
+
+
+def heatmap_key(*, scale: float, timed: bool, with_peak: bool) -> Figure:
+    """The colour bar and the marks of a dtype's heatmap panels, drawn once above them."""
+    handles = [Patch(facecolor=REJECTED_COLOUR, label="rejected"),
+               Patch(facecolor=ABSENT_COLOUR, edgecolor="#bbbbbb", label="no kernel (does not fit)")]
+    if not timed:
+        handles.insert(0, Patch(facecolor=VALIDATED_COLOUR, label="validated (not timed)"))
+    handles.append(_dot_handle())
+    if timed:
+        handles.append(Patch(fill=False, edgecolor=BEST_COLOUR, linewidth=1.6, label="fastest in panel"))
+    with style():
+        fig = Figure(figsize=(6.4, 1.05 if timed else 0.45), layout="constrained")
+        if timed:
+            bar_ax, legend_ax = fig.subplots(2, 1, height_ratios=(1, 1.3))
+            from matplotlib.cm import ScalarMappable
+
+            bar = fig.colorbar(ScalarMappable(Normalize(0.0, scale), colormaps[HEAT_CMAP]), cax=bar_ax,
+                               orientation="horizontal")
+            bar.set_label("best GFLOPS, % of measured peak" if with_peak else "best GFLOPS", fontsize=8)
+            bar_ax.tick_params(labelsize=7)
+        else:
+            legend_ax = fig.subplots()
+        legend_ax.axis("off")
+        legend_ax.legend(handles=handles, loc="center", ncols=len(handles), fontsize=7.5, handlelength=1.4,
+                         columnspacing=1.0)
+    return fig
+
+
 def heatmap_figure(grids: Sequence[HeatmapGrid], title: str = "") -> Figure:
-    """Panels of one dtype: a row per ISA, a column per transposition.
+    """Panels of one dtype in one figure: a row per ISA, a column per transposition.
 
     Cell colour is the kernel's best GFLOPS as a percentage of the dtype's peak, on
     one colour bar for every panel so families compare directly; a dot marks the
     shapes whose kernel the selection kept, a cross the rejected kernels, a magenta
     frame the fastest kernel of each panel. Without timings (an emulated table) the
-    cells show validation only.
+    cells show validation only.  Too wide to read in a narrow window: the report
+    draws :func:`heatmap_panel` figures instead; this one suits a slide or a paper.
     """
     isas = unique_in_order(g.isa for g in grids)
     transes = unique_in_order(g.trans for g in grids)
     timed = any(g.timed for g in grids)
     with_peak = all(g.peak for g in grids)
-    scale = 100.0 if with_peak else max((np.nanmax(g.gflops) for g in grids if g.timed), default=1.0)
+    scale = heat_scale(grids)
     with style():
         # Wide enough for the legend even when a table has a single transposition.
         fig = Figure(figsize=(max(2.9 * len(transes) + 0.9, 6.4), 2.9 * len(isas) + 0.5), layout="constrained")
@@ -201,7 +258,8 @@ def _draw_heat_panel(ax, grid: HeatmapGrid, norm: Normalize, cmap, timed: bool, 
         ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="white", linewidth=3.2))
         ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor=BEST_COLOUR, linewidth=1.6))
         share = f" = {100 * gflops / grid.peak:.0f}%" if grid.peak else ""
-        title += f"   best {mr}x{nr}: {gflops:.0f} GF{share}"
+        # Its own line: beside the family's name it would not fit a narrow panel.
+        title += f"\nbest {mr}x{nr}: {gflops:.0f} GFLOPS{share}"
     ax.set_title(title, fontsize=9, loc="left")
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)  # mr grows downwards, like rows of C
@@ -316,7 +374,7 @@ def tuning_figure(history: TuningHistory) -> Figure:
     return fig
 
 
-def importance_figure(importance: pd.Series, method: str) -> Figure:
+def importance_figure(importance: pd.Series, method: str, label: str = "") -> Figure:
     with style():
         fig = Figure(figsize=(5.0, 0.45 * max(len(importance), 2) + 0.9), layout="constrained")
         ax = fig.subplots()
@@ -326,7 +384,8 @@ def importance_figure(importance: pd.Series, method: str) -> Figure:
             ax.annotate(f"{100 * value:.0f}%", (value * 100, y), xytext=(3, 0), textcoords="offset points",
                         va="center", fontsize=8)
         ax.set_xlim(0, max(100 * float(ordered.max()) * 1.18, 1))
-        ax.set_xlabel(f"objective variation explained alone, %\n({method})")
+        label = label or "importance within its study, % (optuna PED-ANOVA)"
+        ax.set_xlabel(label)
         ax.grid(True, axis="x")
     return fig
 

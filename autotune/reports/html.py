@@ -3,7 +3,10 @@
 The page carries its figures inline (SVG markup or PNG ``data:`` URIs) and its CSS
 in a ``<style>`` element, and runs no script, so it opens the same from a laptop's
 downloads folder, a CI artifact or an air-gapped machine. Sections whose data does
-not exist yet (tuning, plans, peer benchmarks) are left out, not shown empty.
+not exist yet (tuning, plans) are left out, not shown empty; the peers section
+stays, saying which command measures them. The page reflows to narrow windows:
+heatmaps are one small figure per family that flow side by side, wide tables
+scroll inside their own box, and the page itself never scrolls sideways.
 """
 
 from __future__ import annotations
@@ -120,10 +123,13 @@ def _context(table: TunedTable, extra: ReportExtras) -> dict[str, Any]:
     if tuning:
         sections.append(("tuning", "Tuning"))
     plan_figures = _plan_figures(extra.plans)
+    params, other_params = data.param_rows(table.params, extra.tuning if extra.tuning is not None
+                                           else table.tuning)
+    if params or other_params:
+        sections.append(("params", "Parameters"))
     if plan_figures:
         sections.append(("plans", "Plans"))
-    if benchmarks is not None:
-        sections.append(("peers", "Peers"))
+    sections.append(("peers", "Peers"))  # with the command that measures them when there are none
 
     best_by_dtype = {}
     for summary in families:
@@ -150,7 +156,8 @@ def _context(table: TunedTable, extra: ReportExtras) -> dict[str, Any]:
         "rejections": data.rejection_reasons(table),
         "tuning": tuning,
         "tuning_figures": tuning_figures,
-        "params": sorted(table.params.items()),
+        "params": params,
+        "other_params": other_params,
         "plans": plan_figures,
         "benchmarks": benchmarks,
         "benchmark_figure": _benchmark_figure(benchmarks),
@@ -192,7 +199,24 @@ def _pad_table(pad: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, list[
     return transes, rows
 
 
-def _heatmaps(table: TunedTable) -> list[PageFigure]:
+@dataclass(frozen=True)
+class HeatmapGroup:
+    """A dtype's heatmaps: a key (colour bar and marks), then one panel per family."""
+
+    title: str
+    caption: str
+    key: str  # PNG data URI
+    panels: tuple[tuple[str, str], ...]  # (alt text, PNG data URI)
+
+
+def _heatmaps(table: TunedTable) -> list[HeatmapGroup]:
+    """Per dtype, one small figure per family (ISA and transposition), each sized to its grid.
+
+    One figure of every family at once is too wide to read once a browser scales
+    it down to a narrow window; panels at their natural size flow instead, as many
+    abreast as fit (two at 800 px), and keep every row and column label legible.
+    The panels of a dtype share one colour scale, explained once by the key.
+    """
     out = []
     for dtype in data.dtypes(table):
         grids = [data.heatmap_grid(table, isa, d, trans) for isa, d, trans in data.families(table) if d == dtype]
@@ -200,17 +224,24 @@ def _heatmaps(table: TunedTable) -> list[PageFigure]:
         if not grids:
             continue
         timed = any(g.timed for g in grids)
-        fig = figures.heatmap_figure(grids, title=f"{dtype}: best GFLOPS by block shape" if timed
-                                     else f"{dtype}: validation by block shape (nothing timed)")
+        with_peak = all(g.peak for g in grids)
+        scale = figures.heat_scale(grids)
+        key = figures.to_png_uri(figures.heatmap_key(scale=scale, timed=timed, with_peak=with_peak))
+        panels = tuple(
+            (f"{g.isa} {dtype} {g.trans}: " + ("heatmap of best GFLOPS over mr and nr" if timed
+                                                else "validation result over mr and nr"),
+             figures.to_png_uri(figures.heatmap_panel(g, scale=scale, timed=timed, with_peak=with_peak)))
+            for g in grids)
         peak = table.peak_gflops.get(dtype)
         caption = (f"Each cell is one {dtype} kernel computing an mr x nr block of C; colour is its best "
-                   + (f"GFLOPS as a share of the measured {dtype} peak ({peak:.1f} GFLOPS)." if peak
-                      else "GFLOPS (no peak was measured).")
+                   + (f"GFLOPS as a share of the measured {dtype} peak ({peak:.1f} GFLOPS), one scale for "
+                      "every family." if peak else "GFLOPS (no peak was measured).")
                    + " Dots mark the kernels the tiler will use; the magenta frame is each panel's fastest.")
         if not timed:
             caption = (f"Each cell is one {dtype} kernel computing an mr x nr block of C, coloured by its "
                        "validation result; nothing was timed, so there is no speed to show.")
-        out.append(PageFigure(f"{dtype} kernels", caption, png=figures.to_png_uri(fig)))
+        title = f"{dtype}: best GFLOPS by block shape" if timed else f"{dtype}: validation by block shape"
+        out.append(HeatmapGroup(title, caption, key, panels))
     return out
 
 
@@ -235,16 +266,34 @@ def _k_curves(table: TunedTable) -> list[PageFigure]:
 def _tuning_figures(history: data.TuningHistory | None) -> list[PageFigure]:
     if history is None:
         return []
-    out = [PageFigure("Objective per trial",
-                  "Each dot is one optuna trial's measured end-to-end objective; the line is the best "
-                  "found so far; the dashed line is the analytic model's starting point.",
-                  svg=figures.to_svg(figures.tuning_figure(history), title="objective per trial"), wide=False)]
+    counts = history.counts
+    left_out = []
+    if counts.pruned:
+        left_out.append(f"{counts.pruned} pruned (stopped after a few shapes, already far slower than good "
+                        "trials)")
+    if counts.failed:
+        left_out.append(f"{counts.failed} failed")
+    if counts.unfinished:
+        left_out.append(f"{counts.unfinished} unfinished")
+    caption = (f"Each dot is one of the {counts.complete} complete trials, its measured end-to-end objective"
+               + (f"; not drawn, having no objective: {', '.join(left_out)}" if left_out else "")
+               + ". The line is the best found so far, a minimum of single noisy measurements; the dashed "
+                 "line is the analytic defaults, and the dotted one the result re-measured at the end.")
+    out = [PageFigure("Objective per trial", caption,
+                      svg=figures.to_svg(figures.tuning_figure(history), title="objective per trial"), wide=False)]
     importance, method = data.param_importance(history)
-    if not importance.empty:
-        out.append(PageFigure("Parameter importance",
-                          "How much of the objective's variation each parameter explains on its own (the "
-                          "correlation ratio of the trials' ranks, grouped by the parameter's value; "
-                          "shares do not add up to 100% because parameters interact).",
+    left_out = method.partition("; left out: ")[2]
+    if importance.empty:
+        caption = ("Parameter importance: none to show; " + (left_out or "no parameter varied")
+                   + ". optuna's estimate (PED-ANOVA) needs about "
+                   f"{data.MIN_IMPORTANCE_TRIALS} complete trials per study.")
+        out.append(PageFigure("Parameter importance", caption, wide=False))
+        return out
+    caption = ("How much each planner parameter mattered: optuna's own estimate (PED-ANOVA, "
+               "optuna.importance.get_param_importances) over each study's complete trials, which "
+               "parameters set the best trials apart from the rest; each study's shares add up to 100%."
+               + (f" Left out: {left_out}." if left_out else ""))
+    out.append(PageFigure("Parameter importance", caption,
                           svg=figures.to_svg(figures.importance_figure(importance, method),
                                              title="parameter importance"), wide=False))
     return out
@@ -278,7 +327,8 @@ def _ratio_table(frame: pd.DataFrame | None) -> tuple[list[str], list[tuple[str,
         return [], []
     libraries = data.unique_in_order(frame["library"])
     libraries.sort(key=lambda name: name != "autotune")
-    pivot = frame.pivot_table(index="shape", columns="library", values="ratio", aggfunc="max")
+    # Not pivot_table: it drops a shape whose ratios are all missing (one only autotune ran).
+    pivot = frame.groupby(["shape", "library"])["ratio"].max().unstack()
     rows = []
     for shape in data.unique_in_order(frame["shape"]):
         values = [pivot.at[shape, lib] if lib in pivot.columns else None for lib in libraries]

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -99,7 +100,15 @@ int at__num_threads_init(void)
     int n = atomic_load(&at__nthreads);
     if (n > 0) return n;
     const char *env = getenv("AUTOTUNE_NUM_THREADS");
-    long v = env ? strtol(env, NULL, 10) : 0;
+    char *end = (char *)env;
+    long v = env && *env ? strtol(env, &end, 10) : 0;
+    if (env && *env && (*end || end == env || v < 0)) { /* "1e3", "-1", "four": said once, then ignored */
+        static atomic_flag warned = ATOMIC_FLAG_INIT;
+        if (!atomic_flag_test_and_set(&warned))
+            fprintf(stderr, "autotune: ignoring AUTOTUNE_NUM_THREADS=\"%s\": not a whole number of threads; "
+                            "using the online CPUs\n", env);
+        v = 0;
+    }
     if (v < 1) v = sysconf(_SC_NPROCESSORS_ONLN);
     if (v < 1) v = 1;
     if (v > AT_MAX_THREADS) v = AT_MAX_THREADS;

@@ -1,0 +1,156 @@
+"""A table's tuning record (``TunedTable.tuning``, written by :mod:`autotune.tune`) read for people.
+
+`autotune show`, `autotune install` and the HTML report all say how many trials
+the search ran and whether its result was kept; they count and explain from
+here, so the numbers agree wherever they are read.  This module imports neither
+optuna nor matplotlib: `autotune show` stays quick.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+#: What autotune.tune.KEEP_MARGIN is (tests/test_report.py checks they agree):
+#: a study's best is kept only when its confirmation run beats the incumbent by more.
+KEEP_MARGIN = 0.01
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def trial_state(trial: Mapping[str, Any]) -> str:
+    """The trial's optuna state name (COMPLETE, PRUNED, FAIL, RUNNING, WAITING).
+
+    Records written before states were stored have a value or not: complete or failed.
+    """
+    state = trial.get("state")
+    if state:
+        return str(state).upper()
+    return "COMPLETE" if _finite(trial.get("value")) else "FAIL"
+
+
+@dataclass(frozen=True)
+class TrialCounts:
+    """Every trial of a record, by how it ended."""
+
+    complete: int = 0    # measured the whole suite: the dots of the report's chart
+    pruned: int = 0      # stopped after a few shapes, already far slower than good trials
+    failed: int = 0      # raised, or returned no number
+    unfinished: int = 0  # running or waiting when the search stopped (Ctrl-C)
+
+    @property
+    def total(self) -> int:
+        return self.complete + self.pruned + self.failed + self.unfinished
+
+    def breakdown(self) -> str:
+        """``218 complete, 470 pruned, 7 failed`` (empty kinds left out, complete never)."""
+        parts = [f"{self.complete} complete"]
+        parts += [f"{n} {word}" for n, word in ((self.pruned, "pruned"), (self.failed, "failed"),
+                                                (self.unfinished, "unfinished")) if n]
+        return ", ".join(parts)
+
+    def describe(self) -> str:
+        """``695 trials: 218 complete, 470 pruned, 7 failed``."""
+        return f"{self.total} trial{'' if self.total == 1 else 's'}: {self.breakdown()}"
+
+
+def trial_counts(tuning: Mapping[str, Any] | None) -> TrialCounts:
+    counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0, "OTHER": 0}
+    for trial in (tuning or {}).get("trials") or ():
+        state = trial_state(trial)
+        if state == "COMPLETE" and not _finite(trial.get("value")):
+            state = "FAIL"  # a complete trial without a number has nothing to show
+        counts[state if state in counts else "OTHER"] += 1
+    return TrialCounts(counts["COMPLETE"], counts["PRUNED"], counts["FAIL"], counts["OTHER"])
+
+
+def was_kept(tuning: Mapping[str, Any] | None) -> bool:
+    """Whether the tuned parameters replaced the analytic defaults.
+
+    The record says so (``kept``); one without the key (written by hand, or by an
+    early version) is read from its two suite times.
+    """
+    tuning = tuning or {}
+    if "kept" in tuning:
+        return bool(tuning["kept"])
+    default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
+    return _finite(default_s) and _finite(tuned_s) and float(tuned_s) < float(default_s)
+
+
+def _ms(seconds: Any) -> str:
+    return f"{float(seconds) * 1e3:.3f} ms"
+
+
+def verdict(tuning: Mapping[str, Any] | None) -> str | None:
+    """Whether the tuned parameters replaced the analytic defaults, and why, in a sentence or two.
+
+    None when nothing was searched (no record, or a zero budget).  The tuner
+    (autotune.tune) keeps a study's best only when an interleaved confirmation
+    run beats the incumbent by more than KEEP_MARGIN, and the whole result only
+    when the full suite, re-measured with both settings, is faster.
+    """
+    if not tuning:
+        return None
+    studies = list(tuning.get("studies") or ())
+    default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
+    margin = f"{100 * KEEP_MARGIN:g}%"
+    if was_kept(tuning):
+        text = "The tuned parameters were kept"
+        if _finite(default_s) and _finite(tuned_s):
+            text += (f": re-measured interleaved with the defaults, the whole suite took {_ms(tuned_s)} "
+                     f"against {_ms(default_s)} ({float(default_s) / float(tuned_s):.2f}x faster)")
+        won = [s["study"] for s in studies if s.get("kept")]
+        if won:
+            text += f"; studies that won their confirmation run: {', '.join(won)}"
+        return text + "."
+    if not studies:
+        if tuning.get("interrupted"):
+            return "Interrupted before the search began: the analytic defaults stay."
+        if not tuning.get("trials"):
+            return None  # budget 0: nothing was searched
+        return "The analytic defaults were kept."
+    won = [s for s in studies if s.get("kept")]
+    if won:
+        names = ", ".join(s["study"] for s in won)
+        text = (f"The analytic defaults were kept: {names} beat the defaults on their own shapes in the "
+                "confirmation run, but re-measured on the whole suite the tuned set was not faster")
+        if _finite(default_s):
+            text += f" (defaults {_ms(default_s)})"
+        return text + "."
+    reasons = []
+    for s in studies:
+        name = s.get("study", "?")
+        if "confirm_best_s" in s and "confirm_default_s" in s:
+            best, base = s["confirm_best_s"], s["confirm_default_s"]
+            if _finite(best) and _finite(base):
+                reasons.append(f"{name}: best re-measured at {_ms(best)} against {_ms(base)} for the defaults")
+            else:
+                reasons.append(f"{name}: the confirmation run was interrupted")
+        elif "best_s" in s:
+            reasons.append(f"{name}: its best trials were the defaults themselves")
+        else:
+            reasons.append(f"{name}: no trial measured the whole suite")
+    text = ("The analytic defaults were kept: the tuner keeps a study's best parameters only when an "
+            f"interleaved confirmation run shows them faster than the defaults by more than {margin}, "
+            "and none was. A trial's value is a single noisy measurement, so the best-so-far curve "
+            "falls below the defaults by luck alone; the confirmation run measures again")
+    if tuning.get("interrupted"):
+        text += " (this search was interrupted)"
+    return text + ". " + "; ".join(reasons) + "."
+
+
+def summary_line(tuning: Mapping[str, Any] | None) -> str:
+    """One line for the terminal: tuned (and by how much) or the analytic default, and the trials."""
+    tuning = tuning or {}
+    default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
+    if not default_s or not tuned_s:
+        return "planner parameters: analytic default (not tuned)"
+    verdict_word = "tuned kept" if was_kept(tuning) else "default kept (tuned not faster when re-measured)"
+    return (f"tuning: suite {default_s * 1e3:.2f} ms default, {tuned_s * 1e3:.2f} ms tuned, {verdict_word} "
+            f"({trial_counts(tuning).describe()}; {tuning.get('budget_s', 0):.0f} s)")
