@@ -151,8 +151,8 @@ def heatmap_panel(grid: HeatmapGrid, *, scale: float, timed: bool, with_peak: bo
     return fig
 
 
-def heatmap_key(*, scale: float, timed: bool, with_peak: bool) -> Figure:
-    """The colour bar and the marks of a dtype's heatmap panels, drawn once above them."""
+def _heat_legend(timed: bool) -> list:
+    """The marks a heatmap panel uses, for its legend."""
     handles = [Patch(facecolor=REJECTED_COLOUR, label="rejected"),
                Patch(facecolor=ABSENT_COLOUR, edgecolor="#bbbbbb", label="no kernel (does not fit)")]
     if not timed:
@@ -160,6 +160,12 @@ def heatmap_key(*, scale: float, timed: bool, with_peak: bool) -> Figure:
     handles.append(_dot_handle())
     if timed:
         handles.append(Patch(fill=False, edgecolor=BEST_COLOUR, linewidth=1.6, label="fastest in panel"))
+    return handles
+
+
+def heatmap_key(*, scale: float, timed: bool, with_peak: bool) -> Figure:
+    """The colour bar and the marks of a dtype's heatmap panels, drawn once above them."""
+    handles = _heat_legend(timed)
     with style():
         fig = Figure(figsize=(6.4, 1.05 if timed else 0.45), layout="constrained")
         if timed:
@@ -209,13 +215,7 @@ def heatmap_figure(grids: Sequence[HeatmapGrid], title: str = "") -> Figure:
         if timed and mesh is not None:
             bar = fig.colorbar(mesh, ax=axes, shrink=0.85, aspect=40, pad=0.01)
             bar.set_label("best GFLOPS, % of measured peak" if with_peak else "best GFLOPS")
-        handles = [Patch(facecolor=REJECTED_COLOUR, label="rejected"),
-                   Patch(facecolor=ABSENT_COLOUR, edgecolor="#bbbbbb", label="no kernel (does not fit)")]
-        if not timed:
-            handles.insert(0, Patch(facecolor=VALIDATED_COLOUR, label="validated (not timed)"))
-        handles.append(_dot_handle())
-        if timed:
-            handles.append(Patch(fill=False, edgecolor=BEST_COLOUR, linewidth=1.6, label="fastest in panel"))
+        handles = _heat_legend(timed)
         fig.legend(handles=handles, loc="outside lower center",
                    ncols=len(handles) if len(transes) > 1 else 3)
         if title:
