@@ -350,7 +350,7 @@ def _collect(futures: Mapping, objects: dict, failures: dict, progress: Callable
 
 
 
-def registry_source(isa: str, specs: Sequence[KernelSpec], svl_bits: int = 0) -> str:
+def registry_source(isa: str, specs: Sequence[KernelSpec]) -> str:
     """The C registry the harness links: one ``at_kernel`` record per kernel, in the order given.
 
     Each record carries the leading dimensions of the packed panels its kernel
@@ -363,7 +363,7 @@ def registry_source(isa: str, specs: Sequence[KernelSpec], svl_bits: int = 0) ->
         "",
         *contract.declarations(specs),
         "",
-        *contract.record_array("at_registry", specs, svl_bits),
+        *contract.record_array("at_registry", specs),
         f'const char at_registry_isa[] = "{isa}";',
         "",
     ]
@@ -402,7 +402,7 @@ def build_harness(
 
     parts = [
         _compile(target, (harness_dir / "harness.c").read_text(), "harness", "c", base, home, header),
-        _compile(target, registry_source(target.isa, specs, target.svl_bits), "registry", "c", base, home,
+        _compile(target, registry_source(target.isa, specs), "registry", "c", base, home,
                  header),
         _compile(target, _peak_file(target).read_text(), f"peak_{target.isa}", "c",
                  (*target.cflags, *include), home, header),

@@ -111,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_argument("--jobs", type=count(1), default=None, metavar="N",
                          help="parallel compiler processes (default: the number of cores)")
     install.add_argument("--svl", type=int, choices=SVL_CHOICES, default=None, metavar="BITS",
-                         help="SME2 streaming vector length to specialise kernels to: 128, 256 or "
-                              "512 (default: the CPU's; 512 when cross-building)")
+                         help="build the SME2 kernels for this streaming vector length only "
+                              "(default: the CPU's; a cross-build carries 128, 256 and 512, and "
+                              "the library runs the set of the CPU it meets)")
     install.add_argument("--budget", type=seconds, default=None, metavar="SECONDS",
                          help="time for the optuna search of the planner's parameters (default 90; "
                               "0 keeps the analytic default, as --quick does)")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from .families import operand_panels
+from .families import operand_panels, sme2
 from .specs import DTYPE_CODE, KernelSpec
 from .toolchain import REQUIRES
 
@@ -80,20 +80,17 @@ def requirements(spec: KernelSpec) -> tuple[str, ...]:
     return (*REQUIRES.get(spec.isa, ()), *extra)
 
 
-def operand_format(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
+def operand_format(spec: KernelSpec) -> tuple[int, int]:
     """``pack_a_ld, pack_b_ld`` of the record: the panels' leading dims, 0 for in place."""
-    return operand_panels(spec, svl_bits)
+    return operand_panels(spec)
 
 
-def kernel_record(spec: KernelSpec, svl_bits: int = 0) -> str:
-    """The C initialiser of the kernel's ``at_kernel`` record.
-
-    ``svl_bits`` is the streaming vector length the SME2 kernels were generated
-    for (ignored for the other families).
-    """
-    pack_a, pack_b = operand_format(spec, svl_bits)
+def kernel_record(spec: KernelSpec) -> str:
+    """The C initialiser of the kernel's ``at_kernel`` record (an SME2 kernel's
+    SVL is its spec's)."""
+    pack_a, pack_b = operand_format(spec)
     streaming = has_streaming_entry(spec)
-    svl_bytes = svl_bits // 8 if streaming else 0
+    svl_bytes = sme2.spec_svl(spec) // 8 if streaming else 0
     fn_s = f"(at_kernel_fn){spec.name}{STREAMING_SUFFIX}" if streaming else "0"
     return (
         f'{{"{spec.name}", "{spec.isa}", "{" ".join(requirements(spec))}", {DTYPE_CODE[spec.dtype]}, '
@@ -102,7 +99,7 @@ def kernel_record(spec: KernelSpec, svl_bits: int = 0) -> str:
     )
 
 
-def record_array(c_name: str, specs: Sequence[KernelSpec], svl_bits: int = 0) -> list[str]:
+def record_array(c_name: str, specs: Sequence[KernelSpec]) -> list[str]:
     """``const at_kernel <c_name>[] = {...};`` and ``const int <c_name>_count``.
 
     The entry points must be declared before (:func:`declarations`).
@@ -112,7 +109,7 @@ def record_array(c_name: str, specs: Sequence[KernelSpec], svl_bits: int = 0) ->
         return [f"const at_kernel {c_name}[1] = {{{{0}}}};", f"const int {c_name}_count = 0;"]
     return [
         f"const at_kernel {c_name}[] = {{",
-        *(f"    {kernel_record(spec, svl_bits)}," for spec in specs),
+        *(f"    {kernel_record(spec)}," for spec in specs),
         "};",
         f"const int {c_name}_count = {len(specs)};",
     ]

@@ -16,7 +16,6 @@ import shutil
 import signal
 import threading
 import time
-from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,7 +53,7 @@ class InstallOptions:
     force: bool = False
     jobs: int | None = None
     home: Path | None = None
-    svl_bits: int | None = None  # SME2 streaming vector length (default: the host's, else 512)
+    svl_bits: int | None = None  # the one SME2 vector length to build for (default: svl_sets)
     budget_s: float | None = None  # tuning time; None: tune.DEFAULT_BUDGET_S, or none with quick
     seed: int = 0  # tuning seed
     only: tuple[str, ...] = ()  # shell patterns on kernel names; empty means the whole family
@@ -94,6 +93,35 @@ def resolve_targets(target: str, host: HostInfo, svl_bits: int | None = None) ->
     targets = {isa: target_for(isa, host, svl_bits) for isa in isas}
     emulated = any(t.emulated for t in targets.values())
     return ("emulated" if emulated else "measured"), targets
+
+
+def svl_sets(targets: Mapping[str, Target], svl_bits: int | None = None) -> tuple[int, ...]:
+    """The streaming vector lengths the SME2 family is generated for.
+
+    A native install knows its CPU's SVL and can validate kernels at no other, so
+    it builds that set only; a cross-build does not know the Arm CPU it will meet
+    and carries a set per common SVL (families.CROSS_SVLS), each validated under
+    the emulator at its own length.  ``svl_bits`` asks for one set.
+    """
+    sme2 = targets.get("sme2")
+    if sme2 is None:
+        return ()
+    if svl_bits or not sme2.emulated:
+        return (svl_bits or sme2.svl_bits,)
+    return families.CROSS_SVLS
+
+
+def kernel_groups(targets: Mapping[str, Target], specs: Sequence[KernelSpec],
+                  host: HostInfo) -> Iterator[tuple[str, str, Target, list[KernelSpec]]]:
+    """(isa, label, target, kernels) per family and, for SME2, per vector length:
+    the kernels one harness validates under one CPU model."""
+    for isa, target in targets.items():
+        svls = sorted({s.svl for s in specs if s.isa == isa})
+        for svl in svls:
+            group = [s for s in specs if s.isa == isa and s.svl == svl]
+            if svl and svl != target.svl_bits:
+                target = target_for(isa, host, svl)
+            yield isa, (f"{isa} @{svl}" if len(svls) > 1 else isa), target, group
 
 
 def emulated_host(targets: Mapping[str, Target], host: HostInfo) -> HostInfo:
@@ -207,14 +235,13 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     root = ensure_writable(options.home or default_home())
     host = host or detect()
     provenance, targets = resolve_targets(options.target, host, options.svl_bits)
-    svl_bits = max((t.svl_bits for t in targets.values()), default=0)
+    svls = svl_sets(targets, options.svl_bits)
     mode = "quick" if options.quick else "default"
     settings = MEASURE_SETTINGS[mode]
     skey = settings_key(settings)
     journal = Journal(root / "journal" / f"{options.target}-{host.fingerprint}.jsonl", fresh=options.force)
 
-    kernel_specs = select_specs(families.default_family(targets, quick=options.quick, svl_bits=svl_bits or 512),
-                                options.only)
+    kernel_specs = select_specs(families.default_family(targets, quick=options.quick, svls=svls), options.only)
     if not kernel_specs:
         raise InstallError(f"no kernel of {', '.join(targets)} matches {' '.join(options.only)}")
     records: dict[str, KernelRecord] = {}
@@ -226,16 +253,9 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
 
     show = console.is_terminal or os.environ.get("AUTOTUNE_PROGRESS") == "1"
     with (make_progress(console) if show else nullcontext()) as progress:
-        by_isa: dict[str, list[KernelSpec]] = defaultdict(list)
-        for spec in kernel_specs:
-            by_isa[spec.isa].append(spec)
-
-        for isa, target in targets.items():
-            isa_specs = by_isa.get(isa, [])
-            if not isa_specs:
-                continue
-            task = progress.add_task(f"compile {isa}", total=len(isa_specs)) if progress else None
-            sources = [codegen.generate(spec, svl_bits=target.svl_bits) for spec in isa_specs]
+        for isa, label, target, isa_specs in kernel_groups(targets, kernel_specs, host):
+            task = progress.add_task(f"compile {label}", total=len(isa_specs)) if progress else None
+            sources = [codegen.generate(spec) for spec in isa_specs]
             built = build.build_kernels(target, sources, jobs=options.jobs, force=options.force,
                                         home=root, progress=_advance(progress, task))
             compiled += sum(1 for o in built.objects.values() if not o.cached)
@@ -245,7 +265,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
                                                       + _first_line(built.failures[spec.name]))
             ok_specs = [s for s in isa_specs if s.name in built.objects]
             if not ok_specs:
-                notes.append(f"{isa}: no kernel compiled")
+                notes.append(f"{label}: no kernel compiled")
                 continue
             objects = {s.name: built.objects[s.name] for s in ok_specs}
             all_objects.update(objects)
@@ -253,7 +273,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
 
             # Validate before timing: a kernel that computes wrong numbers is never measured.
             todo = [s.name for s in ok_specs if objects[s.name].hash not in journal.validations]
-            task = progress.add_task(f"validate {isa}", total=len(ok_specs)) if progress else None
+            task = progress.add_task(f"validate {label}", total=len(ok_specs)) if progress else None
             if progress:
                 progress.advance(task, len(ok_specs) - len(todo))
             for names in _chunks(todo, CHUNK):
@@ -281,10 +301,10 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
             if target.emulated:
                 for spec in valid:
                     records[spec.name] = KernelRecord(spec, "validated", object_hash=objects[spec.name].hash,
-                                                      model_score=round(families.model_score(spec, svl_bits or 512), 3))
+                                                      model_score=round(families.model_score(spec), 3))
                 continue
             todo = [s.name for s in valid if (objects[s.name].hash, skey) not in journal.benches]
-            task = progress.add_task(f"measure {isa}", total=len(valid)) if progress else None
+            task = progress.add_task(f"measure {label}", total=len(valid)) if progress else None
             if progress:
                 progress.advance(task, len(valid) - len(todo))
             for names in _chunks(todo, CHUNK):
@@ -322,7 +342,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
         params=default_params(host if provenance != "emulated" else None, main_kernels(chosen),
                               provenance=provenance),
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
-                  **({"svl_bits": svl_bits} if svl_bits else {})},
+                  **({"svl_bits": list(svls)} if svls else {})},
     )
     # The library is built and tuned in a staging directory; the table and its
     # library then replace the previous pair together (commit), so an interrupted

@@ -102,7 +102,6 @@ def emit_kernel_table_c(
     kernels: Sequence[tuple[KernelSpec, Mapping[int, float]]],
     params: Mapping,
     peak_gflops: Mapping[str, float],
-    svl_bits: int = 0,
 ) -> str:
     """The generated ``at_table.c`` (format: ``kernels_src/runtime/at_table.h``).
 
@@ -112,7 +111,6 @@ def emit_kernel_table_c(
     ``{"f32": .., "f64": ..}`` each; absent ones take their declared default) and
     two kernel facts, ``provenance`` (``measured``, ``model`` or ``emulated``: the
     last two make the tiler rank by its analytic model) and ``simd_bytes``.
-    ``svl_bits`` is the streaming vector length SME2 kernels were generated for.
     Kernels are listed sorted, whatever the order given.  The output depends
     only on the arguments.
     """
@@ -143,7 +141,7 @@ def emit_kernel_table_c(
         ks = [k for k, _ in grid] + [0] * (KGRID_MAX - len(grid))
         gs = [g if math.isfinite(g) and g > 0 else 0.0 for _, g in grid] + [0.0] * (KGRID_MAX - len(grid))
         entries.append(
-            f"    {{{contract.kernel_record(spec, svl_bits)}, {len(grid)},\n"
+            f"    {{{contract.kernel_record(spec)}, {len(grid)},\n"
             f"     {{{', '.join(map(str, ks))}}},\n"
             f"     {{{', '.join(_c_double(g) for g in gs)}}}}},"
         )
@@ -155,7 +153,6 @@ def emit_kernel_table_c(
     lines += [f"const int at_kernel_table_count = {len(entries)};", ""]
 
     features = sorted({f for spec in specs for f in contract.requirements(spec)})
-    streaming = any(contract.has_streaming_entry(spec) for spec in specs)
     lines += [
         f"const char at_library_features[] = {_c_str(' '.join(features))};",
         "const at_kernel_facts at_facts = {",
@@ -164,7 +161,6 @@ def emit_kernel_table_c(
         f"    .peak_gflops = {{{_c_double(peak_gflops.get('f32', 0.0))}, "
         f"{_c_double(peak_gflops.get('f64', 0.0))}}},",
         f"    .simd_bytes = {int(params.get('simd_bytes', 64))},",
-        f"    .svl_bytes = {svl_bits // 8 if streaming else 0},",
         "};",
         emit_params_c("at_params", PlannerParams.from_mapping(params)),
         emit_params_c("at_params_builtin", PARAMS_DEFAULTS),
@@ -421,7 +417,7 @@ def build_arm_runtime(
     runtime_dir, include_dir, arm_dir = src / "runtime", src / "include", src / "arm"
     header = include_dir / "autotune.h"
     sme2 = target.isa == "sme2"
-    table_c = emit_kernel_table_c(kernels, params, peak_gflops, target.svl_bits or 512 if sme2 else 0)
+    table_c = emit_kernel_table_c(kernels, params, peak_gflops)
     base = runtime_cflags(target)
     # exec.c learns of the streaming executor through AT_SME2_EXEC; the rest of
     # the runtime keeps the baseline flags, so it runs on any aarch64 core.

@@ -35,7 +35,7 @@ SVL_CHOICES = (128, 256, 512, 1024, 2048)
 #: The grammar of kernel names; tests check every generated name against it.
 NAME_PATTERN = re.compile(
     r"^at_(?P<prefix>[sd])gemm_(?P<isa>[a-z0-9]+)_(?P<trans>nn|nt|tn|tt)_"
-    r"(?P<mr>\d+)x(?P<nr>\d+)(?:_(?P<variant>[a-z][a-z0-9]*))?_u(?P<unroll>\d+)$"
+    r"(?P<mr>\d+)x(?P<nr>\d+)(?:_(?P<variant>[a-z][a-z0-9]*))?_u(?P<unroll>\d+)(?:_vl(?P<svl>\d+))?$"
 )
 
 
@@ -46,7 +46,9 @@ class KernelSpec:
     ``variant`` is the operand format: ``""`` reads A and B in place through their
     leading dimensions (the no-pack path of small GEMM); other formats name a packed
     layout the kernel's packing routines produce.  ``unroll`` is the K-loop unroll
-    factor, a tuning of the same layout.
+    factor, a tuning of the same layout.  ``svl`` is the streaming vector length in
+    bits an SME2 kernel is specialised to (0 for the other families): one library
+    carries a set per SVL, and a CPU runs the set of its own.
     """
 
     isa: str
@@ -57,12 +59,15 @@ class KernelSpec:
     trans_b: bool = False
     variant: str = ""
     unroll: int = 1
+    svl: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {DTYPES}")
         if self.mr < 1 or self.nr < 1 or self.unroll < 1:
             raise ValueError(f"mr, nr and unroll must be positive: {self!r}")
+        if self.svl and self.svl not in SVL_CHOICES:
+            raise ValueError(f"svl must be 0 or one of {SVL_CHOICES}: {self!r}")
 
     @property
     def trans(self) -> str:
@@ -71,9 +76,10 @@ class KernelSpec:
     @property
     def name(self) -> str:
         variant = f"_{self.variant}" if self.variant else ""
+        svl = f"_vl{self.svl}" if self.svl else ""
         return (
             f"at_{BLAS_PREFIX[self.dtype]}gemm_{self.isa}_{self.trans}_"
-            f"{self.mr}x{self.nr}{variant}_u{self.unroll}"
+            f"{self.mr}x{self.nr}{variant}_u{self.unroll}{svl}"
         )
 
     @property
@@ -106,6 +112,7 @@ class KernelSpec:
             trans_b=trans[1] == "t",
             variant=match["variant"] or "",
             unroll=int(match["unroll"]),
+            svl=int(match["svl"] or 0),
         )
 
 

@@ -274,14 +274,15 @@ def select_kernels(records: Iterable[KernelRecord]) -> tuple[str, ...]:
     """For each block shape (dtype, transposition, mr, nr, format) keep the fastest validated kernel.
 
     Kernels of different ISAs or unroll factors computing the same block compete; the
-    tiler then sees one kernel per shape.
+    tiler then sees one kernel per shape.  An SME2 kernel competes only with its own
+    vector length's set: each set serves other CPUs, and NEON serves those without SME2.
     """
     best: dict[tuple, KernelRecord] = {}
     for record in records:
         if not record.validated:
             continue
         s = record.spec
-        key = (s.dtype, s.trans, s.mr, s.nr, s.variant)
+        key = (s.dtype, s.trans, s.mr, s.nr, s.variant, s.svl)
         if key not in best or kernel_score(record) > kernel_score(best[key]):
             best[key] = record
     return tuple(sorted(r.name for r in best.values()))

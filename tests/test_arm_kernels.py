@@ -18,6 +18,7 @@ import subprocess
 
 import pytest
 
+from autotune import families
 from autotune.codegen import generate
 from autotune.codegen import neon as neon_codegen, sme2 as sme2_codegen
 from autotune.families import neon, sme2
@@ -175,8 +176,8 @@ def sample(specs: list[KernelSpec], count: int, rng: random.Random) -> list[Kern
     return sorted(chosen)
 
 
-def check(target, specs, tmp_path, svl_bits=512, edit=None):
-    exe = build_driver(target, specs, tmp_path, svl_bits, edit)
+def check(target, specs, tmp_path, edit=None):
+    exe = build_driver(target, specs, tmp_path, edit)
     run = run_driver(target, exe, "--seed", "20260101")
     results = {e["kernel"]: e for e in run.events if e["event"] == "validate"}
     return run, results
@@ -249,7 +250,7 @@ def test_sme2_sample_validates(sme2_target, tmp_path):
 @pytest.mark.parametrize("svl", [128, 256, 512])
 def test_sme2_pack_is_vector_length_agnostic(svl, tmp_path):
     target = arm_target("sme2", X86, svl_bits=svl)
-    exe = build_driver(target, [], tmp_path, svl)
+    exe = build_driver(target, [], tmp_path)
     run = run_driver(target, exe, "pack")
     assert run.returncode == 0, run.stderr
     packs = [e for e in run.events if e["event"] == "pack"]
@@ -261,13 +262,13 @@ def test_sme2_pack_is_vector_length_agnostic(svl, tmp_path):
 def test_sme2_kernels_specialised_to_other_svls(svl, tmp_path):
     target = arm_target("sme2", X86, svl_bits=svl)
     vl32, vl64 = svl // 32, svl // 64
-    specs = [KernelSpec("sme2", "f32", 2 * vl32, 2 * vl32, False, True, "", 2),
-             KernelSpec("sme2", "f32", vl32 + 1, 2 * vl32 - 1, True, False, "papb", 2),
-             KernelSpec("sme2", "f64", 4 * vl64 - 1, 2 * vl64, False, False, "pb", 2),
-             KernelSpec("sme2", "f64", vl64, 8 * vl64, True, True, "pa", 2),
-             KernelSpec("sme2", "f32", vl32 + 1, 2 * vl32, False, True, "h", 2),
-             KernelSpec("sme2", "f64", 2 * vl64 + 1, 3 * vl64 - 1, True, False, "papbh", 2)]
-    run, results = check(target, specs, tmp_path, svl)
+    specs = [KernelSpec("sme2", "f32", 2 * vl32, 2 * vl32, False, True, "", 2, svl),
+             KernelSpec("sme2", "f32", vl32 + 1, 2 * vl32 - 1, True, False, "papb", 2, svl),
+             KernelSpec("sme2", "f64", 4 * vl64 - 1, 2 * vl64, False, False, "pb", 2, svl),
+             KernelSpec("sme2", "f64", vl64, 8 * vl64, True, True, "pa", 2, svl),
+             KernelSpec("sme2", "f32", vl32 + 1, 2 * vl32, False, True, "h", 2, svl),
+             KernelSpec("sme2", "f64", 2 * vl64 + 1, 3 * vl64 - 1, True, False, "papbh", 2, svl)]
+    run, results = check(target, specs, tmp_path)
     assert_all_valid(run, results, specs)
 
 
@@ -284,8 +285,8 @@ def test_driver_catches_broken_kernels(neon_target, sme2_target, tmp_path):
                          edit=lambda s, text: text.replace("    ldp d8, d9, [sp, #16]\n", ""))
     assert results[spec.name]["ok"] is False and "callee-saved" in results[spec.name]["case"]
     # An SME2 kernel built for SVL 256 (2x2 tiles) run at 512: it reads past its operands.
-    wrong_svl = KernelSpec("sme2", "f32", 16, 16, False, True, "", 2)
-    run, results = check(sme2_target, [wrong_svl], tmp_path / "sme2", svl_bits=256)
+    wrong_svl = KernelSpec("sme2", "f32", 16, 16, False, True, "", 2, svl=256)
+    run, results = check(sme2_target, [wrong_svl], tmp_path / "sme2")
     assert run.returncode != 0 and not results.get(wrong_svl.name, {}).get("ok", False)
 
 
@@ -303,9 +304,11 @@ def test_neon_whole_family_validates(neon_target, tmp_path, dtype, trans):
 @pytest.mark.slow
 @pytest.mark.parametrize("trans", TRANSPOSITIONS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sme2_whole_family_validates(sme2_target, tmp_path, dtype, trans):
-    # One emulator run per dtype and transposition: the whole family in one run
-    # outlasted the driver's time limit on a slower CI machine.
-    specs = sme2.family(dtype, trans)
-    run, results = check(sme2_target, specs, tmp_path)
+@pytest.mark.parametrize("svl", families.CROSS_SVLS)
+def test_sme2_whole_family_validates(tmp_path, svl, dtype, trans):
+    # Every set a cross-built library carries, under the emulator at its SVL; one
+    # run per dtype and transposition (the whole family in one run outlasted the
+    # driver's time limit on a slower CI machine).
+    specs = sme2.family(dtype, trans, svl)
+    run, results = check(arm_target("sme2", X86, svl_bits=svl), specs, tmp_path)
     assert_all_valid(run, results, specs)

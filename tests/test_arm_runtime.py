@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from autotune.codegen import sme2
 from autotune.host import HostInfo
-from autotune import contract, link as arm
+from autotune import contract, families, link as arm
 from autotune.link import emit_kernel_table_c
 from autotune.specs import KernelSpec
 from autotune.toolchain import Target, ToolchainError, arm_target
@@ -50,7 +51,7 @@ def test_table_records_give_sme2_kernels_their_panels_and_streaming_entries():
              KernelSpec("sme2", "f32", 32, 32, False, True, "", 2),
              KernelSpec("sme2", "f32", 19, 16, True, True, "pah", 2),
              KernelSpec("sme2", "f32", 30, 17, True, False, "papb", 2)]
-    table = emit_kernel_table_c([(s, {}) for s in specs], {"provenance": "emulated"}, {}, svl_bits=512)
+    table = emit_kernel_table_c([(s, {}) for s in specs], {"provenance": "emulated"}, {})
     records = re.findall(r'\{"(at_\w+)", "sme2", "sme2[\w ]*", (\d), \d, \d, \d+, \d+, (\d+), (\d+), (\d+), '
                          r"\(at_kernel_fn\)(\w+), \(at_kernel_fn\)(\w+)\}", table)
     assert [r[0] for r in records] == [s.name for s in sorted(specs)]
@@ -60,16 +61,17 @@ def test_table_records_give_sme2_kernels_their_panels_and_streaming_entries():
     assert panels["at_sgemm_sme2_tn_30x17_papb_u2"] == (32, 32)
     assert panels["at_sgemm_sme2_tt_19x16_pah_u2"] == (32, 0)
     assert panels["at_dgemm_sme2_nn_20x9_pb_u2"] == (0, 16)
-    assert {int(r[4]) for r in records} == {64} and ".svl_bytes = 64," in table
-    assert ".svl_bytes = 32," in emit_kernel_table_c([(specs[0], {})], {}, {}, svl_bits=256)
+    assert {int(r[4]) for r in records} == {64}  # a spec without an SVL is at the default 512
+    at_256 = replace(specs[0], svl=256)
+    assert (f'{{"{at_256.name}", "sme2", "sme2 smef64f64", 1, 0, 0, 20, 9, 0, 12, 32, '
+            in emit_kernel_table_c([(at_256, {})], {}, {}))
 
 
 def test_table_records_of_neon_kernels_have_no_streaming_entries():
-    table = emit_kernel_table_c([(KernelSpec("neon", "f32", 8, 4, False, False, "", 2), {})], {}, {},
-                                svl_bits=512)
+    table = emit_kernel_table_c([(KernelSpec("neon", "f32", 8, 4, False, False, "", 2), {})], {}, {})
     assert ('{"at_sgemm_neon_nn_8x4_u2", "neon", "asimd", 0, 0, 0, 8, 4, 0, 0, 0, '
             "(at_kernel_fn)at_sgemm_neon_nn_8x4_u2, 0}") in table
-    assert "_s(void)" not in table and ".svl_bytes = 0," in table
+    assert "_s(void)" not in table
 
 
 def test_sme2_kernels_have_a_streaming_entry():
@@ -205,7 +207,7 @@ def test_suite_notices_unfed_panels(tmp_path, monkeypatch):
     """A library whose table says "in place" for packed-format kernels computes
     wrong numbers, and the suite says so (the suite can fail)."""
     target = _target("sme2")
-    monkeypatch.setattr(contract, "operand_format", lambda spec, svl_bits=0: (0, 0))
+    monkeypatch.setattr(contract, "operand_format", lambda spec: (0, 0))
     lib = rt.build_sample_library(target, tmp_path / "home")
     exe = rt.build_driver(target, lib, tmp_path / "work")
     rc, events, _ = _run(target.runner, exe, "suite", "--seed", "3", "--cases", "60")
@@ -228,7 +230,7 @@ def test_install_table_builds_a_working_library(isa, tmp_path):
     stored = result.table
     _, targets = resolve_targets(isa, X86)
     chosen = [r.spec for r in stored.selected()]
-    objects = build.build_kernels(target, [codegen.generate(s, svl_bits=target.svl_bits or 512) for s in chosen],
+    objects = build.build_kernels(target, [codegen.generate(s) for s in chosen],
                                   home=home).objects  # every one from the install's cache
     lib = arm.build_arm_library(stored, targets, objects, home)
     assert lib.library == home / "lib" / isa / "libautotune.so" and lib.archive == home / "lib" / isa / "libautotune.a"
@@ -240,25 +242,33 @@ def test_install_table_builds_a_working_library(isa, tmp_path):
 @pytest.mark.arm
 @pytest.mark.parametrize("built", ["sme2"], indirect=True)
 def test_sme2_library_is_right_on_every_arm_cpu(built):
-    """Kernels are specialised to one SVL and need SME2: on a CPU with another
-    SVL, or without SME, plans leave them out and the answers stay right; the
-    CPU check says which kernels sit out and why."""
+    """The library carries an SME2 set per SVL (128, 256, 512), each needing SME2:
+    a CPU runs the set of its own SVL; on one of another SVL (1024), or without
+    SME, plans leave them all out and the answers stay right; the CPU check says
+    which kernels sit out and why."""
     target, lib, work = built
     exe = rt.build_driver(target, lib, work, baseline=True)
     qemu = target.runner[:-1]
     assert target.runner[-1] == "max,sme512=on"
+    sets = {svl: sum(s.svl == svl for s in rt.library_kernels(target)) for svl in families.CROSS_SVLS}
+    assert all(sets.values())
     for cpu in ("max,sme512=on", "max,sme256=on", "max,sme128=on", "max,sme1024=on", "max,sme=off",
                 "cortex-a76", "neoverse-v1"):
         rc, events, stderr = _run([*qemu, cpu], exe, "one")
         assert rc == 0 and events, f"{cpu}: {stderr[-500:]}"
         one = events[0]
         assert one["rc"] == 0 and one["wrong"] == 0, (cpu, one)
-        if cpu == "max,sme512=on":
-            assert one["cpu_check"] == 0 and one["usable"] == one["kernels"]
+        svl = int(cpu[len("max,sme"):-len("=on")]) if cpu.endswith("=on") else 0
+        if svl in sets:
+            assert one["cpu_check"] == 0 and one["usable"] == sets[svl], (cpu, one)
+            assert one["svl_used"] == svl and one["streamed"] > 0, (cpu, one)
         else:
             assert one["cpu_check"] == -4 and one["usable"] == 0, (cpu, one)
+            assert one["streamed"] == 0, (cpu, one)
             assert "sme2" in one["error"] or "vector length" in one["error"], one["error"]
-    for cpu in ("max,sme256=on", "cortex-a76"):
+    assert "the library has 128 256 512 bits; this CPU's is 1024" in _run([*qemu, "max,sme1024=on"], exe,
+                                                                            "one")[1][0]["error"]
+    for cpu in ("max,sme256=on", "max,sme128=on", "cortex-a76"):
         rc, events, stderr = _run([*qemu, cpu], exe, "suite", "--seed", "5", "--cases", "40")
         _suite_ok(events, rc, stderr)
 
@@ -286,7 +296,7 @@ def test_mixed_sme2_and_neon_table(tmp_path):
     objects = []
     for target in (sme, neon):
         chosen = rt.library_kernels(target)
-        built = build.build_kernels(target, [codegen.generate(s, svl_bits=512) for s in chosen], home=home)
+        built = build.build_kernels(target, [codegen.generate(s) for s in chosen], home=home)
         objects += [(s, built.objects[s.name].path) for s in chosen]
     params = default_params(None, {"f32": (32, 32), "f64": (16, 32)}, provenance="emulated")
     lib = arm.build_arm_runtime(sme, [(s, {}) for s, _ in objects], objects, params, {}, home / "lib" / "sme2")

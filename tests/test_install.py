@@ -93,8 +93,8 @@ def test_interrupted_install_keeps_the_previous_table_and_resumes(tmp_path, monk
 def test_wrong_and_uncompilable_kernels_are_rejected_and_the_rest_goes_on(tmp_path, monkeypatch):
     real_generate = codegen.generate
 
-    def sabotage(spec, svl_bits=0):
-        source = real_generate(spec, svl_bits)
+    def sabotage(spec):
+        source = real_generate(spec)
         if spec.name.startswith("at_dgemm_generic_tn_2x2"):
             # Correct signature, wrong arithmetic: validation must catch it.
             wrong = (f"#include <stdint.h>\nvoid {spec.name}(int64_t K, const double *A, int64_t lda, "
@@ -141,8 +141,10 @@ def test_cli_install_then_show_json(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.arm
 @pytest.mark.parametrize("target, patterns", [
-    # Packed (pb, pa, papb), in-place and hybrid SME2 kernels, both dtypes.
-    ("sme2", ("at_sgemm_sme2_*_32x32_*", "at_sgemm_sme2_nn_17x16_pbh_*", "at_dgemm_sme2_tn_8x8_*")),
+    # Packed (pb, pa, papb), in-place and hybrid SME2 kernels, both dtypes, of the
+    # sets for SVL 128 (nt 8x8), 256 (17x16, 8x8) and 512 (32x32, 17x16, 8x8).
+    ("sme2", ("at_sgemm_sme2_*_32x32_*", "at_sgemm_sme2_nn_17x16_pbh_*", "at_dgemm_sme2_tn_8x8_*",
+              "at_sgemm_sme2_nt_8x8_*")),
     ("neon", ("at_sgemm_neon_*_8x[1-3]_*", "at_dgemm_neon_tn_2x2_*", "at_dgemm_neon_tt_1x1_*")),
 ])
 def test_arm_install_validates_under_emulation_and_stores_an_emulated_table(tmp_path, capsys, monkeypatch,
@@ -154,6 +156,9 @@ def test_arm_install_validates_under_emulation_and_stores_an_emulated_table(tmp_
     assert table.provenance == "emulated" and table.host.arch == "aarch64"
     assert table.validated and not table.rejected, [k.reason for k in table.rejected]
     assert all(k.model_score > 0 and not k.gflops_by_k for k in table.kernels)  # ranked, never timed
+    # Each SME2 set validated under the emulator at its own vector length (a
+    # kernel run at another one reads the wrong extents and fails validation).
+    assert {k.spec.svl for k in table.kernels} == ({128, 256, 512} if target == "sme2" else {0})
     assert table.measurements.empty and not table.peak_gflops
     # The library is cross-built for the device: an aarch64 ELF (e_machine 183), never loaded here.
     assert result.library is not None and result.library.read_bytes()[18:20] == (183).to_bytes(2, "little")

@@ -207,7 +207,7 @@ def neon_sample() -> list[KernelSpec]:
 
 
 def compile_all(target: Target, specs: list[KernelSpec], home: Path) -> dict[str, build.ObjectResult]:
-    built = build.build_kernels(target, [codegen.generate(s, svl_bits=SVL) for s in specs], jobs=2, home=home)
+    built = build.build_kernels(target, [codegen.generate(s) for s in specs], jobs=2, home=home)
     assert not built.failures, built.failures
     return built.objects
 

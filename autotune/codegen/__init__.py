@@ -9,7 +9,6 @@ the register models the generators follow, are in :mod:`autotune.families`.
 from __future__ import annotations
 
 import importlib
-import inspect
 from dataclasses import dataclass
 
 from ..specs import KernelSpec
@@ -55,14 +54,7 @@ def generator_module(isa: str):
     return module
 
 
-def generate(spec: KernelSpec, svl_bits: int = 0) -> GeneratedSource:
-    """Generate the source of one kernel with its ISA's generator.
-
-    ``svl_bits`` is the SME2 streaming vector length the kernel is specialised to;
-    generators of fixed-width ISAs take no such argument.
-    """
-    module = generator_module(spec.isa)
-    if svl_bits and "svl_bits" in inspect.signature(module.generate).parameters:
-        return module.generate(spec, svl_bits=svl_bits)
-    return module.generate(spec)
-
+def generate(spec: KernelSpec) -> GeneratedSource:
+    """Generate the source of one kernel with its ISA's generator (an SME2 kernel at
+    its spec's streaming vector length)."""
+    return generator_module(spec.isa).generate(spec)

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 from .. import contract
 from ..families.sme2 import (
-    DEFAULT_SVL,
     ISA,
     UNROLL,
     VARIANT_OF_TRANS,
@@ -39,6 +38,7 @@ from ..families.sme2 import (
     fits,
     kernel_format,
     load_groups,
+    spec_svl,
 )
 from ..specs import SVL_CHOICES, KernelSpec
 from . import GeneratedSource
@@ -457,9 +457,14 @@ def _emit(spec: KernelSpec, svl_bits: int) -> str:
     return "\n".join(_header(k) + asm.lines + tail)
 
 
-def generate(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> GeneratedSource:
+def generate(spec: KernelSpec, svl_bits: int = 0) -> GeneratedSource:
+    """The kernel at its spec's SVL; ``svl_bits`` sets one for a spec without (as tests
+    make by hand), never another than the spec's own, which its name carries."""
     if spec.isa != ISA:
         raise ValueError(f"{spec.name} is not an sme2 kernel")
+    if spec.svl and svl_bits and svl_bits != spec.svl:
+        raise ValueError(f"{spec.name} is specialised to SVL {spec.svl}, not {svl_bits}")
+    svl_bits = spec_svl(spec, svl_bits)
     if svl_bits not in SVL_CHOICES:
         raise ValueError(f"SVL must be one of {SVL_CHOICES}, got {svl_bits}")
     if spec.unroll != UNROLL:

@@ -23,10 +23,16 @@ from . import neon, sme2, x86
 ARM_ISAS = ("sme2", "neon")
 
 
+#: The streaming vector lengths an SME2 library carries kernels for when the
+#: CPU it will meet is not known (a cross-build): Apple's M4 has 512 bits, the
+#: phone and server cores with SME2 have 128 to 512.
+CROSS_SVLS = (128, 256, 512)
+
+
 def arm_family(isa: str, dtype: str, trans: str, svl_bits: int = sme2.DEFAULT_SVL,
                quick: bool = False) -> list[KernelSpec]:
-    """The NEON or SME2 family; ``quick`` keeps the common NEON sides and the
-    whole-tile SME2 kernels (their hybrid edge forms are left to the full install)."""
+    """The NEON or SME2 family (SME2 at one SVL); ``quick`` keeps the common NEON sides
+    and the whole-tile SME2 kernels (their hybrid edge forms are left to the full install)."""
     if isa == "neon":
         specs = neon.family(dtype, trans)
         return sorted(neon.quick(specs) if quick else specs)
@@ -41,9 +47,9 @@ def default_family(
     dtypes: Iterable[str] = ("f32", "f64"),
     transes: Iterable[str] = TRANSPOSITIONS,
     quick: bool = False,
-    svl_bits: int = sme2.DEFAULT_SVL,
+    svls: Iterable[int] = (sme2.DEFAULT_SVL,),
 ) -> list[KernelSpec]:
-    """The kernels an install generates for these ISAs.
+    """The kernels an install generates for these ISAs, SME2 once per SVL of ``svls``.
 
     ``quick`` keeps roughly a tenth to a fifth of them: the largest blocks and
     the small tails a tiler needs (sides 1..4 and whole vectors).  ISAs without
@@ -54,7 +60,8 @@ def default_family(
         if isa in ARM_ISAS:
             for dtype in dtypes:
                 for trans in transes:
-                    out.extend(arm_family(isa, dtype, trans.lower(), svl_bits, quick))
+                    for svl in (svls if isa == sme2.ISA else (0,)):
+                        out.extend(arm_family(isa, dtype, trans.lower(), svl, quick))
             continue
         if isa not in x86.REGISTER_FILES:
             continue
@@ -66,7 +73,7 @@ def default_family(
     return sorted(out)
 
 
-def model_score(spec: KernelSpec, svl_bits: int = sme2.DEFAULT_SVL) -> float:
+def model_score(spec: KernelSpec) -> float:
     """The analytic rank of a kernel: FLOPs per operand load of one K step.
 
     What emulated tables rank by, since emulated timings mean nothing: IAAT's
@@ -77,19 +84,18 @@ def model_score(spec: KernelSpec, svl_bits: int = sme2.DEFAULT_SVL) -> float:
     if spec.isa == "neon":
         return neon.score(spec)
     if spec.isa == "sme2":
-        return sme2.score(spec, svl_bits)
+        return sme2.score(spec)
     return x86.score(spec)
 
 
-def operand_panels(spec: KernelSpec, svl_bits: int = 0) -> tuple[int, int]:
+def operand_panels(spec: KernelSpec) -> tuple[int, int]:
     """Leading dimensions of the packed panels the kernel reads for A and B (0: in place).
 
     A packed A panel holds op(A)[i, p] at ``i + p*ld``; a packed B panel holds
     op(B)[p, j] at ``j + p*ld``; both are zero beyond the block.  Only SME2 kernels
-    read packed formats (:func:`.sme2.kernel_format`); ``svl_bits`` 0 takes its
-    default SVL.
+    read packed formats (:func:`.sme2.kernel_format`, at the spec's SVL).
     """
     if spec.isa != sme2.ISA:
         return 0, 0
-    fmt = sme2.kernel_format(spec, svl_bits) if svl_bits else sme2.kernel_format(spec)
+    fmt = sme2.kernel_format(spec)
     return (fmt.a.panel_ld if fmt.a.packed else 0, fmt.b.panel_ld if fmt.b.packed else 0)

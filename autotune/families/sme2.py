@@ -30,8 +30,8 @@ Hybrid forms (variant suffix ``h``, KirbyMM's SME + SVE edge routine): a block o
 ``a*VL + mr2`` rows keeps ``a*VL`` rows on ZA and computes the last ``mr2`` (1..4)
 with SVE ``fmla``, sharing the op(B) vectors the outer products load.
 
-Kernels are specialised to one streaming vector length (SVL, 512 bits by
-default).  The generator writing them as assembly is autotune.codegen.sme2; it
+Kernels are specialised to one streaming vector length (SVL): a spec carries
+its own (``KernelSpec.svl``), and a family is enumerated per SVL.  The generator writing them as assembly is autotune.codegen.sme2; it
 places its Z registers with :func:`allocate`, the same placement :func:`fits`
 checks.
 """
@@ -93,8 +93,14 @@ def is_hybrid(spec: KernelSpec) -> bool:
     return spec.variant.endswith("h")
 
 
-def kernel_format(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> KernelFormat:
-    vl = lanes(spec.dtype, svl_bits)
+def spec_svl(spec: KernelSpec, svl_bits: int = 0) -> int:
+    """The SVL a question about ``spec`` is asked at: the one given, else the spec's own,
+    else the default (a spec made by hand, as tests do, without one)."""
+    return svl_bits or spec.svl or DEFAULT_SVL
+
+
+def kernel_format(spec: KernelSpec, svl_bits: int = 0) -> KernelFormat:
+    vl = lanes(spec.dtype, spec_svl(spec, svl_bits))
     tn = -(-spec.nr // vl)
     if is_hybrid(spec):
         tm, sve_rows = spec.mr // vl, spec.mr % vl
@@ -114,14 +120,14 @@ def kernel_format(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> KernelFormat
     )
 
 
-def vector_registers(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> int:
+def vector_registers(spec: KernelSpec, svl_bits: int = 0) -> int:
     """Z registers of the K loop: two operand sets (ping-pong) and the SVE accumulators."""
     fmt = kernel_format(spec, svl_bits)
     per_set = fmt.tiles_m + fmt.tiles_n + fmt.sve_rows
     return 2 * per_set + fmt.sve_rows * fmt.tiles_n + _RESERVED
 
 
-def fits(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> bool:
+def fits(spec: KernelSpec, svl_bits: int = 0) -> bool:
     """The block fits the ZA tiles and the Z registers, and the variant matches the layout."""
     base = VARIANT_OF_TRANS.get(spec.trans)
     if spec.isa != ISA or spec.variant not in (base, base + "h"):
@@ -137,7 +143,7 @@ def fits(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> bool:
                     load_groups(fmt.tiles_n, spec.nr, fmt.vl, fmt.b.packed)) is not None
 
 
-def cmr(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> float:
+def cmr(spec: KernelSpec, svl_bits: int = 0) -> float:
     """KirbyMM's BiReg-CMR: flops per load instruction of one K step.
 
     ``a`` vectors of op(A) for the ZA rows, ``mr2`` broadcasts for the SVE rows and
@@ -158,8 +164,8 @@ def family(dtype: str, trans: str, svl_bits: int = DEFAULT_SVL) -> list[KernelSp
     specs = []
     for a in range(1, tiles + 1):
         for b in range(1, tiles // a + 1):
-            specs.append(KernelSpec(ISA, dtype, a * vl, b * vl, trans_a, trans_b, base, UNROLL))
-            specs += [KernelSpec(ISA, dtype, a * vl + r, b * vl, trans_a, trans_b, base + "h", UNROLL)
+            specs.append(KernelSpec(ISA, dtype, a * vl, b * vl, trans_a, trans_b, base, UNROLL, svl_bits))
+            specs += [KernelSpec(ISA, dtype, a * vl + r, b * vl, trans_a, trans_b, base + "h", UNROLL, svl_bits)
                       for r in HYBRID_ROWS if r < vl]
     specs = [s for s in specs if fits(s, svl_bits)]
     return sorted(specs, key=lambda s: (-cmr(s, svl_bits), s.mr, s.nr, s.variant))
@@ -171,7 +177,7 @@ def quick(specs: list[KernelSpec]) -> list[KernelSpec]:
     return [s for s in specs if not is_hybrid(s)]
 
 
-def score(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> float:
+def score(spec: KernelSpec, svl_bits: int = 0) -> float:
     """KirbyMM's compute-to-memory ratio (:func:`cmr`)."""
     return cmr(spec, svl_bits)
 

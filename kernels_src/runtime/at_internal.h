@@ -67,6 +67,9 @@ void at__set_error(const char *fmt, ...);
 /* cpu.c: whether this CPU can run kernel i of at_kernel_table (its features,
  * and the SVL of an SME2 kernel); computed once per process. */
 int at__kernel_usable(int index);
+/* This CPU's streaming vector length in bytes (0 without SME): the SVL of the
+ * SME2 kernels at__kernel_usable() lets plans use. */
+int32_t at__svl_bytes(void);
 
 /* params.c */
 /* fork(): the planner's parameter lock, taken before the fork and released

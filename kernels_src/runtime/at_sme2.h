@@ -4,8 +4,9 @@
  * one streaming region: exec_t.h's run_part hands the share to
  * at__sme2_part_<dtype> when the library is compiled with AT_SME2_EXEC.  The
  * kernel records of at_kernel_table (at_kernel.h) give each SME2 kernel the
- * leading dims of the packed panels it reads and its streaming entry point;
- * at_facts.svl_bytes the vector length they were generated for. */
+ * leading dims of the packed panels it reads, its streaming entry point and
+ * the vector length it was generated for: a library carries a set of SME2
+ * kernels per SVL, and plans use the set of the CPU's own (at__svl_bytes). */
 #ifndef AT_SME2_H
 #define AT_SME2_H
 

@@ -14,7 +14,7 @@
 #include "at_kernel.h"
 
 #define AT_KGRID_MAX 8
-#define AT_TABLE_FORMAT 3
+#define AT_TABLE_FORMAT 4
 
 /* A kernel of the library: its record (the kernel contract, at_kernel.h) and
  * how fast the install measured it. */
@@ -34,7 +34,6 @@ typedef struct {
     int32_t provenance;       /* MODEL: rank kernels by the analytic model */
     double peak_gflops[2];    /* one core's measured FMA peak per dtype */
     int32_t simd_bytes;       /* vector width for the analytic model */
-    int32_t svl_bytes;        /* SME2 libraries: the SVL the kernels were built for; else 0 */
 } at_kernel_facts;
 
 extern const at_table_entry at_kernel_table[];

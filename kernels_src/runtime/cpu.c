@@ -82,6 +82,19 @@ static int32_t streaming_vector_bytes(void)
 #endif
 }
 
+/* Asked once, like the usable mask: kernels are chosen for the SVL of the first
+ * call (a program that sets its own with prctl(PR_SME_SET_VL) does so first). */
+int32_t at__svl_bytes(void)
+{
+    static _Atomic int32_t known = -1;
+    int32_t svl = atomic_load_explicit(&known, memory_order_relaxed);
+    if (svl < 0) {
+        svl = streaming_vector_bytes();
+        atomic_store_explicit(&known, svl, memory_order_relaxed);
+    }
+    return svl;
+}
+
 /* Calls fn(feature, length, ctx) for every feature the space-separated list names. */
 static void each_feature(const char *list, void (*fn)(const char *, size_t, void *), void *ctx)
 {
@@ -118,7 +131,7 @@ static unsigned char *usable_mask(void)
     int n = at_kernel_table_count;
     unsigned char *fresh = malloc((size_t)(n > 0 ? n : 1));
     if (!fresh) return NULL;
-    int32_t svl = streaming_vector_bytes();
+    int32_t svl = at__svl_bytes();
     for (int i = 0; i < n; i++) fresh[i] = (unsigned char)kernel_runs_here(&at_kernel_table[i].kernel, svl);
     unsigned char *expected = NULL;
     if (!atomic_compare_exchange_strong_explicit(&usable, &expected, fresh, memory_order_acq_rel,
@@ -135,7 +148,7 @@ int at__kernel_usable(int index)
     const unsigned char *mask = usable_mask();
     if (mask) return mask[index];
     /* Out of memory for n bytes: answer without remembering. */
-    return kernel_runs_here(&at_kernel_table[index].kernel, streaming_vector_bytes());
+    return kernel_runs_here(&at_kernel_table[index].kernel, at__svl_bytes());
 }
 
 int at_kernel_usable(int index) { return at__kernel_usable(index); }
@@ -160,21 +173,47 @@ static void note_missing(const char *name, size_t len, void *ctx)
     snprintf(m->text + used, sizeof m->text - used, "%s%.*s", used ? " " : "", (int)len, name);
 }
 
+/* Appends " 128 256 512": the SVLs of the library's SME2 sets, in bits, ascending
+ * (the architecture allows powers of two from 128 to 2048). */
+static void list_svls(char *text, size_t size)
+{
+    for (int32_t bytes = 16; bytes <= 256; bytes *= 2)
+        for (int i = 0; i < at_kernel_table_count; i++)
+            if (at_kernel_table[i].kernel.svl_bytes == bytes) {
+                snprintf(text + strlen(text), size - strlen(text), " %d", (int)bytes * 8);
+                break;
+            }
+}
+
 int at_cpu_check(void)
 {
-    int total = at_kernel_table_count, runnable = 0;
+    int32_t svl = at__svl_bytes();
+    int own_set = 0, sets = 0;
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        int32_t bytes = at_kernel_table[i].kernel.svl_bytes;
+        own_set |= bytes != 0 && bytes == svl;
+        sets |= bytes != 0;
+    }
+    /* The SME2 sets of other vector lengths are for other CPUs, not a lack of
+     * this one, when the library has the set of this CPU's. */
+    int total = 0, runnable = 0;
     struct missing m = {""};
-    for (int i = 0; i < total; i++) {
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        int32_t bytes = at_kernel_table[i].kernel.svl_bytes;
+        if (own_set && bytes && bytes != svl) continue;
         int usable = at__kernel_usable(i);
+        total++;
         runnable += usable;
         if (!usable) each_feature(at_kernel_table[i].kernel.requires, note_missing, &m);
     }
     if (runnable == total) return AT_OK;
-    int32_t svl = streaming_vector_bytes();
-    if (at_facts.svl_bytes && svl && svl != at_facts.svl_bytes)
+    if (sets && svl && !own_set) {
+        char svls[64] = "";
+        list_svls(svls, sizeof svls);
         snprintf(m.text + strlen(m.text), sizeof m.text - strlen(m.text),
-                 "%sthe SME2 kernels' vector length (%d bits; this CPU's is %d)",
-                 m.text[0] ? " and " : "", (int)at_facts.svl_bytes * 8, (int)svl * 8);
+                 "%sSME2 kernels at its vector length (the library has%s bits; this CPU's is %d)",
+                 m.text[0] ? " and " : "", svls, (int)svl * 8);
+    }
     at__set_error("this CPU lacks %s: plans use the library's other %d of %d kernels (right "
                   "answers, less speed); run `autotune install` on this machine for its own library",
                   m.text[0] ? m.text : "what some kernels need", runnable, total);

@@ -136,7 +136,7 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
 {
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
     if (first == last) return AT_OK;
-    int64_t vl = at_facts.svl_bytes / (int64_t)sizeof(AT_T);
+    int64_t vl = at__svl_bytes() / (int64_t)sizeof(AT_T);
     if (vl < 1) vl = 1;
     AT_FN(sme2_ctx) cx = {p, t, A, B, C, alpha, beta, NULL, NULL, 0, 0, NULL, NULL};
     /* Everything that allocates happens here, before the streaming region. */

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from autotune import contract
-from autotune.codegen import neon, sme2
+from autotune import codegen, contract
 from autotune.home import kernels_src
 from autotune.specs import KernelSpec
 from autotune.toolchain import Target
@@ -29,13 +28,9 @@ class DriverRun:
     stderr: str
 
 
-def _generate(spec: KernelSpec, svl_bits: int):
-    return sme2.generate(spec, svl_bits) if spec.isa == "sme2" else neon.generate(spec)
-
-
-def _registry(specs: list[KernelSpec], svl_bits: int) -> str:
+def _registry(specs: list[KernelSpec]) -> str:
     lines = ['#include "driver_registry.h"', "", *contract.declarations(specs), ""]
-    return "\n".join([*lines, *contract.record_array("drv_kernels", specs, svl_bits), ""])
+    return "\n".join([*lines, *contract.record_array("drv_kernels", specs), ""])
 
 
 def _compile(target: Target, source: Path, obj: Path, extra: tuple[str, ...] = ()) -> None:
@@ -45,9 +40,10 @@ def _compile(target: Target, source: Path, obj: Path, extra: tuple[str, ...] = (
         raise RuntimeError(f"compile failed: {' '.join(argv)}\n{done.stderr}")
 
 
-def build_driver(target: Target, specs: list[KernelSpec], workdir: Path, svl_bits: int = 512,
+def build_driver(target: Target, specs: list[KernelSpec], workdir: Path,
                  edit: Callable[[KernelSpec, str], str] | None = None) -> Path:
-    """Generate and compile ``specs``, link them with the driver; the executable's path.
+    """Generate and compile ``specs`` (SME2 ones at their own SVL, 512 for a spec
+    without), link them with the driver; the executable's path.
 
     ``edit`` rewrites a generated text before it is compiled: the tests break
     kernels on purpose to show the driver notices.
@@ -55,12 +51,12 @@ def build_driver(target: Target, specs: list[KernelSpec], workdir: Path, svl_bit
     workdir.mkdir(parents=True, exist_ok=True)
     sources = []
     for spec in specs:
-        generated = _generate(spec, svl_bits)
+        generated = codegen.generate(spec)
         path = workdir / generated.filename
         path.write_text(edit(spec, generated.text) if edit else generated.text)
         sources.append(path)
     registry = workdir / "registry.c"
-    registry.write_text(_registry(specs, svl_bits))
+    registry.write_text(_registry(specs))
     includes = ("-I", str(HERE), "-I", str(kernels_src() / "arm"), "-I", str(kernels_src() / "include"))
     sme = ("-DDRV_SME",) if target.isa == "sme2" else ()
     asm = ("-I", str(kernels_src() / "arm"))  # at_asm.h, for the generated and the packing assembly

@@ -37,10 +37,11 @@ SME2_HYBRIDS = 2
 
 
 def library_kernels(target: Target) -> list[KernelSpec]:
-    """The kernels of a test library: SME2's quick family with partial and
-    hybrid blocks, or a slice of NEON's quick family."""
+    """The kernels of a test library: SME2's quick family at every SVL a cross-build
+    carries, with partial and hybrid blocks at the target's, or a slice of NEON's
+    quick family."""
     svl = target.svl_bits or 512
-    family = families.default_family([target.isa], quick=True, svl_bits=svl)
+    family = families.default_family([target.isa], quick=True, svls=families.CROSS_SVLS)
     if target.isa == "neon":
         return [s for s in family if s.mr in NEON_SIDES and s.nr in NEON_SIDES]
     extra = []
@@ -48,14 +49,14 @@ def library_kernels(target: Target) -> list[KernelSpec]:
         for trans in specs.TRANSPOSITIONS:
             ta, tb = specs.parse_trans(trans)
             variant = sme2.VARIANT_OF_TRANS[trans]
-            extra += [KernelSpec("sme2", dtype, m, n, ta, tb, variant, sme2.UNROLL) for m, n in SME2_PARTIAL]
+            extra += [KernelSpec("sme2", dtype, m, n, ta, tb, variant, sme2.UNROLL, svl) for m, n in SME2_PARTIAL]
             extra += [s for s in sme2.family(dtype, trans, svl) if sme2.is_hybrid(s)][:SME2_HYBRIDS]
-    return sorted(set(family) | {s for s in extra if sme2.fits(s, svl)})
+    return sorted(set(family) | {s for s in extra if sme2.fits(s)})
 
 
 def build_sample_library(target: Target, home: Path, kernels: Sequence[KernelSpec] | None = None) -> ArmLibraryBuild:
     chosen = list(kernels if kernels is not None else library_kernels(target))
-    sources = [codegen.generate(s, svl_bits=target.svl_bits or 512) for s in chosen]
+    sources = [codegen.generate(s) for s in chosen]
     built = build.build_kernels(target, sources, home=home)
     if built.failures:
         raise RuntimeError("kernels failed to compile: " + ", ".join(sorted(built.failures)))

@@ -329,7 +329,7 @@ static int abi(void)
         at_plan *plan = at_plan_create_ex(AT_F32, AT_COL_MAJOR, 0, 0, 70, 53, 41, 100, 100, 100, 1);
         uint64_t x[8] = {(uint64_t)(uintptr_t)plan, (uint64_t)(uintptr_t)buf[0],
                          (uint64_t)(uintptr_t)buf[1], (uint64_t)(uintptr_t)buf[2], 0, 0, 0, 0};
-        uint64_t svl = (uint64_t)at_facts.svl_bytes;
+        uint64_t svl = (uint64_t)at__svl_bytes();
         uint64_t state = rt_lazy_za_call((void (*)(void))at_plan_execute, x, 1.0, 0.0, za, svl);
         uint64_t bits = state ? 1u << 22 : 0;
         for (uint64_t r = 0; r < svl; r++)
@@ -369,9 +369,25 @@ static int one(void)
     int usable = 0, total = at_kernel_count();
     for (int k = 0; k < total; k++) usable += at_kernel_usable(k);
     int check = at_cpu_check();
+    /* Which SME2 set the plan ran (the SVL its kernels' names end in; -1 for a
+     * mix) and how much of C it computed. */
+    int64_t *calls = calloc((size_t)total + 1, sizeof *calls), *elements = calloc((size_t)total + 1, sizeof *elements);
+    int64_t streamed = 0;
+    int svl_used = 0;
+    if (plan && calls && elements && at_plan_usage(plan, calls, elements) == 0)
+        for (int k = 0; k < total; k++) {
+            at_kernel_info ki;
+            const char *vl = elements[k] && at_kernel_get(k, &ki) == 0 ? strstr(ki.name, "_vl") : NULL;
+            if (!vl) continue;
+            streamed += elements[k];
+            int bits = atoi(vl + 3);
+            svl_used = svl_used == 0 || svl_used == bits ? bits : -1;
+        }
+    free(calls);
+    free(elements);
     printf("{\"event\":\"one\",\"rc\":%d,\"wrong\":%d,\"usable\":%d,\"kernels\":%d,"
-           "\"cpu_check\":%d,\"error\":\"%s\"}\n",
-           rc, wrong, usable, total, check, check ? at_last_error() : "");
+           "\"cpu_check\":%d,\"streamed\":%lld,\"svl_used\":%d,\"error\":\"%s\"}\n",
+           rc, wrong, usable, total, check, (long long)streamed, svl_used, check ? at_last_error() : "");
     at_plan_destroy(plan);
     return 0;
 }
