@@ -12,6 +12,7 @@
 #ifndef AUTOTUNE_H
 #define AUTOTUNE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -209,9 +210,9 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
  * lets the callee ignore them, so the prototypes above leave them out.
  *
  * Error handlers are weak symbols of the library, so a program may define its own:
- *   void xerbla_(const char *srname, const int *info, size_t srname_len);
- * receives the routine name ("SGEMM ") and the 1-based Fortran parameter number;
- * cblas_xerbla receives CBLAS's numbering (order is parameter 1). */
+ * xerbla_ receives the routine name ("SGEMM ") and the 1-based Fortran parameter
+ * number; cblas_xerbla receives CBLAS's numbering (order is parameter 1). */
+void xerbla_(const char *srname, const int *info, size_t srname_len);
 void cblas_xerbla(int p, const char *rout, const char *form, ...);
 
 #ifdef __cplusplus
