@@ -251,3 +251,28 @@ def test_grouped_batch_rejects_bad_arguments_before_computing(lib, capfd):
     assert "Parameter 15 to routine cblas_sgemm_batch was" in call((2, 2), (1, 1), count=-1)
     assert np.all(C == 3.0)
     assert call((2, 2), (1, 1), count=0) == "" and np.all(C == 3.0)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=["s", "d"])
+def test_large_batches_split_over_threads_give_the_reference(lib, dtype):
+    """Enough work for the executor to split the batch over two threads: every item
+    still matches, in both routines (the grouped one through its pointer path)."""
+    lib.at_set_num_threads(2)
+    try:
+        rng = np.random.default_rng(11)
+        M, N, K, batch = 40, 36, 44, 48
+        A, B, C = make_problem(rng, dtype, COL, False, True, M, N, K, 3, batch, False)
+        C0 = [x.copy() for x in C.items]
+        strided_fn(lib, dtype)(COL, NO, TR, M, N, K, 0.5, A.addr(), A.ld, A.stride, B.addr(), B.ld,
+                               B.stride, 2.0, C.addr(), C.ld, C.stride, batch)
+        check_result(A, B, C, C0, 0.5, 2.0, False, True, batch)
+
+        A, B, C = make_problem(rng, dtype, ROW, True, False, M, N, K, 0, batch, True)
+        I, P, ct = ctypes.c_int, ctypes.c_void_p, DTYPES[dtype][1]
+        ptrs = [(P * batch)(*[X.addr(b) for b in range(batch)]) for X in (A, B, C)]
+        grouped_fn(lib, dtype)(ROW, (I * 1)(TR), (I * 1)(NO), (I * 1)(M), (I * 1)(N), (I * 1)(K),
+                               (ct * 1)(1.0), ptrs[0], (I * 1)(A.ld), ptrs[1], (I * 1)(B.ld),
+                               (ct * 1)(0.0), ptrs[2], (I * 1)(C.ld), 1, (I * 1)(batch))
+        check_result(A, B, C, None, 1.0, 0.0, True, False, batch)
+    finally:
+        lib.at_set_num_threads(0)
