@@ -260,7 +260,7 @@ def test_large_batches_split_over_threads_give_the_reference(lib, dtype):
     lib.at_set_num_threads(2)
     try:
         rng = np.random.default_rng(11)
-        M, N, K, batch = 40, 36, 44, 48
+        M, N, K, batch = 40, 36, 44, 96  # 1.2e7 flops, three times the default thread_flops
         A, B, C = make_problem(rng, dtype, COL, False, True, M, N, K, 3, batch, False)
         C0 = [x.copy() for x in C.items]
         strided_fn(lib, dtype)(COL, NO, TR, M, N, K, 0.5, A.addr(), A.ld, A.stride, B.addr(), B.ld,
