@@ -23,6 +23,7 @@ from . import __version__
 from .home import HomeError, home
 from .host import IsaCapError, describe, detect
 from .install import InstallError, InstallOptions, install, library_dir
+from .pkgconfig import PC_NAME, pc_dir
 from .plans import PlanError
 from .runtime.loader import LIBRARY_NAME
 from .table import TableError, TunedTable, kernel_score, load, table_path
@@ -342,15 +343,19 @@ def cmd_show(args: argparse.Namespace, out: Console) -> int:
             "build cache": root / "build",
             "library": library_dir(args.target, root) / LIBRARY_NAME,
             "header": library_dir(args.target, root) / "autotune.h",
+            "pkg-config": pc_dir(library_dir(args.target, root)) / PC_NAME,
         }
         archive = library_dir(args.target, root) / "libautotune.a"
         if archive.exists():  # cross-built targets also ship a static library
             rows["static library"] = archive
+        # What a C, C++ or Fortran build sets to find the library through pkg-config.
+        search = f"PKG_CONFIG_PATH={pc_dir(library_dir(args.target, root))}"
         if args.json:
-            print(json.dumps({k: str(v) for k, v in rows.items()}, indent=1))
+            print(json.dumps({**{k: str(v) for k, v in rows.items()}, "pkg_config_env": search}, indent=1))
         else:
             for label, path in rows.items():
                 out.print(f"{label:<15} {path}", highlight=False, soft_wrap=True)
+            out.print(search, highlight=False, soft_wrap=True)
         return 0
     if args.host:
         host = detect()

@@ -32,6 +32,7 @@ from .host import HostInfo, detect
 from .specs import KernelSpec
 from .table import KernelRecord, TunedTable
 from .link import LibraryBuild, build_table_library, default_params
+from .pkgconfig import write_pc
 from .toolchain import Target, native_isas, target_for
 
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
@@ -400,6 +401,7 @@ def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple
                 shutil.copy2(src, tmp)
                 os.replace(tmp, final / src.name)
             installed = final / staged.library.name
+            write_pc(final)
         path = table.save(stored, root)
     return path, installed
 

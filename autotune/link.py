@@ -205,6 +205,45 @@ def shared_library_flags(target: Target, name: str) -> list[str]:
     return ["-shared", f"-Wl,-soname,{name}", "-lm"]
 
 
+#: Reference CBLAS's globals (blas.c defines them weak): exported because a tester's
+#: own cblas_xerbla reads the RowMajorStrg flag the library's checks set.
+CBLAS_GLOBALS = ("RowMajorStrg", "CBLAS_CallFromC")
+
+#: A function prototype in autotune.h: a lowercase type at column 0, then the name.
+_PROTOTYPE = re.compile(r"^[a-z][\w *]*?\b(\w+)\(", re.MULTILINE)
+
+
+def public_symbols(header: Path | None = None) -> tuple[str, ...]:
+    """What libautotune exports: every function ``autotune.h`` declares, and the CBLAS globals.
+
+    The header is the one declaration of the public surface; the kernels, the
+    generated tables and the ``at__`` internals stay local, so a program or a
+    second BLAS in the process cannot bind to them (or they to it).  The Python
+    side needs nothing else: the loader uses the ``at_`` API through ctypes and
+    hands ``_atfast`` the addresses of at_gemm, at_gemm_batch_strided and
+    at_last_error.
+    """
+    text = (header or kernels_src() / "include" / "autotune.h").read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)
+    return tuple(sorted(set(_PROTOTYPE.findall(text)) | set(CBLAS_GLOBALS)))
+
+
+def export_flags(target: Target, tmp: Path) -> list[str]:
+    """Linker flags that export exactly :func:`public_symbols` (a list file written into ``tmp``).
+
+    ELF: a version script, everything else local.  Mach-O: ld64's
+    ``-exported_symbols_list`` with C names' leading underscore.
+    """
+    names = public_symbols()
+    if target.os == "darwin":
+        listing = tmp / "exports.txt"
+        listing.write_text("".join(f"_{n}\n" for n in names))
+        return [f"-Wl,-exported_symbols_list,{listing}"]
+    script = tmp / "exports.map"
+    script.write_text("{\n  global:\n" + "".join(f"    {n};\n" for n in names) + "  local: *;\n};\n")
+    return [f"-Wl,--version-script={script}"]
+
+
 def extension_link_flags(target: Target) -> list[str]:
     """Linking the ``_atfast`` extension: its Python symbols resolve when Python loads it.
 
@@ -297,7 +336,7 @@ def build_runtime(
             objects.append(str(obj))
         lib_tmp = tmp / lib_name
         _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *target.ldflags,
-              *shared_library_flags(target, lib_name)])
+              *shared_library_flags(target, lib_name), *export_flags(target, tmp)])
         outputs = [(lib_tmp, library)]
         outputs += _build_extension([*target.cc, *cflags, *includes], ext, extension, tmp, target)
         _publish(tmp, out_dir, outputs, header, digest, stamp)
@@ -473,7 +512,7 @@ def build_arm_runtime(
 
         lib_tmp, ar_tmp = tmp / lib_name, tmp / ARCHIVE_NAME
         _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *shared_ldflags,
-              *shared_library_flags(target, lib_name)])
+              *shared_library_flags(target, lib_name), *export_flags(target, tmp)])
         _run([*_archiver(target), "rcs", str(ar_tmp), *objects, *object_paths])
         outputs = [(lib_tmp, library), (ar_tmp, archive)]
         outputs += _build_extension([*target.cc, *base, *includes], ext, extension, tmp, target)

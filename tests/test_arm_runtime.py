@@ -136,6 +136,18 @@ def test_library_is_aarch64_and_cached(built):
 
 
 @pytest.mark.arm
+def test_library_exports_exactly_the_public_set(built):
+    """The aarch64 .so, like the host's (test_exports.py): the kernels, their
+    streaming entries and the SME2 region are linked in but not exported."""
+    from autotune.link import public_symbols
+
+    from .test_exports import dynamic_symbols
+
+    _, lib, _ = built
+    assert dynamic_symbols(lib.library) == set(public_symbols())
+
+
+@pytest.mark.arm
 def test_semantics_suite(built):
     target, lib, work = built
     exe = rt.build_driver(target, lib, work)

@@ -12,6 +12,7 @@
 #ifndef AUTOTUNE_H
 #define AUTOTUNE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -168,6 +169,37 @@ void cblas_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRA
 void cblas_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
                  int M, int N, int K, double alpha, const double *A, int lda,
                  const double *B, int ldb, double beta, double *C, int ldc);
+/* Batches, with MKL's prototypes (LP64: its MKL_INT is int) and OpenBLAS's.
+ * Strided: batch_size products of one shape, item i at A + i*stridea (elements),
+ * B + i*strideb, C + i*stridec; stridea or strideb 0 shares one operand, stridec
+ * must keep the C items apart (>= ldc*N column-major, ldc*M row-major).
+ * Grouped: group g has group_size[g] products of shape m_array[g] x n_array[g] x
+ * k_array[g] with its own transpositions, scalars and leading dims; their
+ * operands are the next group_size[g] entries of A_array, B_array, C_array.
+ * Bad arguments go to cblas_xerbla numbered as these prototypes (layout is 1)
+ * and nothing is computed; a batch or group of size 0 does nothing. */
+void cblas_sgemm_batch_strided(enum CBLAS_ORDER layout, enum CBLAS_TRANSPOSE transa,
+                               enum CBLAS_TRANSPOSE transb, int m, int n, int k, float alpha,
+                               const float *A, int lda, int stridea, const float *B, int ldb,
+                               int strideb, float beta, float *C, int ldc, int stridec,
+                               int batch_size);
+void cblas_dgemm_batch_strided(enum CBLAS_ORDER layout, enum CBLAS_TRANSPOSE transa,
+                               enum CBLAS_TRANSPOSE transb, int m, int n, int k, double alpha,
+                               const double *A, int lda, int stridea, const double *B, int ldb,
+                               int strideb, double beta, double *C, int ldc, int stridec,
+                               int batch_size);
+void cblas_sgemm_batch(enum CBLAS_ORDER layout, const enum CBLAS_TRANSPOSE *transa_array,
+                       const enum CBLAS_TRANSPOSE *transb_array, const int *m_array,
+                       const int *n_array, const int *k_array, const float *alpha_array,
+                       const float **A_array, const int *lda_array, const float **B_array,
+                       const int *ldb_array, const float *beta_array, float **C_array,
+                       const int *ldc_array, int group_count, const int *group_size);
+void cblas_dgemm_batch(enum CBLAS_ORDER layout, const enum CBLAS_TRANSPOSE *transa_array,
+                       const enum CBLAS_TRANSPOSE *transb_array, const int *m_array,
+                       const int *n_array, const int *k_array, const double *alpha_array,
+                       const double **A_array, const int *lda_array, const double **B_array,
+                       const int *ldb_array, const double *beta_array, double **C_array,
+                       const int *ldc_array, int group_count, const int *group_size);
 void sgemm_(const char *ta, const char *tb, const int *M, const int *N, const int *K,
             const float *alpha, const float *A, const int *lda, const float *B,
             const int *ldb, const float *beta, float *C, const int *ldc);
@@ -178,9 +210,9 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
  * lets the callee ignore them, so the prototypes above leave them out.
  *
  * Error handlers are weak symbols of the library, so a program may define its own:
- *   void xerbla_(const char *srname, const int *info, size_t srname_len);
- * receives the routine name ("SGEMM ") and the 1-based Fortran parameter number;
- * cblas_xerbla receives CBLAS's numbering (order is parameter 1). */
+ * xerbla_ receives the routine name ("SGEMM ") and the 1-based Fortran parameter
+ * number; cblas_xerbla receives CBLAS's numbering (order is parameter 1). */
+void xerbla_(const char *srname, const int *info, size_t srname_len);
 void cblas_xerbla(int p, const char *rout, const char *form, ...);
 
 #ifdef __cplusplus

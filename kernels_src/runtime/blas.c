@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "at_internal.h"
@@ -308,4 +309,170 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
     if (__builtin_expect(gemm_f64(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
                                *lda, B, *ldb, *beta, C, *ldc) != AT_OK, 0))
         report_failure("dgemm_");
+}
+
+/* ---- batched CBLAS (MKL's and OpenBLAS's signatures) ------------------------- */
+
+/* The first bad argument of one product of a batch routine, numbered as that
+ * routine's prototype (layout is 1, transa 2, transb 3, m 4, n 5, k 6); the
+ * leading dimensions' numbers differ between the strided and the grouped
+ * routine, so the caller passes them.  Unlike cblas_?gemm, MKL reports the
+ * position in its own prototype for either layout (no reference CBLAS
+ * exchange of M and N), so neither does this.  Zero if valid. */
+static int batch_item_check(int order, int ta, int tb, int M, int N, int K, int lda, int ldb,
+                            int ldc, int pos_lda, int pos_ldb, int pos_ldc)
+{
+    if (order != CblasColMajor && order != CblasRowMajor) return 1;
+    if (ta != CblasNoTrans && ta != CblasTrans && ta != CblasConjTrans) return 2;
+    if (tb != CblasNoTrans && tb != CblasTrans && tb != CblasConjTrans) return 3;
+    if (M < 0) return 4;
+    if (N < 0) return 5;
+    if (K < 0) return 6;
+    int row = order == CblasRowMajor;
+    int at = ta != CblasNoTrans, bt = tb != CblasNoTrans;
+    int need_a = row != at ? K : M, need_b = row != bt ? N : K, need_c = row ? N : M;
+    if (lda < (need_a > 1 ? need_a : 1)) return pos_lda;
+    if (ldb < (need_b > 1 ? need_b : 1)) return pos_ldb;
+    if (ldc < (need_c > 1 ? need_c : 1)) return pos_ldc;
+    return 0;
+}
+
+/* The elements one stored matrix spans before the next may start: C items must
+ * not overlap (their threads would race on shared elements); A and B items may
+ * (stride 0 shares one operand across the batch, as MKL allows). */
+static int64_t c_span(int order, int M, int N, int ldc)
+{
+    return (int64_t)ldc * (order == CblasRowMajor ? M : N);
+}
+
+static __attribute__((noinline, cold)) void batch_report(int pos, const char *rout)
+{
+    RowMajorStrg = 0;
+    cblas_xerbla(pos, rout, "");
+}
+
+/* cblas_?gemm_batch_strided: batch_size products of one shape, item i at
+ * A + i*stridea, B + i*strideb, C + i*stridec.  One plan, the batch split over
+ * the threads by at__execute (as at_gemm_batch_strided). */
+static void batch_strided(int dtype, const char *rout, int order, int ta, int tb, int M, int N,
+                          int K, double alpha, const void *A, int lda, int stridea, const void *B,
+                          int ldb, int strideb, double beta, void *C, int ldc, int stridec,
+                          int batch)
+{
+    int pos = batch_item_check(order, ta, tb, M, N, K, lda, ldb, ldc, 9, 12, 16);
+    if (!pos && stridea < 0) pos = 10;
+    if (!pos && strideb < 0) pos = 13;
+    if (!pos && batch > 1 && M > 0 && N > 0 && stridec < c_span(order, M, N, ldc)) pos = 17;
+    if (!pos && batch < 0) pos = 18;
+    if (pos) {
+        batch_report(pos, rout);
+        return;
+    }
+    if (at_gemm_batch_strided(dtype, order == CblasRowMajor, ta != CblasNoTrans, tb != CblasNoTrans,
+                              M, N, K, alpha, A, lda, stridea, B, ldb, strideb, beta, C, ldc,
+                              stridec, batch) != AT_OK)
+        report_failure(rout);
+}
+
+/* cblas_?gemm_batch: group_count groups, group g holding group_size[g] products
+ * that share its shape, transpositions, scalars and leading dims, with operands
+ * from consecutive entries of the pointer arrays.  Every group is checked before
+ * any computes, so a bad argument leaves every C as it was; then one plan per
+ * group executes that group's pointers, split over the threads. */
+static void batch_grouped(int dtype, const char *rout, int order, const enum CBLAS_TRANSPOSE *ta,
+                          const enum CBLAS_TRANSPOSE *tb, const int *M, const int *N, const int *K,
+                          const double *alpha, const double *beta, const void *const *A,
+                          const int *lda, const void *const *B, const int *ldb, void *const *C,
+                          const int *ldc, int group_count, const int *group_size)
+{
+    int pos = 0;
+    if (order != CblasColMajor && order != CblasRowMajor) pos = 1;
+    else if (group_count < 0) pos = 15;
+    for (int g = 0; !pos && g < group_count; g++) {
+        pos = batch_item_check(order, (int)ta[g], (int)tb[g], M[g], N[g], K[g], lda[g], ldb[g],
+                               ldc[g], 9, 11, 14);
+        if (!pos && group_size[g] < 0) pos = 16;
+    }
+    if (pos) {
+        batch_report(pos, rout);
+        return;
+    }
+    int64_t first = 0;
+    for (int g = 0; g < group_count; first += group_size[g], g++) {
+        if (group_size[g] == 0 || M[g] == 0 || N[g] == 0) continue;
+        int owned;
+        at_plan *p = at__plan_lookup(dtype, order == CblasRowMajor, ta[g] != CblasNoTrans,
+                                     tb[g] != CblasNoTrans, M[g], N[g], K[g], lda[g], ldb[g],
+                                     ldc[g], &owned);
+        int rc = p ? at__execute(p, group_size[g], alpha[g], A + first, B + first, beta[g],
+                                 C + first, NULL, 0, NULL, 0, NULL, 0)
+                   : plan_failure();
+        if (p && owned) at__plan_release(p);
+        if (rc != AT_OK) {
+            report_failure(rout);
+            return;
+        }
+    }
+}
+
+void cblas_sgemm_batch_strided(enum CBLAS_ORDER layout, enum CBLAS_TRANSPOSE transa,
+                               enum CBLAS_TRANSPOSE transb, int m, int n, int k, float alpha,
+                               const float *A, int lda, int stridea, const float *B, int ldb,
+                               int strideb, float beta, float *C, int ldc, int stridec,
+                               int batch_size)
+{
+    batch_strided(AT_F32, "cblas_sgemm_batch_strided", (int)layout, (int)transa, (int)transb, m, n,
+                  k, alpha, A, lda, stridea, B, ldb, strideb, beta, C, ldc, stridec, batch_size);
+}
+
+void cblas_dgemm_batch_strided(enum CBLAS_ORDER layout, enum CBLAS_TRANSPOSE transa,
+                               enum CBLAS_TRANSPOSE transb, int m, int n, int k, double alpha,
+                               const double *A, int lda, int stridea, const double *B, int ldb,
+                               int strideb, double beta, double *C, int ldc, int stridec,
+                               int batch_size)
+{
+    batch_strided(AT_F64, "cblas_dgemm_batch_strided", (int)layout, (int)transa, (int)transb, m, n,
+                  k, alpha, A, lda, stridea, B, ldb, strideb, beta, C, ldc, stridec, batch_size);
+}
+
+/* Group scalars are float in the s routine; the executor takes them as double
+ * (exact), so they are widened per group, a bounded copy on the stack or heap. */
+void cblas_sgemm_batch(enum CBLAS_ORDER layout, const enum CBLAS_TRANSPOSE *transa_array,
+                       const enum CBLAS_TRANSPOSE *transb_array, const int *m_array,
+                       const int *n_array, const int *k_array, const float *alpha_array,
+                       const float **A_array, const int *lda_array, const float **B_array,
+                       const int *ldb_array, const float *beta_array, float **C_array,
+                       const int *ldc_array, int group_count, const int *group_size)
+{
+    double small[2 * 16] = {0}, *scal = small;
+    if (group_count > 16) {
+        scal = malloc(sizeof(double) * 2 * (size_t)group_count);
+        if (!scal) {
+            at__set_error("out of memory for %d groups' scalars", group_count);
+            report_failure("cblas_sgemm_batch");
+            return;
+        }
+    }
+    for (int g = 0; g < group_count; g++) {
+        scal[g] = alpha_array[g];
+        scal[group_count + g] = beta_array[g];
+    }
+    batch_grouped(AT_F32, "cblas_sgemm_batch", (int)layout, transa_array, transb_array, m_array,
+                  n_array, k_array, scal, group_count > 0 ? scal + group_count : scal,
+                  (const void *const *)A_array, lda_array, (const void *const *)B_array, ldb_array,
+                  (void *const *)C_array, ldc_array, group_count, group_size);
+    if (scal != small) free(scal);
+}
+
+void cblas_dgemm_batch(enum CBLAS_ORDER layout, const enum CBLAS_TRANSPOSE *transa_array,
+                       const enum CBLAS_TRANSPOSE *transb_array, const int *m_array,
+                       const int *n_array, const int *k_array, const double *alpha_array,
+                       const double **A_array, const int *lda_array, const double **B_array,
+                       const int *ldb_array, const double *beta_array, double **C_array,
+                       const int *ldc_array, int group_count, const int *group_size)
+{
+    batch_grouped(AT_F64, "cblas_dgemm_batch", (int)layout, transa_array, transb_array, m_array,
+                  n_array, k_array, alpha_array, beta_array, (const void *const *)A_array,
+                  lda_array, (const void *const *)B_array, ldb_array, (void *const *)C_array,
+                  ldc_array, group_count, group_size);
 }
