@@ -21,3 +21,10 @@ def gemm_batch(A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=Fals
     from . import runtime
 
     return runtime.gemm_batch(A, B, C, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+
+
+def matmul(a, b, out=None):
+    """numpy.matmul through libautotune; see :func:`autotune.runtime.matmul`."""
+    from . import runtime
+
+    return runtime.matmul(a, b, out=out)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import api, loader
-from .api import cache_stats, gemm_batch, get_num_threads, numpy_gemm, set_num_threads
+from .api import cache_stats, gemm_batch, get_num_threads, matmul, numpy_gemm, set_num_threads
 
 gemm = numpy_gemm
 
@@ -42,6 +42,6 @@ def _initial() -> None:
 _initial()
 
 __all__ = [
-    "gemm", "gemm_batch", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
+    "gemm", "gemm_batch", "matmul", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
     "numpy_gemm",
 ]

@@ -13,15 +13,16 @@ from __future__ import annotations
 import ctypes
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..specs import DTYPE_CODE
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 from . import loader
 
 _SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
-_DTYPE_CODE = {np.dtype(np.float32): DTYPE_CODE["f32"], np.dtype(np.float64): DTYPE_CODE["f64"]}
 
 _warn_lock = threading.Lock()
 _warned: set[str] = set()
@@ -226,6 +227,13 @@ def gemm_batch(A: Any, B: Any, C: Any = None, *, alpha: float = 1.0, beta: float
     batch is split over threads); lists run item by item.  Returns C (a new stack
     or list when C is None).
     """
+    if (isinstance(A, np.ndarray) and isinstance(B, np.ndarray) and A.ndim == B.ndim == 3
+            and A.shape[0] != B.shape[0]):
+        # np.matmul's broadcasting: a stack of one item is shared by every item.
+        if A.shape[0] == 1:
+            A = A[0]
+        elif B.shape[0] == 1:
+            B = B[0]
     batch = _state.batch
     if batch is not None:
         # _atfast validates the stacks and runs the plan in C; whatever it
@@ -287,13 +295,16 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
             _gemm(A[i] if A.ndim == 3 else A, B[i] if B.ndim == 3 else B, C[i],
                   alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
         return C
+    # specs.py is imported here, off the first-call path of gemm (issue 16).
+    from ..specs import DTYPE_CODE
+
     (sa, (a_col, lda)), (sb, (b_col, ldb)), (sc, (c_col, ldc)) = views
     layout = 0 if c_col else 1
     # An operand stored the other way round from C is its own transpose there.
     ta = bool(trans_a) ^ (a_col != c_col)
     tb = bool(trans_b) ^ (b_col != c_col)
     rc = runtime.lib.at_gemm_batch_strided(
-        _DTYPE_CODE[A.dtype], layout, int(ta), int(tb), M, N, K, float(alpha),
+        DTYPE_CODE[A.dtype.name.replace('float', 'f')], layout, int(ta), int(tb), M, N, K, float(alpha),
         A.ctypes.data, lda, sa, B.ctypes.data, ldb, sb, float(beta), C.ctypes.data, ldc, sc, batch,
     )
     if rc != 0:
@@ -322,3 +333,136 @@ def cache_stats() -> tuple[int, int]:
     created, hits = ctypes.c_int64(), ctypes.c_int64()
     runtime.lib.at_plan_cache_stats(ctypes.byref(created), ctypes.byref(hits))
     return created.value, hits.value
+
+
+def _matmul_error(a: np.ndarray, b: np.ndarray) -> ValueError:
+    k_a = a.shape[-1]
+    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    return ValueError(
+        "matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
+        f"(n?,k),(k,m?)->(n?,m?) (size {k_b} is different from {k_a})")
+
+
+def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndarray:
+    """Matrix product of two arrays with :func:`numpy.matmul`'s semantics, through libautotune.
+
+    Parameters
+    ----------
+    a, b : array_like
+        Operands, at least 1-D.  A 1-D ``a`` is a row vector and a 1-D ``b`` a
+        column vector, and the added dimension is removed from the result; arrays
+        of more than two dimensions are stacks of matrices in their last two
+        dimensions, whose leading dimensions broadcast as numpy's do.  Any strides
+        (transposed views, slices) are accepted.
+    out : ndarray, optional
+        Where to write the result.  Its shape must be the result's; its dtype must
+        be one the result casts to under ``same_kind`` rules.  It may overlap ``a``
+        or ``b``: the product is then computed into a temporary first, as numpy does.
+
+    Returns
+    -------
+    ndarray
+        The product, ``out`` when it was given.
+
+    Raises
+    ------
+    ValueError
+        If an operand is 0-D, the core dimensions do not match, the stacks do not
+        broadcast, or ``out`` has the wrong shape.
+    TypeError
+        If an operand is not numeric.
+
+    Notes
+    -----
+    float32 and float64 results (including float32 x float64, which computes in
+    float64 as numpy's type promotion says) run in libautotune's kernels: one
+    :func:`gemm` for a single product, one :func:`gemm_batch` call for stacks.
+    Other result dtypes (integers, bool, complex, float16) are computed by
+    :func:`numpy.matmul` itself, which is exact for integers; so is everything
+    when no library is installed (with one warning per process).
+
+    Examples
+    --------
+    >>> import numpy as np, autotune
+    >>> a = np.ones((10, 3, 4), np.float32); b = np.ones((4, 5), np.float32)
+    >>> autotune.matmul(a, b).shape
+    (10, 3, 5)
+    >>> float(autotune.matmul(np.ones(4), np.ones(4)))
+    4.0
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: Input operand {0 if a.ndim == 0 else 1} does not have enough "
+                         "dimensions (has 0, gufunc core with signature (n?,k),(k,m?)->(n?,m?) "
+                         "requires 1)")
+    for i, X in enumerate((a, b)):
+        if not _numeric(X.dtype):
+            raise TypeError(f"matmul: operand {i} has dtype {X.dtype}, which is not numeric")
+    dtype = np.result_type(a, b)
+    if out is not None and not isinstance(out, np.ndarray):
+        raise TypeError(f"matmul: out must be a numpy array, got {type(out).__name__}")
+    if dtype not in _SUPPORTED:
+        return np.matmul(a, b, out=out)
+    A = a[None, :] if a.ndim == 1 else a
+    B = b[:, None] if b.ndim == 1 else b
+    if A.shape[-1] != B.shape[-2]:
+        raise _matmul_error(a, b)
+    try:
+        stack = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: the stacks of shapes {a.shape} and {b.shape} do not "
+                         "broadcast") from None
+    M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    shape = stack + ((M,) if a.ndim > 1 else ()) + ((N,) if b.ndim > 1 else ())
+    if out is not None:
+        if out.shape != shape:
+            raise ValueError(f"matmul: out has shape {out.shape}, but the result has shape {shape}")
+        if not out.flags.writeable:
+            raise ValueError("matmul: out is read-only")
+        if not np.can_cast(dtype, out.dtype, "same_kind"):
+            raise TypeError(f"matmul: cannot cast the result from {dtype} to out's {out.dtype} "
+                            "with casting rule 'same_kind'")
+    A, B = A.astype(dtype, copy=False), B.astype(dtype, copy=False)
+    # The product goes straight into out when out has the result's dtype and
+    # shares no memory with an operand; otherwise into a temporary, copied once.
+    direct = (out is not None and out.dtype == dtype and not np.may_share_memory(out, a)
+              and not np.may_share_memory(out, b))
+    result = out if direct else np.empty(shape, dtype)
+    full = result.reshape(stack + (M, N)) if result.ndim != len(stack) + 2 else result
+    if full.size:
+        _product(A, B, full, stack, M, K, N)
+    if out is not None and not direct:
+        np.copyto(out, result, casting="same_kind")
+        return out
+    return result[()] if not shape else result  # a scalar for vector . vector, as numpy
+
+
+def _product(A: np.ndarray, B: np.ndarray, R: np.ndarray, stack: tuple[int, ...], M: int, K: int,
+             N: int) -> None:
+    """R[...] = A @ B for broadcast stacks A, B and a result R of shape stack + (M, N)."""
+    from . import gemm as _gemm  # the entry bound to the current library
+
+    if K == 0:
+        R[...] = 0
+        return
+    if not stack:
+        _gemm(A, B, R)
+        return
+    count = R.size // (M * N)
+
+    def flat(X: np.ndarray, rows: int, cols: int) -> np.ndarray:
+        # An operand without a stack of its own is one matrix shared by every
+        # item (gemm_batch's 2-D operand), never count copies of it.
+        if X.ndim == 2 or X.size == rows * cols:
+            return X.reshape(rows, cols)
+        return np.broadcast_to(X, stack + (rows, cols)).reshape(count, rows, cols)
+
+    R3 = R.reshape(count, M, N)
+    A2, B2 = flat(A, M, K), flat(B, K, N)
+    if A2.ndim == B2.ndim == 2:  # every item is the same product: compute it once
+        _gemm(A2, B2, R3[0])
+        R3[1:] = R3[0]
+    else:
+        gemm_batch(A2, B2, R3)
+    if not np.may_share_memory(R3, R):  # out's stack was not flattenable: reshape copied
+        R[...] = R3.reshape(R.shape)
