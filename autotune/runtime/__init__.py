@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, loader
+from . import api, loader, threadpool
 from .api import cache_stats, gemm_batch, get_num_threads, matmul, numpy_gemm, set_num_threads
 
 gemm = numpy_gemm
@@ -40,6 +40,7 @@ def _initial() -> None:
 
 
 _initial()
+threadpool.install()
 
 __all__ = [
     "gemm", "gemm_batch", "matmul", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
