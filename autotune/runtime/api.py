@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -159,9 +160,62 @@ def _items_overlap(C: np.ndarray) -> bool:
     return bool(np.any(np.diff(offsets) < C.itemsize))
 
 
-def numpy_gemm(A: Any, B: Any, C: np.ndarray | None = None, *, alpha: float = 1.0,
+def numpy_gemm(A: ArrayLike, B: ArrayLike, C: np.ndarray | None = None, *, alpha: float = 1.0,
                beta: float = 0.0, trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
-    """The fallback ``gemm`` when no library is installed: numpy, one warning per process."""
+    """``C = alpha * op(A) @ op(B) + beta * C``: ``gemm``'s contract, computed by numpy.
+
+    :func:`autotune.gemm` is this function when no library is installed (with one
+    ``RuntimeWarning`` per process), and otherwise the ``_atfast`` C function with
+    the same signature and semantics, which sends back here what it does not take.
+
+    Parameters
+    ----------
+    A : array_like, 2-D
+        ``M x K`` (``K x M`` when ``trans_a``).  Any strides; operands with no unit
+        stride are copied once.
+    B : array_like, 2-D
+        ``K x N`` (``N x K`` when ``trans_b``).
+    C : ndarray, 2-D, optional
+        ``M x N``, updated in place and returned; it may overlap ``A`` or ``B``.
+        Without it a new C-ordered array is returned.
+    alpha, beta : float
+        BLAS scalars; ``alpha == 0`` reads neither ``A`` nor ``B``, ``beta == 0``
+        never reads ``C`` (NaNs in it are overwritten).  ``beta != 0`` needs ``C``.
+    trans_a, trans_b : bool
+        Use the transpose of ``A`` / ``B``.
+
+    Returns
+    -------
+    ndarray
+        ``C``, or the new ``M x N`` product.
+
+    Raises
+    ------
+    ValueError
+        An operand is not 2-D, the inner dimensions differ, ``C`` has the wrong shape
+        or is read-only, or ``beta != 0`` without ``C``.
+    TypeError
+        An operand is not numeric, ``A`` and ``B`` are float32 and float64 (convert
+        one: gemm never converts silently; :func:`matmul` promotes as numpy does), or
+        ``C``'s float dtype differs from theirs.
+
+    Notes
+    -----
+    The kernels exist for float32 and float64; other numeric dtypes are computed by
+    numpy with a warning.  Above about 2e5 flops the C path releases the GIL.
+
+    Examples
+    --------
+    >>> import numpy as np, autotune
+    >>> A = np.ones((3, 4), np.float32); B = np.ones((4, 2), np.float32)
+    >>> autotune.gemm(A, B)
+    array([[4., 4.],
+           [4., 4.],
+           [4., 4.]], dtype=float32)
+    >>> C = np.ones((3, 2), np.float32)
+    >>> _ = autotune.gemm(A, B, C, alpha=0.5, beta=2.0); C[0, 0]
+    np.float32(4.0)
+    """
     return _slow_path(A, B, C, alpha, beta, int(trans_a), int(trans_b))
 
 
@@ -187,6 +241,7 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
 
 
 def current() -> loader.Runtime | None:
+    """The library behind gemm (:class:`~autotune.runtime.loader.Runtime`), None for numpy's."""
     return _state.runtime
 
 
@@ -219,13 +274,53 @@ def _batch_view(X: np.ndarray, batch: int) -> tuple[int, tuple[bool, int]] | Non
     return (strides[0], o) if o else None
 
 
-def gemm_batch(A: Any, B: Any, C: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-               trans_a: bool = False, trans_b: bool = False) -> Any:
-    """A batch of gemm: 3-D stacks (a 2-D operand is shared by every item) or lists.
+def gemm_batch(A: ArrayLike | Sequence[ArrayLike], B: ArrayLike | Sequence[ArrayLike],
+               C: np.ndarray | Sequence[np.ndarray] | None = None, *, alpha: float = 1.0,
+               beta: float = 0.0, trans_a: bool = False,
+               trans_b: bool = False) -> np.ndarray | list[np.ndarray]:
+    """``C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]`` for every item of a batch.
 
-    Stacks of one dtype with a unit stride in each item run as one C call (the
-    batch is split over threads); lists run item by item.  Returns C (a new stack
-    or list when C is None).
+    Parameters
+    ----------
+    A, B : ndarray (3-D or 2-D), or sequence of 2-D arrays
+        Stacks of shape ``(batch, rows, cols)``.  A 2-D operand, or a stack of one
+        item against a stack of many, is shared by every item (numpy's
+        broadcasting of a stack of length 1).  Sequences (lists or tuples of
+        matrices, possibly of different shapes) are computed item by item.
+    C : ndarray (3-D) or sequence of 2-D arrays, optional
+        ``(batch, M, N)``, updated in place and returned.  It may overlap ``A`` or
+        ``B``; its items must not overlap each other.
+    alpha, beta, trans_a, trans_b
+        As in :func:`numpy_gemm` (``gemm``), the same for every item.
+
+    Returns
+    -------
+    ndarray or list of ndarray
+        ``C``, or a new ``(batch, M, N)`` stack (a list for sequence operands).
+
+    Raises
+    ------
+    ValueError
+        The stacks' lengths differ (and neither is 1), an item's inner dimensions
+        differ, ``C`` has the wrong shape or overlapping items, or ``beta != 0``
+        without ``C``.
+    TypeError
+        As :func:`numpy_gemm`.
+
+    Notes
+    -----
+    Stacks of one float dtype whose items each have a unit stride run as one C
+    call: one plan lookup, the batch split over the library's threads, the GIL
+    released above about 2e5 flops.  Anything else runs item by item.  For stacks
+    of more than three dimensions, or numpy's broadcasting and type promotion, use
+    :func:`matmul`.
+
+    Examples
+    --------
+    >>> import numpy as np, autotune
+    >>> A = np.ones((8, 3, 4)); B = np.ones((4, 5))
+    >>> autotune.gemm_batch(A, B).shape
+    (8, 3, 5)
     """
     if (isinstance(A, np.ndarray) and isinstance(B, np.ndarray) and A.ndim == B.ndim == 3
             and A.shape[0] != B.shape[0]):
@@ -314,19 +409,47 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
 
 
 def set_num_threads(n: int) -> None:
-    """Threads for later plans (n < 1: back to AUTOTUNE_NUM_THREADS or the CPU count)."""
+    """Set the number of threads later products may use.
+
+    Parameters
+    ----------
+    n : int
+        Threads (at most the library's ``AT_MAX_THREADS``); ``n < 1`` goes back to
+        ``$AUTOTUNE_NUM_THREADS``, else the online CPUs.  No effect without a library.
+
+    Notes
+    -----
+    Process-wide, like ``openblas_set_num_threads``; ``threadpoolctl.threadpool_limits``
+    sets the same count for a block.  Plans cached for another count are re-planned.
+    """
     runtime = _state.runtime
     if runtime is not None:
         runtime.lib.at_set_num_threads(int(n))
 
 
 def get_num_threads() -> int:
+    """The number of threads products may use (1 without a library).
+
+    Returns
+    -------
+    int
+        The count :func:`set_num_threads` set, else ``$AUTOTUNE_NUM_THREADS``, else
+        the online CPUs.
+    """
     runtime = _state.runtime
     return int(runtime.lib.at_get_num_threads()) if runtime is not None else 1
 
 
 def cache_stats() -> tuple[int, int]:
-    """(plans created, cache hits) since the library was loaded."""
+    """The plan cache's counters since the library was loaded.
+
+    Returns
+    -------
+    created : int
+        Plans the tiler made (cache misses).
+    hits : int
+        Products that found their plan in the cache.  ``(0, 0)`` without a library.
+    """
     runtime = _state.runtime
     if runtime is None:
         return (0, 0)
