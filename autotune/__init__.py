@@ -1,12 +1,27 @@
-"""autotune: install-time autotuned GEMM with input-aware kernel executing plans."""
+"""autotune: install-time autotuned GEMM with input-aware kernel executing plans.
+
+``gemm``, ``gemm_batch`` and ``matmul`` are the whole numpy API; this module
+imports nothing until one of them is first called (then ``autotune.runtime`` and
+the installed library), so ``import autotune`` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
 
 __version__ = "0.1.0"
 
 
-def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+def gemm(A: ArrayLike, B: ArrayLike, C: np.ndarray | None = None, *, alpha: float = 1.0,
+         beta: float = 0.0, trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
     """C = alpha * op(A) @ op(B) + beta * C on numpy arrays, through libautotune.
 
-    See :func:`autotune.runtime.gemm`; this wrapper is replaced by the runtime's C
+    Parameters, errors and examples: :func:`autotune.runtime.api.numpy_gemm`, whose
+    contract the C entry point keeps.  This wrapper is replaced by the runtime's C
     entry point on first use, so later calls cost one C call.
     """
     global gemm
@@ -16,8 +31,22 @@ def gemm(A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     return gemm(A, B, C, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
 
 
-def gemm_batch(A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
-    """A batch of GEMMs over stacks (3-D arrays) or lists of matrices; see autotune.runtime."""
+def gemm_batch(A: Any, B: Any, C: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
+               trans_a: bool = False, trans_b: bool = False) -> Any:
+    """A batch of GEMMs over stacks (3-D arrays) or lists of matrices.
+
+    See :func:`autotune.runtime.api.gemm_batch` for the parameters.
+    """
     from . import runtime
 
     return runtime.gemm_batch(A, B, C, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+
+
+def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> Any:
+    """numpy.matmul through libautotune.
+
+    See :func:`autotune.runtime.api.matmul` for the parameters, dtypes and errors.
+    """
+    from . import runtime
+
+    return runtime.matmul(a, b, out=out)

@@ -54,6 +54,7 @@ def test_the_wheel_carries_the_sources_install_compiles(tmp_path):
             if path.suffix in suffixes and "__pycache__" not in path.parts:
                 assert f"{package}/{path.relative_to(directory).as_posix()}" in names
     assert "autotune/reports/templates/report.html.j2" in names
+    assert "autotune/py.typed" in names  # PEP 561: type checkers read the package's hints
     assert not any(n.startswith(("tests/", "benchmarks/", "kernels_src/")) for n in names)  # one import name
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "autotune = autotune.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

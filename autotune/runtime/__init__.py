@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, loader
-from .api import cache_stats, gemm_batch, get_num_threads, numpy_gemm, set_num_threads
+from . import api, loader, threadpool
+from .api import cache_stats, gemm_batch, get_num_threads, matmul, numpy_gemm, set_num_threads
 
 gemm = numpy_gemm
 
@@ -40,8 +40,9 @@ def _initial() -> None:
 
 
 _initial()
+threadpool.install()
 
 __all__ = [
-    "gemm", "gemm_batch", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
+    "gemm", "gemm_batch", "matmul", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
     "numpy_gemm",
 ]

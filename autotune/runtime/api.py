@@ -13,15 +13,17 @@ from __future__ import annotations
 import ctypes
 import threading
 import warnings
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..specs import DTYPE_CODE
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 from . import loader
 
 _SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
-_DTYPE_CODE = {np.dtype(np.float32): DTYPE_CODE["f32"], np.dtype(np.float64): DTYPE_CODE["f64"]}
 
 _warn_lock = threading.Lock()
 _warned: set[str] = set()
@@ -158,9 +160,62 @@ def _items_overlap(C: np.ndarray) -> bool:
     return bool(np.any(np.diff(offsets) < C.itemsize))
 
 
-def numpy_gemm(A: Any, B: Any, C: np.ndarray | None = None, *, alpha: float = 1.0,
+def numpy_gemm(A: ArrayLike, B: ArrayLike, C: np.ndarray | None = None, *, alpha: float = 1.0,
                beta: float = 0.0, trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
-    """The fallback ``gemm`` when no library is installed: numpy, one warning per process."""
+    """``C = alpha * op(A) @ op(B) + beta * C``: ``gemm``'s contract, computed by numpy.
+
+    :func:`autotune.gemm` is this function when no library is installed (with one
+    ``RuntimeWarning`` per process), and otherwise the ``_atfast`` C function with
+    the same signature and semantics, which sends back here what it does not take.
+
+    Parameters
+    ----------
+    A : array_like, 2-D
+        ``M x K`` (``K x M`` when ``trans_a``).  Any strides; operands with no unit
+        stride are copied once.
+    B : array_like, 2-D
+        ``K x N`` (``N x K`` when ``trans_b``).
+    C : ndarray, 2-D, optional
+        ``M x N``, updated in place and returned; it may overlap ``A`` or ``B``.
+        Without it a new C-ordered array is returned.
+    alpha, beta : float
+        BLAS scalars; ``alpha == 0`` reads neither ``A`` nor ``B``, ``beta == 0``
+        never reads ``C`` (NaNs in it are overwritten).  ``beta != 0`` needs ``C``.
+    trans_a, trans_b : bool
+        Use the transpose of ``A`` / ``B``.
+
+    Returns
+    -------
+    ndarray
+        ``C``, or the new ``M x N`` product.
+
+    Raises
+    ------
+    ValueError
+        An operand is not 2-D, the inner dimensions differ, ``C`` has the wrong shape
+        or is read-only, or ``beta != 0`` without ``C``.
+    TypeError
+        An operand is not numeric, ``A`` and ``B`` are float32 and float64 (convert
+        one: gemm never converts silently; :func:`matmul` promotes as numpy does), or
+        ``C``'s float dtype differs from theirs.
+
+    Notes
+    -----
+    The kernels exist for float32 and float64; other numeric dtypes are computed by
+    numpy with a warning.  Above about 2e5 flops the C path releases the GIL.
+
+    Examples
+    --------
+    >>> import numpy as np, autotune
+    >>> A = np.ones((3, 4), np.float32); B = np.ones((4, 2), np.float32)
+    >>> autotune.gemm(A, B)
+    array([[4., 4.],
+           [4., 4.],
+           [4., 4.]], dtype=float32)
+    >>> C = np.ones((3, 2), np.float32)
+    >>> _ = autotune.gemm(A, B, C, alpha=0.5, beta=2.0); C[0, 0]
+    np.float32(4.0)
+    """
     return _slow_path(A, B, C, alpha, beta, int(trans_a), int(trans_b))
 
 
@@ -186,6 +241,7 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
 
 
 def current() -> loader.Runtime | None:
+    """The library behind gemm (:class:`~autotune.runtime.loader.Runtime`), None for numpy's."""
     return _state.runtime
 
 
@@ -218,14 +274,61 @@ def _batch_view(X: np.ndarray, batch: int) -> tuple[int, tuple[bool, int]] | Non
     return (strides[0], o) if o else None
 
 
-def gemm_batch(A: Any, B: Any, C: Any = None, *, alpha: float = 1.0, beta: float = 0.0,
-               trans_a: bool = False, trans_b: bool = False) -> Any:
-    """A batch of gemm: 3-D stacks (a 2-D operand is shared by every item) or lists.
+def gemm_batch(A: ArrayLike | Sequence[ArrayLike], B: ArrayLike | Sequence[ArrayLike],
+               C: np.ndarray | Sequence[np.ndarray] | None = None, *, alpha: float = 1.0,
+               beta: float = 0.0, trans_a: bool = False,
+               trans_b: bool = False) -> np.ndarray | list[np.ndarray]:
+    """``C[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i]`` for every item of a batch.
 
-    Stacks of one dtype with a unit stride in each item run as one C call (the
-    batch is split over threads); lists run item by item.  Returns C (a new stack
-    or list when C is None).
+    Parameters
+    ----------
+    A, B : ndarray (3-D or 2-D), or sequence of 2-D arrays
+        Stacks of shape ``(batch, rows, cols)``.  A 2-D operand, or a stack of one
+        item against a stack of many, is shared by every item (numpy's
+        broadcasting of a stack of length 1).  Sequences (lists or tuples of
+        matrices, possibly of different shapes) are computed item by item.
+    C : ndarray (3-D) or sequence of 2-D arrays, optional
+        ``(batch, M, N)``, updated in place and returned.  It may overlap ``A`` or
+        ``B``; its items must not overlap each other.
+    alpha, beta, trans_a, trans_b
+        As in :func:`numpy_gemm` (``gemm``), the same for every item.
+
+    Returns
+    -------
+    ndarray or list of ndarray
+        ``C``, or a new ``(batch, M, N)`` stack (a list for sequence operands).
+
+    Raises
+    ------
+    ValueError
+        The stacks' lengths differ (and neither is 1), an item's inner dimensions
+        differ, ``C`` has the wrong shape or overlapping items, or ``beta != 0``
+        without ``C``.
+    TypeError
+        As :func:`numpy_gemm`.
+
+    Notes
+    -----
+    Stacks of one float dtype whose items each have a unit stride run as one C
+    call: one plan lookup, the batch split over the library's threads, the GIL
+    released above about 2e5 flops.  Anything else runs item by item.  For stacks
+    of more than three dimensions, or numpy's broadcasting and type promotion, use
+    :func:`matmul`.
+
+    Examples
+    --------
+    >>> import numpy as np, autotune
+    >>> A = np.ones((8, 3, 4)); B = np.ones((4, 5))
+    >>> autotune.gemm_batch(A, B).shape
+    (8, 3, 5)
     """
+    if (isinstance(A, np.ndarray) and isinstance(B, np.ndarray) and A.ndim == B.ndim == 3
+            and A.shape[0] != B.shape[0]):
+        # np.matmul's broadcasting: a stack of one item is shared by every item.
+        if A.shape[0] == 1:
+            A = A[0]
+        elif B.shape[0] == 1:
+            B = B[0]
     batch = _state.batch
     if batch is not None:
         # _atfast validates the stacks and runs the plan in C; whatever it
@@ -287,13 +390,16 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
             _gemm(A[i] if A.ndim == 3 else A, B[i] if B.ndim == 3 else B, C[i],
                   alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
         return C
+    # specs.py is imported here, off the first-call path of gemm (issue 16).
+    from ..specs import DTYPE_CODE
+
     (sa, (a_col, lda)), (sb, (b_col, ldb)), (sc, (c_col, ldc)) = views
     layout = 0 if c_col else 1
     # An operand stored the other way round from C is its own transpose there.
     ta = bool(trans_a) ^ (a_col != c_col)
     tb = bool(trans_b) ^ (b_col != c_col)
     rc = runtime.lib.at_gemm_batch_strided(
-        _DTYPE_CODE[A.dtype], layout, int(ta), int(tb), M, N, K, float(alpha),
+        DTYPE_CODE[A.dtype.name.replace('float', 'f')], layout, int(ta), int(tb), M, N, K, float(alpha),
         A.ctypes.data, lda, sa, B.ctypes.data, ldb, sb, float(beta), C.ctypes.data, ldc, sc, batch,
     )
     if rc != 0:
@@ -303,22 +409,183 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
 
 
 def set_num_threads(n: int) -> None:
-    """Threads for later plans (n < 1: back to AUTOTUNE_NUM_THREADS or the CPU count)."""
+    """Set the number of threads later products may use.
+
+    Parameters
+    ----------
+    n : int
+        Threads (at most the library's ``AT_MAX_THREADS``); ``n < 1`` goes back to
+        ``$AUTOTUNE_NUM_THREADS``, else the online CPUs.  No effect without a library.
+
+    Notes
+    -----
+    Process-wide, like ``openblas_set_num_threads``; ``threadpoolctl.threadpool_limits``
+    sets the same count for a block.  Plans cached for another count are re-planned.
+    """
     runtime = _state.runtime
     if runtime is not None:
         runtime.lib.at_set_num_threads(int(n))
 
 
 def get_num_threads() -> int:
+    """The number of threads products may use (1 without a library).
+
+    Returns
+    -------
+    int
+        The count :func:`set_num_threads` set, else ``$AUTOTUNE_NUM_THREADS``, else
+        the online CPUs.
+    """
     runtime = _state.runtime
     return int(runtime.lib.at_get_num_threads()) if runtime is not None else 1
 
 
 def cache_stats() -> tuple[int, int]:
-    """(plans created, cache hits) since the library was loaded."""
+    """The plan cache's counters since the library was loaded.
+
+    Returns
+    -------
+    created : int
+        Plans the tiler made (cache misses).
+    hits : int
+        Products that found their plan in the cache.  ``(0, 0)`` without a library.
+    """
     runtime = _state.runtime
     if runtime is None:
         return (0, 0)
     created, hits = ctypes.c_int64(), ctypes.c_int64()
     runtime.lib.at_plan_cache_stats(ctypes.byref(created), ctypes.byref(hits))
     return created.value, hits.value
+
+
+def _matmul_error(a: np.ndarray, b: np.ndarray) -> ValueError:
+    k_a = a.shape[-1]
+    k_b = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    return ValueError(
+        "matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
+        f"(n?,k),(k,m?)->(n?,m?) (size {k_b} is different from {k_a})")
+
+
+def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndarray:
+    """Matrix product of two arrays with :func:`numpy.matmul`'s semantics, through libautotune.
+
+    Parameters
+    ----------
+    a, b : array_like
+        Operands, at least 1-D.  A 1-D ``a`` is a row vector and a 1-D ``b`` a
+        column vector, and the added dimension is removed from the result; arrays
+        of more than two dimensions are stacks of matrices in their last two
+        dimensions, whose leading dimensions broadcast as numpy's do.  Any strides
+        (transposed views, slices) are accepted.
+    out : ndarray, optional
+        Where to write the result.  Its shape must be the result's; its dtype must
+        be one the result casts to under ``same_kind`` rules.  It may overlap ``a``
+        or ``b``: the product is then computed into a temporary first, as numpy does.
+
+    Returns
+    -------
+    ndarray
+        The product, ``out`` when it was given.
+
+    Raises
+    ------
+    ValueError
+        If an operand is 0-D, the core dimensions do not match, the stacks do not
+        broadcast, or ``out`` has the wrong shape.
+    TypeError
+        If an operand is not numeric.
+
+    Notes
+    -----
+    float32 and float64 results (including float32 x float64, which computes in
+    float64 as numpy's type promotion says) run in libautotune's kernels: one
+    :func:`gemm` for a single product, one :func:`gemm_batch` call for stacks.
+    Other result dtypes (integers, bool, complex, float16) are computed by
+    :func:`numpy.matmul` itself, which is exact for integers; so is everything
+    when no library is installed (with one warning per process).
+
+    Examples
+    --------
+    >>> import numpy as np, autotune
+    >>> a = np.ones((10, 3, 4), np.float32); b = np.ones((4, 5), np.float32)
+    >>> autotune.matmul(a, b).shape
+    (10, 3, 5)
+    >>> float(autotune.matmul(np.ones(4), np.ones(4)))
+    4.0
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"matmul: Input operand {0 if a.ndim == 0 else 1} does not have enough "
+                         "dimensions (has 0, gufunc core with signature (n?,k),(k,m?)->(n?,m?) "
+                         "requires 1)")
+    for i, X in enumerate((a, b)):
+        if not _numeric(X.dtype):
+            raise TypeError(f"matmul: operand {i} has dtype {X.dtype}, which is not numeric")
+    dtype = np.result_type(a, b)
+    if out is not None and not isinstance(out, np.ndarray):
+        raise TypeError(f"matmul: out must be a numpy array, got {type(out).__name__}")
+    if dtype not in _SUPPORTED:
+        return np.matmul(a, b, out=out)
+    A = a[None, :] if a.ndim == 1 else a
+    B = b[:, None] if b.ndim == 1 else b
+    if A.shape[-1] != B.shape[-2]:
+        raise _matmul_error(a, b)
+    try:
+        stack = np.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: the stacks of shapes {a.shape} and {b.shape} do not "
+                         "broadcast") from None
+    M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    shape = stack + ((M,) if a.ndim > 1 else ()) + ((N,) if b.ndim > 1 else ())
+    if out is not None:
+        if out.shape != shape:
+            raise ValueError(f"matmul: out has shape {out.shape}, but the result has shape {shape}")
+        if not out.flags.writeable:
+            raise ValueError("matmul: out is read-only")
+        if not np.can_cast(dtype, out.dtype, "same_kind"):
+            raise TypeError(f"matmul: cannot cast the result from {dtype} to out's {out.dtype} "
+                            "with casting rule 'same_kind'")
+    A, B = A.astype(dtype, copy=False), B.astype(dtype, copy=False)
+    # The product goes straight into out when out has the result's dtype and
+    # shares no memory with an operand; otherwise into a temporary, copied once.
+    direct = (out is not None and out.dtype == dtype and not np.may_share_memory(out, a)
+              and not np.may_share_memory(out, b))
+    result = out if direct else np.empty(shape, dtype)
+    full = result.reshape(stack + (M, N)) if result.ndim != len(stack) + 2 else result
+    if full.size:
+        _product(A, B, full, stack, M, K, N)
+    if out is not None and not direct:
+        np.copyto(out, result, casting="same_kind")
+        return out
+    return result[()] if not shape else result  # a scalar for vector . vector, as numpy
+
+
+def _product(A: np.ndarray, B: np.ndarray, R: np.ndarray, stack: tuple[int, ...], M: int, K: int,
+             N: int) -> None:
+    """R[...] = A @ B for broadcast stacks A, B and a result R of shape stack + (M, N)."""
+    from . import gemm as _gemm  # the entry bound to the current library
+
+    if K == 0:
+        R[...] = 0
+        return
+    if not stack:
+        _gemm(A, B, R)
+        return
+    count = R.size // (M * N)
+
+    def flat(X: np.ndarray, rows: int, cols: int) -> np.ndarray:
+        # An operand without a stack of its own is one matrix shared by every
+        # item (gemm_batch's 2-D operand), never count copies of it.
+        if X.ndim == 2 or X.size == rows * cols:
+            return X.reshape(rows, cols)
+        return np.broadcast_to(X, stack + (rows, cols)).reshape(count, rows, cols)
+
+    R3 = R.reshape(count, M, N)
+    A2, B2 = flat(A, M, K), flat(B, K, N)
+    if A2.ndim == B2.ndim == 2:  # every item is the same product: compute it once
+        _gemm(A2, B2, R3[0])
+        R3[1:] = R3[0]
+    else:
+        gemm_batch(A2, B2, R3)
+    if not np.may_share_memory(R3, R):  # out's stack was not flattenable: reshape copied
+        R[...] = R3.reshape(R.shape)

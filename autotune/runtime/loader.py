@@ -23,7 +23,6 @@ from pathlib import Path
 from types import ModuleType
 
 from ..home import home
-from ..host import ISA_CAP_VARIABLE, IsaCapError, above_cap, normalized_arch
 from ..params import CTuneParams as at_tune_params  # the C name, for the prototypes below
 
 
@@ -265,9 +264,13 @@ def load(path: Path | str | None = None) -> Runtime | None:
                           RuntimeWarning, stacklevel=2)
         if hasattr(lib, "at_required_features"):
             needs = lib.at_required_features().decode().split()
-            cap = os.environ.get(ISA_CAP_VARIABLE)
+            cap = os.environ.get("AUTOTUNE_ISA")
+            # host.py (archspec, subprocess, the detection tables) is needed only to
+            # judge a cap: without one, the first gemm must not pay for importing it.
+            if cap:
+                from ..host import ISA_CAP_VARIABLE, IsaCapError, above_cap, normalized_arch
             try:
-                over = above_cap(normalized_arch(platform.machine()), needs, cap)
+                over = above_cap(normalized_arch(platform.machine()), needs, cap) if cap else ()
             except IsaCapError as exc:
                 raise LibraryRefused(str(exc)) from exc
             if over:

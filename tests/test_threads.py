@@ -1,0 +1,135 @@
+"""The runtime among other threads: the GIL, threadpoolctl, concurrent callers, first-call cost."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autotune.runtime as rt
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def library(built):
+    runtime = rt.use_library(built.library)
+    assert runtime is not None and runtime.fast is not None
+    yield runtime
+    rt.set_num_threads(0)
+
+
+def test_a_large_gemm_releases_the_gil(library):
+    """Another Python thread runs while gemm computes (pyfast.c drops the GIL above a FLOP threshold)."""
+    rt.set_num_threads(1)  # one core for the gemm, the other for the counter
+    A = np.ones((700, 700)); B = np.ones((700, 700))
+    rt.gemm(A, B)  # plan and warm up outside the measured call
+    span: list[float] = []
+
+    def work():
+        span.append(time.perf_counter())
+        rt.gemm(A, B)
+        span.append(time.perf_counter())
+
+    ticks: list[float] = []
+    worker = threading.Thread(target=work)
+    worker.start()
+    while worker.is_alive():
+        ticks.append(time.perf_counter())
+    worker.join()
+    start, end = span
+    inside = sum(start < t < end for t in ticks)
+    # Holding the GIL, the call would let the counter run at most at its edges.
+    assert end - start > 0.01 and inside > 100, (end - start, inside)
+
+
+def test_threadpoolctl_lists_and_limits_autotune(library):
+    threadpoolctl = pytest.importorskip("threadpoolctl", minversion="3.5")
+    rt.set_num_threads(2)
+    found = [i for i in threadpoolctl.threadpool_info() if i["internal_api"] == "autotune"]
+    mine = [i for i in found if Path(i["filepath"]).resolve() == library.path]
+    assert len(mine) == 1, found
+    info = mine[0]
+    assert info["user_api"] == "blas" and info["num_threads"] == 2
+    assert info["version"] == __import__("autotune").__version__
+    with threadpoolctl.threadpool_limits(1):
+        assert rt.get_num_threads() == 1
+    assert rt.get_num_threads() == 2
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        assert rt.get_num_threads() == 1
+
+
+def test_threadpoolctl_imported_after_autotune_sees_it(built):
+    code = (
+        "import autotune.runtime as rt, sys\n"
+        f"rt.use_library({str(built.library)!r})\n"
+        "assert 'threadpoolctl' not in sys.modules\n"
+        "import threadpoolctl\n"
+        "print([i['internal_api'] for i in threadpoolctl.threadpool_info()])\n"
+    )
+    pytest.importorskip("threadpoolctl", minversion="3.5")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert "'autotune'" in out.stdout
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc")
+def test_concurrent_callers_do_not_oversubscribe(library):
+    """Eight Python threads calling gemm at once: the pool is entered by one caller
+    at a time, the others run their shares on their own thread, so the library
+    never adds more than its thread count's workers."""
+    rt.set_num_threads(2)
+    A = np.random.default_rng(0).standard_normal((300, 300))
+    want = A @ A
+    rt.gemm(A, A)  # start the pool's worker
+    before = _os_threads()
+    peak = [0]
+    errors: list[float] = []
+
+    def caller():
+        for _ in range(5):
+            errors.append(float(np.abs(rt.gemm(A, A) - want).max()))
+            peak[0] = max(peak[0], _os_threads())
+
+    threads = [threading.Thread(target=caller) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert max(errors) < 1e-9
+    # The only new OS threads are the eight callers themselves.
+    assert peak[0] <= before + 8, (before, peak[0])
+
+
+def test_first_call_imports_nothing_heavy(built, tmp_path):
+    """``import autotune; autotune.gemm(...)`` loads the library and nothing of install time."""
+    code = (
+        "import sys, time, numpy as np\n"
+        "t = time.perf_counter()\n"
+        "import autotune\n"
+        "autotune.gemm(np.ones((4, 4)), np.ones((4, 4)))\n"
+        "t = time.perf_counter() - t\n"
+        "import autotune.runtime as rt\n"
+        "assert rt.api.current() is not None and rt.api.current().fast is not None\n"
+        "heavy = ['autotune.host', 'autotune.specs', 'autotune.toolchain', 'autotune.build',\n"
+        "         'autotune.measure', 'autotune.tune', 'autotune.table', 'autotune.families',\n"
+        "         'optuna', 'pandas', 'matplotlib', 'scipy', 'archspec', 'threadpoolctl']\n"
+        "print(sorted(m for m in heavy if m in sys.modules)); print(t, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNE_LIBRARY": str(built.library)}
+    # A cap is judged by host.py's tables: without one, host.py is not imported.
+    env.pop("AUTOTUNE_ISA", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
