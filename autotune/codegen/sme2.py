@@ -30,12 +30,16 @@ from ..families.sme2 import (
     DEFAULT_SVL,
     ISA,
     UNROLL,
+    UNROLL_NARROW,
+    UNROLLS,
     VARIANT_OF_TRANS,
     VECTOR_REGISTERS,
     ZA_TILES,
     KernelFormat,
     Registers,
+    WideRegisters,
     allocate,
+    allocate_wide,
     fits,
     kernel_format,
     load_groups,
@@ -80,7 +84,9 @@ class _Layout:
     a_groups: tuple[_Group, ...]
     b_groups: tuple[_Group, ...]
     pred_setup: tuple[tuple[str, str], ...]  # (instruction, comment) making the groups' predicates
-    regs: Registers
+    regs: Registers | None  # the two-stage loop's registers (unroll 2)
+    wide: WideRegisters | None  # the four-step loop's registers (unroll 4)
+    wide_pred: dict  # (vectors, active elements) -> predicate, for the four-step loop's panel loads
 
     @property
     def vl(self) -> int:
@@ -120,6 +126,8 @@ class _Layout:
 
     def scratch(self) -> list[int]:
         """Operand registers, free after the K loop: scratch for the store."""
+        if self.regs is None:  # the four-step loop: every register but alpha's and beta's
+            return list(range(VECTOR_REGISTERS - 2))
         regs = self.regs
         return sorted(set(regs.a[0].values()) | set(regs.b[0].values()) | set(regs.a[1].values())
                       | set(regs.b[1].values()) | set(regs.bcast[0]) | set(regs.bcast[1]))
@@ -140,32 +148,46 @@ def _layout(spec: KernelSpec, svl_bits: int) -> _Layout:
     free_p = iter(("p3", "p4", "p5", "p6"))
     free_pn = iter(("pn8", "pn9", "pn10", "pn11", "pn12", "pn13", "pn14", "pn15"))
     pred_setup: list[tuple[str, str]] = []
+    made: dict[tuple[int, int], str] = {}
 
     def predicate(count: int, elems: int) -> str:
-        if count == 1:
-            if elems == vl:
-                return _FULL
+        """The governing predicate of a load of ``count`` vectors with ``elems``
+        active elements; loads of the same extent share one."""
+        if (count, elems) in made:
+            return made[count, elems]
+        if count == 1 and elems == vl:
+            reg = _FULL
+        elif count == 1:
             reg = next(free_p)
             pred_setup.append((f"mov x12, #{elems}", ""))
             pred_setup.append((f"whilelt {reg}.{t}, xzr, x12", f"{elems} of {vl} lanes"))
-            return reg
-        reg = next(free_pn)
-        if elems == count * vl:
-            pred_setup.append((f"ptrue {reg}.{t}", f"all {count} vectors"))
         else:
-            pred_setup.append((f"mov x12, #{elems}", ""))
-            pred_setup.append((f"whilelt {reg}.{t}, xzr, x12, vlx{count}", f"{elems} of {count * vl} lanes"))
+            reg = next(free_pn)
+            if elems == count * vl:
+                pred_setup.append((f"ptrue {reg}.{t}", f"all {count} vectors"))
+            else:
+                pred_setup.append((f"mov x12, #{elems}", ""))
+                pred_setup.append((f"whilelt {reg}.{t}, xzr, x12, vlx{count}", f"{elems} of {count * vl} lanes"))
+        made[count, elems] = reg
         return reg
 
     a_raw = load_groups(tm, za_rows, vl, fmt.a.packed)
     b_raw = load_groups(tn, spec.nr, vl, fmt.b.packed)
     a_groups = tuple(_Group(f, c, e, predicate(c, e)) for f, c, e in a_raw)
     b_groups = tuple(_Group(f, c, e, predicate(c, e)) for f, c, e in b_raw)
-    regs = allocate(tm, tn, sve_rows, a_raw, b_raw)
-    if regs is None:
-        raise ValueError(f"{spec.name}: its operand groups do not fit z0-z29")
+    regs = wide = None
+    if spec.unroll == UNROLL:
+        wide = allocate_wide(fmt, za_rows, spec.nr)
+        if wide is None:
+            raise ValueError(f"{spec.name}: four K steps of operands do not fit z0-z31")
+        for load in wide.a_loads + wide.b_loads:
+            predicate(load.count, load.elems)
+    else:
+        regs = allocate(tm, tn, sve_rows, a_raw, b_raw)
+        if regs is None:
+            raise ValueError(f"{spec.name}: its operand groups do not fit z0-z29")
     return _Layout(spec, svl_bits, fmt, t, ld, shift, za_rows, rows_last, cols_last,
-                   tuple(row_pred), tuple(col_pred), a_groups, b_groups, tuple(pred_setup), regs)
+                   tuple(row_pred), tuple(col_pred), a_groups, b_groups, tuple(pred_setup), regs, wide, made)
 
 
 class _Asm:
@@ -198,11 +220,7 @@ def _header(k: _Layout) -> list[str]:
            "// stored through za0 (rows in, columns out) after the ZA part."] if k.sve_rows else []),
         "// Registers: x0 K, x1 A, x2 lda, x3 B, x4 ldb, x5 C, x6 ldc; alpha, beta in",
         "// x9/x10 across smstart, z30/z31 at the store.",
-        "// Operand sets (ping, pong): op(A) "
-        + ", ".join(f"z{r}" for r in sorted(regs.a[0].values())) + " / "
-        + ", ".join(f"z{r}" for r in sorted(regs.a[1].values())) + "; op(B) "
-        + ", ".join(f"z{r}" for r in sorted(regs.b[0].values())) + " / "
-        + ", ".join(f"z{r}" for r in sorted(regs.b[1].values())) + ".",
+        *_register_map(k),
         "// Symbols, local labels and ELF-only directives: at_asm.h (AT_SYM, AT_L, AT_FUNC_*).",
         "#if !defined(__aarch64__)",
         '#error "this kernel needs AArch64 with SME2: compile it with the sme2 target\'s flags"',
@@ -211,6 +229,26 @@ def _header(k: _Layout) -> list[str]:
         "    .arch armv9-a+sme2" + ("+sme-f64f64" if spec.dtype == "f64" else ""),
         "    .text",
     ]
+
+
+def _register_map(k: _Layout) -> list[str]:
+    """The header's map of the K loop's Z registers."""
+    if k.wide is not None:
+        w = k.wide
+        def steps(side):
+            return "; ".join(f"step {q}: " + ", ".join(f"z{side[q][i]}" for i in sorted(side[q])) for q in range(UNROLL))
+        return ["// K loop: four steps per iteration (two stages of two), then one step at a time.",
+                f"// op(A) {'panel, two steps per load' if k.fmt.a.packed else 'in place, one step per load'}: "
+                + steps(w.a) + ".",
+                f"// op(B) {'panel, two steps per load' if k.fmt.b.packed else 'in place, one step per load'}: "
+                + steps(w.b) + ".",
+                "// Loop registers: x7 iterations, x14/x15 op(A)/op(B) two steps ahead, x16/x17 lda/ldb in elements."]
+    regs = k.regs
+    return ["// Operand sets (ping, pong): op(A) "
+            + ", ".join(f"z{r}" for r in sorted(regs.a[0].values())) + " / "
+            + ", ".join(f"z{r}" for r in sorted(regs.a[1].values())) + "; op(B) "
+            + ", ".join(f"z{r}" for r in sorted(regs.b[0].values())) + " / "
+            + ", ".join(f"z{r}" for r in sorted(regs.b[1].values())) + "."]
 
 
 def _prologue(asm: _Asm, k: _Layout) -> None:
@@ -346,6 +384,102 @@ def _k_loop(asm: _Asm, k: _Layout) -> None:
     _mopas(asm, k, 1)
 
 
+def _single_groups(tiles: int) -> bool:
+    """One load per K step (1, 2 or 4 tiles): a side read in place can then address
+    its four steps from two pointers, [x] and [x, ld, lsl], two steps apart."""
+    return tiles in (1, 2, 4)
+
+
+def _load_wide(asm: _Asm, k: _Layout) -> None:
+    """The operands of four K steps, stage by stage, and the pointer updates.
+
+    A packed panel holds its K steps back to back (ld = tiles x VL), so a stage's
+    two steps are one run of 2 x tiles vectors: multi-vector loads at ``#n, mul
+    vl`` offsets, one ``addvl`` per iteration (per stage when an offset is out of
+    the instruction's reach).  A side read in place loads each step's tiles:
+    from x1 (x3) and x14 (x15) = two steps further, each with and without the
+    scalar index ld, when a step is one load; else step by step."""
+    t, ld, shift, w = k.t, k.ld, k.shift, k.wide
+    sides = (("x1", "x2", "x14", "x16", k.fmt.a.packed, k.tm, w.a_loads),
+             ("x3", "x4", "x15", "x17", k.fmt.b.packed, k.tn, w.b_loads))
+    legal = {ptr: all(-8 * ld_.count <= (ld_.first + (2 * tiles if ld_.step else 0)) <= 7 * ld_.count
+                      and (ld_.first + (2 * tiles if ld_.step else 0)) % ld_.count == 0 for ld_ in loads)
+             for ptr, _, _, _, packed, tiles, loads in sides if packed}
+    for ptr, ldr, ahead, index, packed, tiles, loads in sides:
+        if not packed and _single_groups(tiles):
+            asm(f"add {ahead}, {ptr}, {ldr}, lsl #1", "two K steps ahead")
+    for stage in (0, 2):
+        for ptr, ldr, ahead, index, packed, tiles, loads in sides:
+            for load in (x for x in loads if x.step in (stage, stage + 1)):
+                pred = k.wide_pred[load.count, load.elems]
+                regs = k.vecs(load.reg, load.count)
+                if packed:
+                    vec = load.first + (2 * tiles if stage and legal[ptr] else 0)
+                    off = f", #{vec}, mul vl" if vec else ""
+                    addr = f"[{ptr}{off}]"
+                elif _single_groups(tiles):
+                    base = ptr if load.step < 2 else ahead
+                    addr = f"[{base}, {index}, lsl #{shift}]" if load.step % 2 else f"[{base}]"
+                else:
+                    off = f", #{load.first}, mul vl" if load.first else ""
+                    addr = f"[{ptr}{off}]"
+                asm(f"ld1{ld} {regs}, {pred}/z, {addr}", f"op({'A' if ptr == 'x1' else 'B'}) step {load.step}"
+                    + (f" and {load.step + 1}" if packed and load.first + load.count > tiles else ""))
+                if not packed and not _single_groups(tiles) and load is [x for x in loads if x.step == load.step][-1]:
+                    asm(f"add {ptr}, {ptr}, {ldr}")
+            if packed and not legal[ptr] and stage == 0:
+                asm(f"addvl {ptr}, {ptr}, #{2 * tiles}", "the second stage's two steps")
+    for ptr, ldr, ahead, index, packed, tiles, loads in sides:
+        if packed:
+            asm(f"addvl {ptr}, {ptr}, #{(4 if legal[ptr] else 2) * tiles}", "next four K steps")
+        elif _single_groups(tiles):
+            asm(f"add {ptr}, {ptr}, {ldr}, lsl #2", "next four K steps")
+
+
+def _mopas_wide(asm: _Asm, k: _Layout, step: int) -> None:
+    t, tn, w = k.t, k.tn, k.wide
+    for i in range(k.tm):
+        for j in range(tn):
+            asm(f"fmopa za{i * tn + j}.{t}, {k.row_pred[i]}/m, {k.col_pred[j]}/m, "
+                f"z{w.a[step][i]}.{t}, z{w.b[step][j]}.{t}")
+
+
+def _k_loop_wide(asm: _Asm, k: _Layout) -> None:
+    """Four K steps per iteration: every load of the four steps, then their outer
+    products (an out-of-order core overlaps the next iteration's loads with them);
+    then K % 4 steps one at a time, from z0 (op(A)) and z8 (op(B))."""
+    t, ld, L = k.t, k.ld, k.local
+    asm.note("K loop: four steps per iteration, then the last K % 4 one by one.")
+    asm(f"lsr x16, x2, #{k.shift}", "lda, ldb in elements (scalar-index loads)")
+    asm(f"lsr x17, x4, #{k.shift}")
+    asm("lsr x7, x0, #2", "iterations of four steps")
+    asm("and x0, x0, #3", "steps left after them")
+    asm(f"cbz x7, {L('tail')}")
+    asm.label(L("loop"))
+    _load_wide(asm, k)
+    for step in range(UNROLL):
+        _mopas_wide(asm, k, step)
+    asm("subs x7, x7, #1")
+    asm(f"b.ne {L('loop')}")
+    asm.label(L("tail"))
+    asm(f"cbz x0, {L('store')}")
+    asm.label(L("step"))
+    a_reg = {g.first: g.first for g in k.a_groups}
+    b_reg = {g.first: 8 + g.first for g in k.b_groups}
+    for ptr, groups, regs in (("x1", k.a_groups, a_reg), ("x3", k.b_groups, b_reg)):
+        for g in groups:
+            if g.elems:
+                off = f", #{g.first}, mul vl" if g.first else ""
+                asm(f"ld1{ld} {k.vecs(regs[g.first], g.count)}, {g.pred}/z, [{ptr}{off}]")
+    asm("add x1, x1, x2")
+    asm("add x3, x3, x4")
+    for i in range(k.tm):
+        for j in range(k.tn):
+            asm(f"fmopa za{i * k.tn + j}.{t}, {k.row_pred[i]}/m, {k.col_pred[j]}/m, z{i}.{t}, z{8 + j}.{t}")
+    asm("subs x0, x0, #1")
+    asm(f"b.ne {L('step')}")
+
+
 def _store_za(asm: _Asm, k: _Layout) -> None:
     """C = alpha * ZA + beta * C for the ZA rows, one column at a time; beta == 0
     (x11) takes a loop that never reads C."""
@@ -447,7 +581,10 @@ def _emit(spec: KernelSpec, svl_bits: int) -> str:
     asm = _Asm()
     _entry_points(asm, k)
     _setup(asm, k)
-    _k_loop(asm, k)
+    if k.wide is not None:
+        _k_loop_wide(asm, k)
+    else:
+        _k_loop(asm, k)
     _store_za(asm, k)
     if k.sve_rows:
         _store_sve_rows(asm, k)
@@ -462,8 +599,9 @@ def generate(spec: KernelSpec, svl_bits: int = DEFAULT_SVL) -> GeneratedSource:
         raise ValueError(f"{spec.name} is not an sme2 kernel")
     if svl_bits not in SVL_CHOICES:
         raise ValueError(f"SVL must be one of {SVL_CHOICES}, got {svl_bits}")
-    if spec.unroll != UNROLL:
-        raise ValueError(f"{spec.name}: SME2 kernels have a two-stage K loop (unroll {UNROLL})")
+    if spec.unroll not in UNROLLS:
+        raise ValueError(f"{spec.name}: SME2 kernels have a K loop of unroll {UNROLL} (whole tiles) "
+                         f"or unroll {UNROLL_NARROW} (hybrids, or operands too many for four steps)")
     base = VARIANT_OF_TRANS[spec.trans]
     if spec.variant not in (base, base + "h"):
         raise ValueError(
