@@ -44,17 +44,19 @@ typedef struct {
     int64_t x0, n, ld;
     int64_t offset; /* elements from the start of the side's panel memory */
     int32_t packed; /* set in the region by the first step that reads it */
+    int32_t next;   /* the previous panel starting at the same x0, or -1 */
 } at_panel;
 
 /* The distinct panels steps [s0, s1) of a no-pack plan read on one side: slot[s - s0]
  * is the step's panel (or -1: its kernel reads the operand in place), pan[] the
- * panels.  Returns the elements they need together.  A row band's steps read the
- * same op(A) panel, and every band reads the same op(B) panels (the cover walks
- * C band by band), so the search starts at the panels found last. */
+ * panels.  Returns the elements they need together.  head[x0] (M + 1 or N + 1
+ * entries) lists the panels starting at row (column) x0, so a step finds its
+ * panel in a few instructions whatever the number of panels. */
 static int64_t at__sme2_panels(const at_plan *p, int64_t s0, int64_t s1, int side, int32_t *slot,
-                               at_panel *pan)
+                               at_panel *pan, int32_t *head)
 {
-    int64_t npan = 0, total = 0;
+    int64_t npan = 0, total = 0, dim = side ? p->N : p->M;
+    for (int64_t x = 0; x <= dim; x++) head[x] = -1;
     for (int64_t s = s0; s < s1; s++) {
         const at_step *x = &p->steps[s];
         slot[s - s0] = -1;
@@ -62,14 +64,16 @@ static int64_t at__sme2_panels(const at_plan *p, int64_t s0, int64_t s1, int sid
         const at_kernel *d = &at_kernel_table[x->kernel].kernel;
         int64_t ld = side ? d->pack_b_ld : d->pack_a_ld;
         if (ld <= 0) continue;
-        int64_t x0 = side ? x->j0 : x->i0, n = side ? x->nb : x->mb, q = npan - 1;
-        while (q >= 0 && !(pan[q].x0 == x0 && pan[q].n == n && pan[q].ld == ld)) q--;
+        int64_t x0 = side ? x->j0 : x->i0, n = side ? x->nb : x->mb;
+        int32_t q = head[x0];
+        while (q >= 0 && !(pan[q].n == n && pan[q].ld == ld)) q = pan[q].next;
         if (q < 0) {
-            q = npan++;
-            pan[q] = (at_panel){x0, n, ld, total, 0};
+            q = (int32_t)npan++;
+            pan[q] = (at_panel){x0, n, ld, total, 0, head[x0]};
+            head[x0] = q;
             total += ld * p->K;
         }
-        slot[s - s0] = (int32_t)q;
+        slot[s - s0] = q;
     }
     return total;
 }

@@ -213,14 +213,18 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
     } else if (pa || pb) {
         /* The share's distinct panels, each packed once in the region. */
         int64_t ns = s1 - s0;
-        index = malloc((sizeof(int32_t) + sizeof(at_panel)) * 2 * (size_t)ns);
+        /* Panels, the steps' slots, and per side a list head per first row
+         * (column) of a panel: at__sme2_panels' lookup. */
+        index = malloc(sizeof(at_panel) * 2 * (size_t)ns +
+                       sizeof(int32_t) * (2 * (size_t)ns + (size_t)(p->M + p->N + 2)));
         if (!index) return AT_ENOMEM;
         cx.pan[0] = index;
         cx.pan[1] = cx.pan[0] + ns;
         cx.slot[0] = (int32_t *)(cx.pan[1] + ns);
         cx.slot[1] = cx.slot[0] + ns;
-        ka_elems = at__sme2_panels(p, s0, s1, 0, cx.slot[0], cx.pan[0]);
-        kb_elems = at__sme2_panels(p, s0, s1, 1, cx.slot[1], cx.pan[1]);
+        int32_t *head = cx.slot[1] + ns;
+        ka_elems = at__sme2_panels(p, s0, s1, 0, cx.slot[0], cx.pan[0], head);
+        kb_elems = at__sme2_panels(p, s0, s1, 1, cx.slot[1], cx.pan[1], head + p->M + 1);
     }
     cx.ka = panel_alloc(ka_elems, sizeof(AT_T));
     cx.kb = panel_alloc(kb_elems, sizeof(AT_T));
