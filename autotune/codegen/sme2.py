@@ -480,11 +480,61 @@ def _k_loop_wide(asm: _Asm, k: _Layout) -> None:
     asm(f"b.ne {L('step')}")
 
 
+#: The bits of 1.0, as alpha arrives in x9 / w9.
+_ONE_BITS = {"f32": "#0x3f800000", "f64": "#0x3ff0000000000000"}
+
+
+def _store_za_plain(asm: _Asm, k: _Layout) -> None:
+    """C = ZA when alpha == 1 and beta == 0 (a BLAS call's usual case, KleidiAI's
+    only one): four columns of a tile per SME2 four-slice MOVA, stored from four
+    column pointers at the row tiles' ``#i, mul vl`` offsets, no arithmetic;
+    otherwise on to the scaling store."""
+    spec, t, ld, vl, tm, tn, L = k.spec, k.t, k.ld, k.vl, k.tm, k.tn, k.local
+    asm.note("alpha == 1 and beta == 0: C = ZA, four columns (vertical slices) per MOVA.")
+    asm(f"cbz x11, {L('scaled')}", "beta != 0")
+    asm(f"mov {k.gpr}13, {_ONE_BITS[spec.dtype]}")
+    asm(f"cmp {k.gpr}9, {k.gpr}13")
+    asm(f"b.ne {L('scaled')}", "alpha != 1")
+    for j in range(tn):
+        cols = spec.nr - j * vl if j == tn - 1 else vl
+        fours = cols // 4 * 4
+        asm(f"mov x13, #{j * vl}")
+        asm("madd x13, x13, x6, x5", f"&C[0 + {j * vl}*ldc]")
+        asm("mov w12, #0")
+        if fours:
+            tag = L(f"p{j}")
+            asm.label(tag)
+            asm("add x14, x13, x6", "columns w12 + 1, + 2, + 3")
+            asm("add x15, x13, x6, lsl #1")
+            asm("add x16, x14, x6, lsl #1")
+            for i in range(tm):
+                asm(f"mova {k.vecs(4 * i, 4)}, za{i * tn + j}v.{t}[w12, 0:3]", f"four columns of tile ({i},{j})")
+            for c, ptr in enumerate(("x13", "x14", "x15", "x16")):
+                for i in range(tm):
+                    off = f", #{i}, mul vl" if i else ""
+                    asm(f"st1{ld} z{4 * i + c}.{t}, {k.row_pred[i]}, [{ptr}{off}]")
+            asm("add x13, x13, x6, lsl #2")
+            asm("add w12, w12, #4")
+            asm(f"cmp w12, #{fours}")
+            asm(f"b.lt {tag}")
+        for _ in range(cols - fours):
+            for i in range(tm):
+                off = f", #{i}, mul vl" if i else ""
+                asm(f"mova z{4 * i}.{t}, p0/m, za{i * tn + j}v.{t}[w12, 0]")
+                asm(f"st1{ld} z{4 * i}.{t}, {k.row_pred[i]}, [x13{off}]")
+            asm("add x13, x13, x6")
+            asm("add w12, w12, #1")
+    asm(f"b {L('stored')}")
+
+
 def _store_za(asm: _Asm, k: _Layout) -> None:
     """C = alpha * ZA + beta * C for the ZA rows, one column at a time; beta == 0
     (x11) takes a loop that never reads C."""
     spec, t, ld, vl, tm, tn, L = k.spec, k.t, k.ld, k.vl, k.tm, k.tn, k.local
     asm.label(L("store"))
+    if k.wide is not None:
+        _store_za_plain(asm, k)
+        asm.label(L("scaled"))
     asm.note("C = alpha * ZA + beta * C, one column (a vertical tile slice) at a time.")
     asm(f"dup z30.{t}, {k.gpr}9")
     asm(f"dup z31.{t}, {k.gpr}10")
@@ -588,6 +638,8 @@ def _emit(spec: KernelSpec, svl_bits: int) -> str:
     _store_za(asm, k)
     if k.sve_rows:
         _store_sve_rows(asm, k)
+    if k.wide is not None:
+        asm.label(k.local("stored"))
     _epilogue(asm, k)
     name = spec.name
     tail = [f"AT_FUNC_END({name})", f"AT_FUNC_END({name}{contract.STREAMING_SUFFIX})", "AT_NO_EXEC_STACK", ""]
