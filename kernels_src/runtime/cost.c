@@ -56,6 +56,10 @@ static double sme2_model_gflops(const at_kernel *d)
     double loads_a = d->pack_a_ld > 0 && wide ? groups(2 * tm) / 2 : groups(tm);
     double loads_b = d->pack_b_ld > 0 && wide ? groups(2 * tn) / 2 : groups(tn);
     double slots = tm * tn + sve_rows * tn + sve_rows + loads_a + loads_b + (wide ? 1.0 : 4.0);
+    /* Ties go to fewer vectors loaded per step (KirbyMM's CMR: 32x32 loads 4, 64x16
+     * 5, for the same instructions), so a plan does not mix two panel formats of
+     * the same columns, each packed once. */
+    slots += 1e-3 * (tm + tn + sve_rows);
     /* In the units of the model below, where one vector FMA per cycle (2 x lanes
      * flops) is the peak: both families are ranked by flops per instruction. */
     int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
