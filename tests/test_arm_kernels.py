@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import re
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -154,6 +155,23 @@ def test_sme2_text():
     assert "tpidr2_el0" in text
 
 
+def test_sme2_four_step_loop_density():
+    # Whole-tile kernels unroll K by four; two steps of a packed panel come in one
+    # multi-vector load, so with both operands packed the loop costs 1.5
+    # instructions per FMOPA (16 FMOPAs, 4 loads, 2 pointer updates, 2 of loop control).
+    spec = KernelSpec("sme2", "f32", 32, 32, True, False, "papb", sme2.UNROLL)
+    assert sme2.with_unroll(replace(spec, unroll=2)) == spec
+    text = generate(spec).text
+    loop = text[text.index("_loop):\n"):text.index("_tail):\n")]
+    body = [line for line in loop.splitlines() if line.startswith("    ")]  # instructions
+    assert sum("fmopa" in line for line in body) == 16
+    assert len(body) <= 1.5 * 16
+    assert len(re.findall(r"ld1w \{z\d+\.s-z\d+\.s\}, pn\d+/z", "\n".join(body))) == 4
+    # Hybrids keep the two-stage loop (their SVE rows need registers).
+    assert all(s.unroll == 2 for s in sme2.family("f32", "nt") if sme2.is_hybrid(s))
+    assert all(s.unroll == 4 for s in sme2.family("f32", "nt") if not sme2.is_hybrid(s))
+
+
 def test_sme2_refuses_bad_specs():
     with pytest.raises(ValueError, match="variant 'pb'.*'pbh'"):
         sme2_codegen.generate(KernelSpec("sme2", "f32", 16, 16, False, False, "", 2))
@@ -241,6 +259,9 @@ def test_sme2_sample_validates(sme2_target, tmp_path):
               KernelSpec("sme2", "f32", 33, 20, True, False, "papbh", 2),
               KernelSpec("sme2", "f64", 9, 61, False, False, "pbh", 2),
               KernelSpec("sme2", "f64", 66, 8, True, True, "pah", 2)]
+    # The same partial blocks with the four-step K loop (whole-tile kernels' loop).
+    specs += [replace(s, unroll=sme2.UNROLL) for s in specs if not sme2.is_hybrid(s)
+              and sme2.fits(replace(s, unroll=sme2.UNROLL))]
     specs = sorted(set(specs))
     run, results = check(sme2_target, specs, tmp_path)
     assert_all_valid(run, results, specs)
@@ -268,6 +289,9 @@ def test_sme2_kernels_specialised_to_other_svls(svl, tmp_path):
              KernelSpec("sme2", "f64", vl64, 8 * vl64, True, True, "pa", 2, svl),
              KernelSpec("sme2", "f32", vl32 + 1, 2 * vl32, False, True, "h", 2, svl),
              KernelSpec("sme2", "f64", 2 * vl64 + 1, 3 * vl64 - 1, True, False, "papbh", 2, svl)]
+    specs += [replace(s, unroll=sme2.UNROLL) for s in specs if sme2.fits(replace(s, unroll=sme2.UNROLL), svl)]
+    specs += [KernelSpec("sme2", "f32", vl32, 4 * vl32, False, False, "pb", 4, svl),
+              KernelSpec("sme2", "f32", 3 * vl32 - 2, vl32, False, True, "", 4, svl)]
     run, results = check(target, specs, tmp_path)
     assert_all_valid(run, results, specs)
 

@@ -285,6 +285,25 @@ def test_sme2_library_is_right_on_every_arm_cpu(built):
         _suite_ok(events, rc, stderr)
 
 
+@pytest.mark.arm
+@pytest.mark.slow
+@pytest.mark.parametrize("svl", [128, 256])
+def test_sme2_library_for_another_svl_is_right_at_it(svl, tmp_path):
+    """The same library built for SVL 128 or 256 and run at it: the four-step K
+    loops, the once-per-call panels and the region's transposing pack (vector
+    length agnostic, slices moved four or two at a time) at other tile sizes."""
+    try:
+        target = arm_target("sme2", X86, svl_bits=svl)
+    except ToolchainError as exc:
+        pytest.skip(f"no Arm toolchain: {exc}")
+    lib = rt.build_sample_library(target, tmp_path / "home")
+    exe = rt.build_driver(target, lib, tmp_path / "work")
+    assert target.runner[-1] == f"max,sme{svl}=on"
+    rc, events, stderr = _run(target.runner, exe, "suite", "--seed", "7", "--cases", "120")
+    summary = _suite_ok(events, rc, stderr)
+    assert summary["pa_steps"] > 0 and summary["pb_steps"] > 0 and summary["kernel_steps"] > 0
+
+
 def test_streaming_file_gets_a_compiler_that_knows_the_sme_attributes():
     old_gcc = Target(isa="sme2", cc=("gcc",), cflags=())
     assert arm.streaming_compiler(Target(isa="sme2", cc=("clang-19", "--target=aarch64-linux-gnu"),

@@ -253,3 +253,21 @@ def test_peers_run_without_pinning_variables() -> None:
     assert env["PATH"] == "/bin" and env["OPENBLAS_NUM_THREADS"] == "2" and env["AUTOTUNE_NUM_THREADS"] == "2"
     blis = peer_environment(Peer("blis", "cblas", "cblas", Path("/x"), "", BLIS_ENV), 1, base)
     assert blis["BLIS_ARCH_TYPE"] == "skx"
+
+
+def test_arm_icount_tally_counts_between_markers():
+    # benchmarks/arm_icount.py reads QEMU's `-d exec` log: one line per guest
+    # instruction, ending with its symbol.  Only what runs between a begin and
+    # the next end marker counts, per phase, and the markers themselves do not.
+    from benchmarks.arm_icount import Count, tally
+
+    def line(pc: int, symbol: str) -> bytes:
+        return f"Trace 0: 0x7f0000{pc:04x} [00000000/{pc:016x}/00000001/00000201] {symbol}\n".encode()
+
+    log = [line(1, "main"), line(2, "icount_begin"), line(3, "icount_begin"), line(4, "cblas_sgemm"),
+           line(5, "kernel"), line(6, "kernel"), line(7, "icount_end"), line(8, "main"),
+           line(9, "icount_begin"), line(10, "kernel"), line(11, "icount_end"), line(12, "exit")]
+    result = tally(log, Count())
+    assert result.phases == {"first": 3, "cached": 1}
+    assert result.symbols["first"] == {"cblas_sgemm": 1, "kernel": 2}
+    assert result.symbols["cached"] == {"kernel": 1}

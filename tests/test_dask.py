@@ -12,7 +12,6 @@ da = pytest.importorskip("dask.array", reason="dask is not installed (pip instal
 distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install 'dask[distributed]')")
 
 import autotune  # noqa: E402
-import autotune.runtime as rt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

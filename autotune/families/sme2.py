@@ -38,7 +38,7 @@ checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..specs import KernelSpec, parse_trans
 
@@ -47,8 +47,16 @@ DEFAULT_SVL = 512
 VECTOR_REGISTERS = 32
 #: ZA tiles of each element size: SVL x SVL bits of ZA split into tiles.
 ZA_TILES = {"f32": 4, "f64": 8}
-#: Two stages in the K loop (operands of step p+1 load while step p multiplies).
-UNROLL = 2
+#: K steps per iteration of a whole-tile kernel's K loop: two stages of two steps,
+#: so a packed panel's two consecutive steps come in one multi-vector load and the
+#: loop's pointer updates and branch are shared by 4 a b outer products (KleidiAI's
+#: density: about 1.5 instructions per FMOPA when both operands are panels).
+UNROLL = 4
+#: The two-stage loop (operands of step p+1 load while step p multiplies): hybrid
+#: kernels, whose SVE rows take registers of their own, and blocks whose four
+#: steps of operands do not fit the Z registers (fp64 1x8 tiles).
+UNROLL_NARROW = 2
+UNROLLS = (UNROLL, UNROLL_NARROW)
 VARIANT_OF_TRANS = {"nt": "", "nn": "pb", "tt": "pa", "tn": "papb"}
 
 
@@ -121,26 +129,38 @@ def kernel_format(spec: KernelSpec, svl_bits: int = 0) -> KernelFormat:
 
 
 def vector_registers(spec: KernelSpec, svl_bits: int = 0) -> int:
-    """Z registers of the K loop: two operand sets (ping-pong) and the SVE accumulators."""
+    """Z registers of the K loop.  Unroll 2: two operand sets (ping-pong) and the
+    SVE accumulators, plus alpha and beta.  Unroll 4: the operands of four steps
+    (alpha and beta come after the loop, in registers the loop no longer needs)."""
     fmt = kernel_format(spec, svl_bits)
     per_set = fmt.tiles_m + fmt.tiles_n + fmt.sve_rows
+    if spec.unroll == UNROLL:
+        return UNROLL * per_set
     return 2 * per_set + fmt.sve_rows * fmt.tiles_n + _RESERVED
 
 
 def fits(spec: KernelSpec, svl_bits: int = 0) -> bool:
     """The block fits the ZA tiles and the Z registers, and the variant matches the layout."""
     base = VARIANT_OF_TRANS.get(spec.trans)
-    if spec.isa != ISA or spec.variant not in (base, base + "h"):
+    if spec.isa != ISA or spec.variant not in (base, base + "h") or spec.unroll not in UNROLLS:
         return False
     fmt = kernel_format(spec, svl_bits)
-    if is_hybrid(spec) and (fmt.tiles_m < 1 or fmt.sve_rows < 1):
+    if is_hybrid(spec) and (spec.unroll != UNROLL_NARROW or fmt.tiles_m < 1 or fmt.sve_rows < 1):
         return False
     if fmt.tiles_m * fmt.tiles_n > ZA_TILES[spec.dtype] or vector_registers(spec, svl_bits) > VECTOR_REGISTERS:
         return False
     za_rows = spec.mr - fmt.sve_rows
+    if spec.unroll == UNROLL:
+        return allocate_wide(fmt, za_rows, spec.nr) is not None
     return allocate(fmt.tiles_m, fmt.tiles_n, fmt.sve_rows,
                     load_groups(fmt.tiles_m, za_rows, fmt.vl, fmt.a.packed),
                     load_groups(fmt.tiles_n, spec.nr, fmt.vl, fmt.b.packed)) is not None
+
+
+def with_unroll(spec: KernelSpec, svl_bits: int = 0) -> KernelSpec:
+    """The spec with the loop its block takes: four steps when they fit, else two."""
+    wide = replace(spec, unroll=UNROLL)
+    return wide if fits(wide, svl_bits) else replace(spec, unroll=UNROLL_NARROW)
 
 
 def cmr(spec: KernelSpec, svl_bits: int = 0) -> float:
@@ -164,8 +184,10 @@ def family(dtype: str, trans: str, svl_bits: int = DEFAULT_SVL) -> list[KernelSp
     specs = []
     for a in range(1, tiles + 1):
         for b in range(1, tiles // a + 1):
-            specs.append(KernelSpec(ISA, dtype, a * vl, b * vl, trans_a, trans_b, base, UNROLL, svl_bits))
-            specs += [KernelSpec(ISA, dtype, a * vl + r, b * vl, trans_a, trans_b, base + "h", UNROLL, svl_bits)
+            specs.append(with_unroll(KernelSpec(ISA, dtype, a * vl, b * vl, trans_a, trans_b, base, UNROLL,
+                                                svl_bits)))
+            specs += [KernelSpec(ISA, dtype, a * vl + r, b * vl, trans_a, trans_b, base + "h", UNROLL_NARROW,
+                                 svl_bits)
                       for r in HYBRID_ROWS if r < vl]
     specs = [s for s in specs if fits(s, svl_bits)]
     return sorted(specs, key=lambda s: (-cmr(s, svl_bits), s.mr, s.nr, s.variant))
@@ -239,3 +261,59 @@ def allocate(tiles_m: int, tiles_n: int, sve_rows: int, a_groups, b_groups) -> R
     rest = iter(singles[2 * sve_rows:])
     acc = {(i, j): next(rest) for i in range(sve_rows) for j in range(tiles_n)}
     return Registers(a, b, bcast, acc)
+
+
+@dataclass(frozen=True)
+class WideLoad:
+    """One load of the four-step loop: ``count`` vectors into z``reg``.. from the
+    operand's K step ``step`` (0..3) at vector ``first`` (a packed panel's
+    vectors run on across two steps: vector ``v`` of a two-step load is tile
+    ``v % tiles`` of step ``step + v // tiles``)."""
+
+    step: int
+    first: int
+    count: int
+    elems: int
+    reg: int
+
+
+@dataclass(frozen=True)
+class WideRegisters:
+    """Z registers of the four-step loop: the loads of each side and, per K step
+    0..3, the register of each of its tiles."""
+
+    a_loads: tuple[WideLoad, ...]
+    b_loads: tuple[WideLoad, ...]
+    a: tuple[dict[int, int], ...]  # per step: row tile -> register
+    b: tuple[dict[int, int], ...]  # per step: column tile -> register
+
+
+def allocate_wide(fmt: KernelFormat, za_rows: int, nr: int) -> WideRegisters | None:
+    """Registers of the four-step loop, or None when z0-z31 run out.  A packed side
+    loads each stage's two steps (2 x tiles contiguous vectors) in 4-, 2- and
+    1-vector groups; a side read in place loads each step's tiles (predicated to
+    the block).  Groups start at a register aligned to their size, largest first."""
+    free = [True] * VECTOR_REGISTERS
+    requests = []  # (count, side, step, first, elems)
+    for side, tiles, n, packed in (("a", fmt.tiles_m, za_rows, fmt.a.packed), ("b", fmt.tiles_n, nr, fmt.b.packed)):
+        if packed:
+            for stage in (0, 2):
+                requests += [(c, side, stage, f, e) for f, c, e in load_groups(2 * tiles, 2 * tiles * fmt.vl, fmt.vl, True)]
+        else:
+            for step in range(UNROLL):
+                requests += [(c, side, step, f, e) for f, c, e in load_groups(tiles, n, fmt.vl, False)]
+    loads = {"a": [], "b": []}
+    placed = {"a": tuple({} for _ in range(UNROLL)), "b": tuple({} for _ in range(UNROLL))}
+    for count, side, step, first, elems in sorted(requests, key=lambda r: -r[0]):
+        reg = next((r for r in range(0, VECTOR_REGISTERS - count + 1, count) if all(free[r:r + count])), None)
+        if reg is None:
+            return None
+        free[reg:reg + count] = [False] * count
+        loads[side].append(WideLoad(step, first, count, elems, reg))
+        tiles = fmt.tiles_m if side == "a" else fmt.tiles_n
+        for k in range(count):
+            v = first + k
+            placed[side][step + v // tiles][v % tiles] = reg + k
+    order = lambda ld: (ld.step, ld.first)  # noqa: E731 - loads in memory order
+    return WideRegisters(tuple(sorted(loads["a"], key=order)), tuple(sorted(loads["b"], key=order)),
+                         placed["a"], placed["b"])

@@ -26,11 +26,53 @@ static double peak_of(int dtype)
     return p > 0 ? p : 10.0;
 }
 
+/* An SME2 kernel's model: the instructions it issues per K step, as the
+ * generator writes them (docs/arm.md), against one full-tile FMOPA per cycle.
+ * Per step: tiles_m x tiles_n FMOPAs; a hybrid's (variant ending in h) SVE rows
+ * add sve_rows x tiles_n FMLAs and one broadcast load each; each operand loads
+ * its tiles in 4-, 2- and 1-vector groups (a packed panel's two steps at once in
+ * the four-step loop, _u4); pointer updates and loop control cost about one
+ * instruction per step in the four-step loop and four in the two-step one.
+ * The unit is the IAAT model's (one vector FMA of simd_bytes per cycle is the
+ * peak), so NEON and SME2 kernels of one library are ranked alike: by flops
+ * per instruction issued.
+ * Without this, IAAT's memops model ranked the hybrids (36x32: 4 FMOPAs, 8
+ * FMLAs and 16 loads per step) above the whole-tile 32x32 (4 FMOPAs, 2-4 loads),
+ * though they issue about three times the instructions per flop. */
+static double groups(int tiles) { return tiles / 4 + (tiles % 4) / 2 + tiles % 2; }
+
+static double sme2_model_gflops(const at_kernel *d)
+{
+    int elem = d->dtype == AT_F64 ? 8 : 4;
+    int vl = d->svl_bytes / elem;  /* the kernel's record: the SVL it was generated for */
+    if (vl < 1) vl = 1;
+    const char *u = NULL; /* the name's last 'u': _u<unroll> (specs.py's grammar) */
+    for (const char *c = d->name; *c; c++)
+        if (*c == 'u') u = c;
+    int wide = u && u[1] == '4';
+    int hybrid = u && u > d->name + 1 && u[-2] == 'h' && u[-1] == '_';
+    int sve_rows = hybrid ? d->mr % vl : 0;
+    int tm = hybrid ? d->mr / vl : (d->mr + vl - 1) / vl, tn = (d->nr + vl - 1) / vl;
+    double loads_a = d->pack_a_ld > 0 && wide ? groups(2 * tm) / 2 : groups(tm);
+    double loads_b = d->pack_b_ld > 0 && wide ? groups(2 * tn) / 2 : groups(tn);
+    double slots = tm * tn + sve_rows * tn + sve_rows + loads_a + loads_b + (wide ? 1.0 : 4.0);
+    /* Ties go to fewer vectors loaded per step (KirbyMM's CMR: 32x32 loads 4, 64x16
+     * 5, for the same instructions), so a plan does not mix two panel formats of
+     * the same columns, each packed once. */
+    slots += 1e-3 * (tm + tn + sve_rows);
+    /* In the units of the model below, where one vector FMA per cycle (2 x lanes
+     * flops) is the peak: both families are ranked by flops per instruction. */
+    int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
+    if (lanes < 1) lanes = 1;
+    return peak_of(d->dtype) * (2.0 * d->mr * d->nr / slots) / (2.0 * lanes);
+}
+
 /* IAAT's model when no measurement can be trusted: efficiency falls with the
  * memory operations per flop, (mr + nr) / (mr * nr), and with vector lanes left
  * idle in the contiguous dimension. */
 static double model_gflops(const at_kernel *d)
 {
+    if (d->svl_bytes > 0) return sme2_model_gflops(d);
     int elem = d->dtype == AT_F64 ? 8 : 4;
     int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
     if (lanes < 1) lanes = 1;

@@ -68,6 +68,17 @@ static double family_rate(int dtype, int ta, int tb, int64_t K, int *h_best, int
     return best;
 }
 
+/* Whether a kernel of the family reads a packed panel of its own (SME2's pa/pb/papb
+ * formats): on the packed path it would pack again what the block's panels hold. */
+static int family_repacks(int dtype, int ta, int tb)
+{
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
+        if (d && (d->pack_a_ld > 0 || d->pack_b_ld > 0)) return 1;
+    }
+    return 0;
+}
+
 static int64_t round_down(int64_t v, int64_t q)
 {
     int64_t r = (v / q) * q;
@@ -196,8 +207,16 @@ static int build_packed(at_plan *p, int T)
     int fa = 0, fb = 1, h = 1, w = 1;
     double best = -1;
     int order[5][2] = {{p->ta, p->tb}, {0, 1}, {0, 0}, {1, 1}, {1, 0}};
+    /* A family whose kernels read panels of their own (SME2's formats other than
+     * nt) would pack each step's operand again from the block's panels: the
+     * families that read the block's panels in place go first, whatever their
+     * order above. */
+    int in_place = 0;
+    for (int o = 0; o < 5; o++)
+        in_place |= family_count(dt, order[o][0], order[o][1]) && !family_repacks(dt, order[o][0], order[o][1]);
     for (int o = 0; o < 5; o++) {
         int hh = 1, ww = 1;
+        if (in_place && family_repacks(dt, order[o][0], order[o][1])) continue;
         double r = family_rate(dt, order[o][0], order[o][1], at__tp->blk_k[dt], &hh, &ww);
         if (family_count(dt, order[o][0], order[o][1]) && r > best * 1.02) {
             best = r;

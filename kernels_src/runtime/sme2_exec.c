@@ -10,9 +10,12 @@
  *
  * Packed-format kernels (variants pa, pb, papb and their hybrids) read their
  * operand from a panel: op(A)[i, p] at i + p*pack_a_ld, op(B)[p, j] at j + p*pack_b_ld,
- * zero beyond the block, with the leading dims in the kernels' records (at_kernel.h).  The
- * executor packs a step's panel just before the call and reuses it while the
- * next step reads the same rows (or columns) of the same operand.
+ * zero beyond the block, with the leading dims in the kernels' records (at_kernel.h).  On
+ * the no-pack path each distinct panel of a share is packed once per call, by the
+ * first step that reads it, and kept for the others (KleidiAI packs each operand
+ * once; repacking per step cost 65 % of a 256^3 call's instructions).  On the
+ * packed path a kernel panel is packed from the block's panel before a step and
+ * reused while the next step reads the same rows (or columns).
  *
  * A kernel without a streaming entry (a NEON kernel in a mixed table) is called
  * through an ordinary function pointer: the compiler leaves streaming mode
@@ -34,6 +37,46 @@ void at__sme2_pack_t_f64_s(int64_t K, int64_t n, const double *src, int64_t ld, 
                            int64_t ldd) __arm_streaming;
 
 static int64_t round_up(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
+
+/* One kernel panel of a no-pack share: op(A)'s rows x0..x0+n (side 0) or op(B)'s
+ * columns x0..x0+n (side 1) over all of K, in a kernel format of leading dim ld. */
+typedef struct {
+    int64_t x0, n, ld;
+    int64_t offset; /* elements from the start of the side's panel memory */
+    int32_t packed; /* set in the region by the first step that reads it */
+    int32_t next;   /* the previous panel starting at the same x0, or -1 */
+} at_panel;
+
+/* The distinct panels steps [s0, s1) of a no-pack plan read on one side: slot[s - s0]
+ * is the step's panel (or -1: its kernel reads the operand in place), pan[] the
+ * panels.  Returns the elements they need together.  head[x0] (M + 1 or N + 1
+ * entries) lists the panels starting at row (column) x0, so a step finds its
+ * panel in a few instructions whatever the number of panels. */
+static int64_t at__sme2_panels(const at_plan *p, int64_t s0, int64_t s1, int side, int32_t *slot,
+                               at_panel *pan, int32_t *head)
+{
+    int64_t npan = 0, total = 0, dim = side ? p->N : p->M;
+    for (int64_t x = 0; x <= dim; x++) head[x] = -1;
+    for (int64_t s = s0; s < s1; s++) {
+        const at_step *x = &p->steps[s];
+        slot[s - s0] = -1;
+        if (x->kernel < 0) continue;
+        const at_kernel *d = &at_kernel_table[x->kernel].kernel;
+        int64_t ld = side ? d->pack_b_ld : d->pack_a_ld;
+        if (ld <= 0) continue;
+        int64_t x0 = side ? x->j0 : x->i0, n = side ? x->nb : x->mb;
+        int32_t q = head[x0];
+        while (q >= 0 && !(pan[q].n == n && pan[q].ld == ld)) q = pan[q].next;
+        if (q < 0) {
+            q = (int32_t)npan++;
+            pan[q] = (at_panel){x0, n, ld, total, 0, head[x0]};
+            head[x0] = q;
+            total += ld * p->K;
+        }
+        slot[s - s0] = q;
+    }
+    return total;
+}
 
 /* 64-byte aligned, whole cache lines; NULL for zero elements is fine. */
 static void *panel_alloc(int64_t elems, size_t es)

@@ -10,7 +10,11 @@ typedef struct {
     AT_T alpha, beta;
     AT_T *ga, *gb;       /* the packed path's block panels */
     int64_t gald, gbld;  /* their leading dims (multiples of VL) */
-    AT_T *ka, *kb;       /* one kernel's operand panels */
+    AT_T *ka, *kb;       /* the kernels' operand panels */
+    /* No-pack path: per step of the share, the panel of op(A) (op(B)) it reads,
+     * as an index into pan[0] (pan[1]), or -1 when its kernel reads in place. */
+    int32_t *slot[2];
+    at_panel *pan[2];
 } AT_FN(sme2_ctx);
 
 /* dst[x + q*ldd] for x < n, q < K from the operand element (x, q), which is at
@@ -39,13 +43,55 @@ static void AT_FN(to_panel)(AT_T *dst, int64_t ldd, const AT_T *src, int64_t ld,
 #undef AT_EDGE_ATTR
 
 /* Steps [s0, s1) on operands of formats ta / tb whose origin is the block's.
- * A packed-format kernel gets its panel; a panel is packed again only when the
- * step reads other rows (columns) than the previous step's. */
+ * A packed-format kernel gets its panel.  On the no-pack path (cx->slot set)
+ * every distinct panel of the share has its own place, packed the first time a
+ * step reads it: each operand is packed once per call, however many row bands
+ * (column bands) read it.  On the packed path the panel is packed again only
+ * when the step reads other rows (columns) than the previous step's. */
 static void AT_FN(steps_s)(AT_FN(sme2_ctx) *cx, const at_step *st, int64_t s0, int64_t s1,
                            int64_t K, const AT_T *A, int64_t lda, int ta, const AT_T *B,
                            int64_t ldb, int tb, AT_T *C, int64_t ldc, AT_T alpha,
                            AT_T beta) __arm_streaming
 {
+    if (cx->slot[0]) {
+        for (int64_t s = s0; s < s1; s++) {
+            const at_step *x = &st[s];
+            const AT_T *a = ta ? A + x->i0 * lda : A + x->i0;
+            const AT_T *b = tb ? B + x->j0 : B + x->j0 * ldb;
+            AT_T *c = C + x->i0 + x->j0 * ldc;
+            if (x->kernel < 0) {
+                AT_FN(edge_s)(K, a, lda, ta, b, ldb, tb, c, ldc, x->mb, x->nb, alpha, beta);
+                continue;
+            }
+            const at_kernel *k = &at_kernel_table[x->kernel].kernel;
+            const AT_T *ka = a, *kb = b;
+            int64_t klda = lda, kldb = ldb;
+            int32_t ia = cx->slot[0][s - s0], ib = cx->slot[1][s - s0];
+            if (ia >= 0) {
+                at_panel *q = &cx->pan[0][ia];
+                if (!q->packed) {
+                    AT_FN(to_panel)(cx->ka + q->offset, q->ld, a, lda, !ta, x->mb, K);
+                    q->packed = 1;
+                }
+                ka = cx->ka + q->offset;
+                klda = q->ld;
+            }
+            if (ib >= 0) {
+                at_panel *q = &cx->pan[1][ib];
+                if (!q->packed) {
+                    AT_FN(to_panel)(cx->kb + q->offset, q->ld, b, ldb, tb, x->nb, K);
+                    q->packed = 1;
+                }
+                kb = cx->kb + q->offset;
+                kldb = q->ld;
+            }
+            if (k->fn_s)
+                ((AT_KFN_S)k->fn_s)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
+            else /* not a streaming kernel: the compiler leaves streaming mode around it */
+                ((AT_KFN)k->fn)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
+        }
+        return;
+    }
     const AT_T *last_a = NULL, *last_b = NULL;
     int64_t last_an = -1, last_bn = -1, last_ald = -1, last_bld = -1;
     for (int64_t s = s0; s < s1; s++) {
@@ -138,7 +184,7 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
     if (first == last) return AT_OK;
     int64_t vl = at__svl_bytes() / (int64_t)sizeof(AT_T);
     if (vl < 1) vl = 1;
-    AT_FN(sme2_ctx) cx = {p, t, A, B, C, alpha, beta, NULL, NULL, 0, 0, NULL, NULL};
+    AT_FN(sme2_ctx) cx = {p, t, A, B, C, alpha, beta, NULL, NULL, 0, 0, NULL, NULL, {NULL, NULL}, {NULL, NULL}};
     /* Everything that allocates happens here, before the streaming region. */
     int64_t s0 = first, s1 = last, kmax = p->K;
     if (p->info.path != 0) {
@@ -156,18 +202,35 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
         streaming += d->fn_s != NULL;
     }
     if (!streaming) return AT_SME2_DECLINED;
+    int64_t ka_elems = pa * kmax, kb_elems = pb * kmax;
+    void *index = NULL;
     if (p->info.path != 0) {
         int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
         cx.gald = p->ktrans_a ? round_up(bk, vl) : round_up(bm, vl);
         cx.gbld = p->ktrans_b ? round_up(bn, vl) : round_up(bk, vl);
         cx.ga = panel_alloc(cx.gald * (p->ktrans_a ? bm : bk), sizeof(AT_T));
         cx.gb = panel_alloc(cx.gbld * (p->ktrans_b ? bk : bn), sizeof(AT_T));
+    } else if (pa || pb) {
+        /* The share's distinct panels, each packed once in the region. */
+        int64_t ns = s1 - s0;
+        /* Panels, the steps' slots, and per side a list head per first row
+         * (column) of a panel: at__sme2_panels' lookup. */
+        index = malloc(sizeof(at_panel) * 2 * (size_t)ns +
+                       sizeof(int32_t) * (2 * (size_t)ns + (size_t)(p->M + p->N + 2)));
+        if (!index) return AT_ENOMEM;
+        cx.pan[0] = index;
+        cx.pan[1] = cx.pan[0] + ns;
+        cx.slot[0] = (int32_t *)(cx.pan[1] + ns);
+        cx.slot[1] = cx.slot[0] + ns;
+        int32_t *head = cx.slot[1] + ns;
+        ka_elems = at__sme2_panels(p, s0, s1, 0, cx.slot[0], cx.pan[0], head);
+        kb_elems = at__sme2_panels(p, s0, s1, 1, cx.slot[1], cx.pan[1], head + p->M + 1);
     }
-    cx.ka = panel_alloc(pa * kmax, sizeof(AT_T));
-    cx.kb = panel_alloc(pb * kmax, sizeof(AT_T));
+    cx.ka = panel_alloc(ka_elems, sizeof(AT_T));
+    cx.kb = panel_alloc(kb_elems, sizeof(AT_T));
     int rc = AT_OK;
-    if ((p->info.path != 0 && (!cx.ga || !cx.gb)) || (pa * kmax > 0 && !cx.ka) ||
-        (pb * kmax > 0 && !cx.kb))
+    if ((p->info.path != 0 && (!cx.ga || !cx.gb)) || (ka_elems > 0 && !cx.ka) ||
+        (kb_elems > 0 && !cx.kb))
         rc = AT_ENOMEM;
     else
         at__sme2_region(AT_FN(sme2_body), &cx);
@@ -175,5 +238,6 @@ int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, 
     free(cx.gb);
     free(cx.ka);
     free(cx.kb);
+    free(index);
     return rc;
 }
