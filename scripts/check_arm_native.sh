@@ -23,7 +23,9 @@ PROJECT=$(pwd)
 CPUS=("$@")
 ((${#CPUS[@]})) || CPUS=("max,sme512=on" "max,sme256=on" "cortex-a76")
 SUITE=trixie  # its python3-pandas/optuna/platformdirs/matplotlib meet pyproject's minimums; bookworm's do not
-PACKAGES=python3,python3-numpy,python3-pandas,python3-optuna,python3-rich,python3-platformdirs,python3-jinja2,python3-matplotlib,python3-setuptools,python3-pip,gcc,libc6-dev,make
+# python3-dev: without Python's headers the install builds no _atfast extension and
+# autotune.gemm computes with numpy, not with the library.
+PACKAGES=python3,python3-dev,python3-numpy,python3-pandas,python3-optuna,python3-rich,python3-platformdirs,python3-jinja2,python3-matplotlib,python3-setuptools,python3-pip,gcc,libc6-dev,make
 # A few kernels of each Arm family (and the portable one), every transposition among
 # them, packed and in-place SME2 formats: enough for a table, a library and plans.
 ONLY=(
