@@ -353,6 +353,11 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     if chosen:
         library = build_table_library(stored, targets, all_objects, root, staging)
     native = library is not None and not any(t.emulated for t in targets.values())
+    if native and library.extension is None:
+        # Found on a Debian arm64 userland without python3-dev: the library works from C,
+        # but autotune.gemm would quietly compute with numpy.
+        notes.append("no Python headers: the _atfast extension was not built and autotune.gemm falls back "
+                     "to numpy; install them (Debian: python3-dev) and run `autotune install --force`")
     if native:
         stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console, show)
     path, installed = commit(stored, library, root)

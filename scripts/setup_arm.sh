@@ -2,7 +2,9 @@
 # Set up the Arm cross toolchain of autotune on a Debian 12 x86-64 machine:
 #   - clang-19, lld-19, the aarch64 C library and libgcc from the machine's own suites;
 #   - a QEMU >= 10.1 (the first that executes SME2) from Debian's trixie-backports,
-#     unpacked into the tools folder without touching the machine's apt configuration.
+#     unpacked into the tools folder without touching the machine's apt configuration;
+#   - Debian's arm64 netlib BLAS testers (libblas-test:arm64) and what they load at run
+#     time, unpacked into <tools>/arm64-netlib as a sysroot for `qemu-aarch64 -L`.
 #
 # Idempotent: every step checks first and says what it found.
 #
@@ -113,60 +115,112 @@ else
     say "clang-19, lld-19, libc6-dev-arm64-cross and libgcc-12-dev-arm64-cross already installed"
 fi
 
-# 2. QEMU >= 10.1 from trixie-backports, unpacked into the tools folder.
 TOOLS=$(tools_dir)
-QEMU_ROOT="$TOOLS/qemu"
-QEMU_BIN="$QEMU_ROOT/usr/bin/qemu-aarch64"
-if [[ -x "$QEMU_BIN" ]] && qemu_is_recent "$QEMU_BIN"; then
-    say "QEMU already unpacked: $("$QEMU_BIN" --version | head -n1) at $QEMU_BIN"
-    exit 0
-fi
-
-[[ -f "$KEYRING" ]] || die "$KEYRING missing: install debian-archive-keyring"
-sources=()
-for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-    [[ -f "$f" ]] && sources+=("$f")
-done
-((${#sources[@]})) || die "no apt sources files under /etc/apt"
-MIRROR=$(mirror_from_sources "${sources[@]}") || die "no Debian mirror in ${sources[*]}"
-say "Debian mirror from the machine's apt sources: $MIRROR"
-
+mkdir -p "$TOOLS"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/lists/partial" "$WORK/archives/partial"
-printf 'deb [signed-by=%s] %s %s main\n' "$KEYRING" "$MIRROR" "$BACKPORTS_SUITE" >"$WORK/backports.list"
-# Private list, state and archive folders: the machine's apt configuration and caches stay as they are.
-APT_OPTS=(
-    -o "Dir::Etc::SourceList=$WORK/backports.list"
-    -o "Dir::Etc::SourceParts=/dev/null"
-    -o "Dir::State::Lists=$WORK/lists"
-    -o "Dir::Cache::Archives=$WORK/archives"
-    -o "Dir::Cache::pkgcache="
-    -o "Dir::Cache::srcpkgcache="
-    -o "APT::Sandbox::User=root"
-)
-say "fetching the $BACKPORTS_SUITE package list into a temporary folder"
-apt-get "${APT_OPTS[@]}" -qq update
 
-# trixie's qemu-user carries static binaries (qemu-user-static became a transitional
-# package); take the first of the two whose unpacked qemu-aarch64 runs here.
-mkdir -p "$TOOLS"
-for pkg in qemu-user qemu-user-static; do
-    (cd "$WORK" && apt-get "${APT_OPTS[@]}" -qq download "$pkg/$BACKPORTS_SUITE") || continue
-    deb=$(ls "$WORK"/"${pkg}"_*.deb 2>/dev/null | head -n1)
-    [[ -n "$deb" ]] || continue
-    rm -rf "$WORK/root"
-    dpkg -x "$deb" "$WORK/root"
-    candidate="$WORK/root/usr/bin/qemu-aarch64"
-    [[ -x "$candidate" ]] || candidate="$WORK/root/usr/bin/qemu-aarch64-static"
-    if [[ -x "$candidate" ]] && qemu_is_recent "$candidate"; then
-        rm -rf "$QEMU_ROOT"
-        mkdir -p "$QEMU_ROOT/usr/bin"
-        cp "$candidate" "$QEMU_BIN"
-        say "unpacked $(basename "$deb") -> $QEMU_BIN"
-        say "$("$QEMU_BIN" --version | head -n1)"
-        exit 0
+# Private list, state and archive folders under $WORK/$1 for the one-line list $WORK/$1.list
+# (plus any further -o options): the machine's apt configuration and caches stay as they are.
+apt_private() {
+    local name=$1
+    shift
+    mkdir -p "$WORK/$name/lists/partial" "$WORK/$name/archives/partial"
+    APT_OPTS=(
+        -o "Dir::Etc::SourceList=$WORK/$name.list"
+        -o "Dir::Etc::SourceParts=/dev/null"
+        -o "Dir::State::Lists=$WORK/$name/lists"
+        -o "Dir::Cache::Archives=$WORK/$name/archives"
+        -o "Dir::Cache::pkgcache="
+        -o "Dir::Cache::srcpkgcache="
+        -o "APT::Sandbox::User=root"
+        "$@"
+    )
+}
+
+machine_mirror() {
+    [[ -n "${MIRROR:-}" ]] && return 0
+    [[ -f "$KEYRING" ]] || die "$KEYRING missing: install debian-archive-keyring"
+    local sources=() f
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+        [[ -f "$f" ]] && sources+=("$f")
+    done
+    ((${#sources[@]})) || die "no apt sources files under /etc/apt"
+    MIRROR=$(mirror_from_sources "${sources[@]}") || die "no Debian mirror in ${sources[*]}"
+    say "Debian mirror from the machine's apt sources: $MIRROR"
+}
+
+# 2. QEMU >= 10.1 from trixie-backports, unpacked into the tools folder.
+QEMU_ROOT="$TOOLS/qemu"
+QEMU_BIN="$QEMU_ROOT/usr/bin/qemu-aarch64"
+install_qemu() {
+    if [[ -x "$QEMU_BIN" ]] && qemu_is_recent "$QEMU_BIN"; then
+        say "QEMU already unpacked: $("$QEMU_BIN" --version | head -n1) at $QEMU_BIN"
+        return 0
     fi
-    say "$(basename "$deb") has no usable qemu-aarch64 >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR; trying the next package"
+    machine_mirror
+    printf 'deb [signed-by=%s] %s %s main\n' "$KEYRING" "$MIRROR" "$BACKPORTS_SUITE" >"$WORK/backports.list"
+    apt_private backports
+    say "fetching the $BACKPORTS_SUITE package list into a temporary folder"
+    apt-get "${APT_OPTS[@]}" -qq update
+
+    # trixie's qemu-user carries static binaries (qemu-user-static became a transitional
+    # package); take the first of the two whose unpacked qemu-aarch64 runs here.
+    local pkg deb candidate
+    for pkg in qemu-user qemu-user-static; do
+        (cd "$WORK" && apt-get "${APT_OPTS[@]}" -qq download "$pkg/$BACKPORTS_SUITE") || continue
+        deb=$(ls "$WORK"/"${pkg}"_*.deb 2>/dev/null | head -n1)
+        [[ -n "$deb" ]] || continue
+        rm -rf "$WORK/root"
+        dpkg -x "$deb" "$WORK/root"
+        candidate="$WORK/root/usr/bin/qemu-aarch64"
+        [[ -x "$candidate" ]] || candidate="$WORK/root/usr/bin/qemu-aarch64-static"
+        if [[ -x "$candidate" ]] && qemu_is_recent "$candidate"; then
+            rm -rf "$QEMU_ROOT"
+            mkdir -p "$QEMU_ROOT/usr/bin"
+            cp "$candidate" "$QEMU_BIN"
+            say "unpacked $(basename "$deb") -> $QEMU_BIN"
+            say "$("$QEMU_BIN" --version | head -n1)"
+            return 0
+        fi
+        say "$(basename "$deb") has no usable qemu-aarch64 >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR; trying the next package"
+    done
+    die "could not obtain qemu-aarch64 >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR from $MIRROR $BACKPORTS_SUITE"
+}
+install_qemu
+
+# 3. The arm64 netlib testers: the same Debian release as the x86-64 ones (libblas-test),
+# from the machine's own suite, fetched for arm64 through private lists rather than
+# `dpkg --add-architecture`, and unpacked (never installed) into a sysroot QEMU reads
+# with -L.  The testers load libblas.so.3, libgfortran.so.5 and the C library.
+NETLIB_ROOT="$TOOLS/arm64-netlib"
+NETLIB_PACKAGES=(libblas-test libblas3 libgfortran5 libgcc-s1 libc6)
+NETLIB_STAMP="$NETLIB_ROOT/.unpacked"
+if [[ -f "$NETLIB_STAMP" && "$(cat "$NETLIB_STAMP")" == "${NETLIB_PACKAGES[*]}" ]]; then
+    say "arm64 netlib testers already unpacked: $NETLIB_ROOT/usr/lib/aarch64-linux-gnu/blas"
+    exit 0
+fi
+machine_mirror
+suite=$(. /etc/os-release 2>/dev/null && printf '%s' "${VERSION_CODENAME:-}")
+[[ -n "$suite" ]] || suite=bookworm
+printf 'deb [signed-by=%s] %s %s main\n' "$KEYRING" "$MIRROR" "$suite" >"$WORK/arm64.list"
+apt_private arm64 -o "APT::Architecture=arm64" -o "APT::Architectures=arm64"
+say "fetching the $suite arm64 package list into a temporary folder"
+apt-get "${APT_OPTS[@]}" -qq update
+mkdir -p "$WORK/debs"
+(cd "$WORK/debs" && apt-get "${APT_OPTS[@]}" -qq download "${NETLIB_PACKAGES[@]}") \
+    || die "could not download ${NETLIB_PACKAGES[*]} (arm64) from $MIRROR $suite"
+rm -rf "$NETLIB_ROOT.new"
+for deb in "$WORK"/debs/*.deb; do
+    dpkg-deb -x "$deb" "$NETLIB_ROOT.new"
+    say "unpacked $(basename "$deb")"
 done
-die "could not obtain qemu-aarch64 >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR from $MIRROR $BACKPORTS_SUITE"
+# dpkg's alternatives would link libblas.so.3 into the library folder; the link is
+# relative so that it resolves inside the sysroot, not on this machine.
+blas_dir="$NETLIB_ROOT.new/usr/lib/aarch64-linux-gnu"
+[[ -f "$blas_dir/blas/xblat3s" && -f "$blas_dir/blas/libblas.so.3" ]] || die "libblas-test:arm64 has no xblat3s"
+ln -sfn blas/libblas.so.3 "$blas_dir/libblas.so.3"
+printf '%s\n' "${NETLIB_PACKAGES[*]}" >"$NETLIB_ROOT.new/.unpacked"
+rm -rf "$NETLIB_ROOT"
+mv "$NETLIB_ROOT.new" "$NETLIB_ROOT"
+say "arm64 netlib testers unpacked: $NETLIB_ROOT/usr/lib/aarch64-linux-gnu/blas"

@@ -12,8 +12,15 @@ import atexit
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from autotune.table import TunedTable
+    from autotune.toolchain import Target
 
 _SESSION_HOME = tempfile.mkdtemp(prefix="autotune-test-home-")
 atexit.register(shutil.rmtree, _SESSION_HOME, ignore_errors=True)
@@ -40,3 +47,31 @@ def built(tmp_path_factory: pytest.TempPathFactory):
     mapped, and the plan-cache tests need all modules to call the same copy.
     """
     return build_untuned(tmp_path_factory.getbasetemp() / "runtime-home", select=small_selection)
+
+
+@dataclass(frozen=True)
+class ArmInstall:
+    table: TunedTable
+    library: Path
+    target: Target  # the SME2 family's; its runner is QEMU
+
+
+@pytest.fixture(scope="session")
+def sme2_install(tmp_path_factory: pytest.TempPathFactory) -> ArmInstall:
+    """`autotune install --target sme2 --quick` once per session, as on an x86-64
+    machine: the aarch64 library a device gets (SME2 kernel sets for SVL 128, 256 and 512, and the
+    NEON family), cross-built and validated under QEMU.  Several minutes of
+    emulation, so every test that needs that library shares this one."""
+    from autotune.host import HostInfo
+    from autotune.install import InstallOptions, install
+    from autotune.toolchain import ToolchainError, arm_target
+
+    host = HostInfo(arch="x86_64", os="linux", cpu="x86-64 (cross-building for aarch64)", features=())
+    try:
+        target = arm_target("sme2", host, svl_bits=512)
+    except ToolchainError as exc:
+        pytest.skip(f"no Arm toolchain: {exc}")
+    home = tmp_path_factory.mktemp("sme2-install")
+    result = install(InstallOptions(target="sme2", quick=True, home=home), host=host)
+    assert result.library is not None, result.notes
+    return ArmInstall(result.table, result.library, target)

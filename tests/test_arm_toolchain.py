@@ -264,5 +264,6 @@ def test_setup_script_is_idempotent_and_qemu_recent():
     done = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "already installed" in done.stdout and "QEMU already unpacked" in done.stdout
+    assert "arm64 netlib testers already unpacked" in done.stdout
     version = subprocess.run([toolchain._qemu_aarch64_path(), "--version"], capture_output=True, text=True)
     assert toolchain._parse_qemu_version(version.stdout) >= (10, 1)

@@ -106,6 +106,19 @@ def test_a_damaged_extension_costs_speed_not_answers(built, private_home):
     assert "install --force" in done.stderr
 
 
+
+def test_a_missing_extension_names_the_headers_it_needs(built, private_home):
+    """An install on a machine without Python's headers builds no extension (a
+    Debian arm64 userland without python3-dev did): gemm still answers, through
+    numpy, and the warning says what to install rather than calling it damaged."""
+    lib = install_copy(built, private_home)
+    (extension,) = lib.parent.glob("_atfast*")
+    extension.unlink()
+    done = run_python(GEMM_CHECK, private_home)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert "python3-dev" in done.stderr and "install --force" in done.stderr
+    assert "unusable" not in done.stderr
+
 #: A feature no CPU has: cpu.c counts names it cannot test as absent.
 MISSING = "at_test_missing"
 

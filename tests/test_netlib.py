@@ -30,10 +30,10 @@ pytestmark = pytest.mark.skipif(not (TESTERS / "xblat3s").exists(),
                                 reason="needs Debian's libblas-test (scripts/setup.sh --test installs it)")
 
 
-def widened_input(shipped: str, routine: str) -> str:
+def widened_input(shipped: Path, routine: str) -> str:
     """The shipped input with N in SIZES and every routine but ``routine`` turned off."""
     lines = []
-    for line in (TESTERS / shipped).read_text().splitlines():
+    for line in shipped.read_text().splitlines():
         if "NUMBER OF VALUES OF N" in line:
             line = f"{len(SIZES)}                 NUMBER OF VALUES OF N"
         elif "VALUES OF N" in line:
@@ -45,9 +45,23 @@ def widened_input(shipped: str, routine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_report(report: str, bound: str, done: subprocess.CompletedProcess, routine: str, library: Path) -> None:
+    """The tester ran ``routine`` from ``library`` and it passed: its error exits
+    and its computational tests (one per layout for cblas); ``bound`` is the
+    dynamic loader's LD_DEBUG=bindings output."""
+    assert done.returncode == 0, done.stderr[-2000:]
+    # The routine really ran in libautotune, not in the reference BLAS behind it.
+    symbol = routine.lower() + ("_" if not routine.startswith("cblas") else "")
+    assert re.search(rf"to {re.escape(str(library))} .*`{symbol}'", bound), f"{symbol} not from libautotune"
+    assert f"{routine} PASSED THE TESTS OF ERROR-EXITS" in " ".join(report.split()), report[-3000:]
+    computational = re.findall(rf"{routine}\s+PASSED THE (?:[A-Z-]+\s+)?COMPUTATIONAL TESTS", report)
+    assert len(computational) == (2 if routine.startswith("cblas") else 1), report[-3000:]
+    assert "FAIL" not in report.upper(), report[-3000:]
+
+
 @pytest.mark.parametrize("tester, shipped, routine, summary", CASES, ids=[c[0] for c in CASES])
 def test_reference_tester_passes(built, tmp_path, tester, shipped, routine, summary):
-    text = widened_input(shipped, routine)
+    text = widened_input(TESTERS / shipped, routine)
     assert f"{routine} " in text and " 65 " in text + " "
     bindings = tmp_path / "bindings"
     env = {**os.environ, "LD_PRELOAD": str(built.library), "LD_DEBUG": "bindings",
@@ -55,12 +69,5 @@ def test_reference_tester_passes(built, tmp_path, tester, shipped, routine, summ
     done = subprocess.run([str(TESTERS / tester)], input=text, capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=600)
     report = (tmp_path / summary).read_text() if summary else done.stdout
-    assert done.returncode == 0, done.stderr[-2000:]
-    # The routine really ran in libautotune, not in the system BLAS behind it.
-    symbol = routine.lower() + ("_" if not routine.startswith("cblas") else "")
     bound = "".join(p.read_text() for p in tmp_path.glob("bindings*"))
-    assert re.search(rf"to {re.escape(str(built.library))} .*`{symbol}'", bound), f"{symbol} not from libautotune"
-    assert f"{routine} PASSED THE TESTS OF ERROR-EXITS" in " ".join(report.split()), report[-3000:]
-    computational = re.findall(rf"{routine}\s+PASSED THE (?:[A-Z-]+\s+)?COMPUTATIONAL TESTS", report)
-    assert len(computational) == (2 if routine.startswith("cblas") else 1), report[-3000:]
-    assert "FAIL" not in report.upper(), report[-3000:]
+    check_report(report, bound, done, routine, built.library)

@@ -233,6 +233,10 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
         fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path,
                    _batch_slow_path, np.ndarray, *_entry_points(runtime.lib))
         batch = fast.gemm_batch
+    elif runtime is not None and not any(runtime.path.parent.glob("_atfast*")):
+        # The install found no Python headers (Debian's python3-dev), so it built none.
+        reason = (f"no _atfast extension beside {runtime.path}: install Python's headers (python3-dev) "
+                  "and run `autotune install --force`")
     elif runtime is not None:
         reason = f"libautotune's extension beside {runtime.path} is unusable (run `autotune install --force`)"
     _state.batch = batch

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Prove the native aarch64 path of `autotune install` on an x86-64 machine: an arm64
+# Debian userland run through qemu-aarch64 registered with binfmt_misc, where detection
+# (/proc/cpuinfo, HWCAP/HWCAP2, the SME vector length), the native compiler and the
+# install run exactly as on an Arm machine; QEMU_CPU picks the CPU model.
+#
+# For each model: `autotune install --quick --only <a few kernels>` natively, then
+# `autotune show --json` must list only kernels that CPU runs, the library must exist,
+# and autotune.gemm from Python must match numpy.  Timings mean nothing under QEMU.
+#
+# Usage (as root: binfmt_misc and chroot need it):
+#   scripts/check_arm_native.sh                 the models below
+#   scripts/check_arm_native.sh CPU...          these QEMU CPU models, e.g. cortex-a76
+#
+# The userland (Debian trixie arm64: python3 and the Python packages autotune needs,
+# gcc, make) is built once with mmdebstrap and cached as a tarball in the tools folder
+# ($AUTOTUNE_TOOLS, default ~/.local/share/autotune-tools).  A binfmt entry this script
+# registers is removed when it ends; the machine's apt configuration is never changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROJECT=$(pwd)
+
+CPUS=("$@")
+((${#CPUS[@]})) || CPUS=("max,sme512=on" "max,sme256=on" "cortex-a76")
+SUITE=trixie  # its python3-pandas/optuna/platformdirs/matplotlib meet pyproject's minimums; bookworm's do not
+# python3-dev: without Python's headers the install builds no _atfast extension and
+# autotune.gemm computes with numpy, not with the library.
+PACKAGES=python3,python3-dev,python3-numpy,python3-pandas,python3-optuna,python3-rich,python3-platformdirs,python3-jinja2,python3-matplotlib,python3-setuptools,python3-pip,gcc,libc6-dev,make
+# A few kernels of each Arm family (and the portable one), every transposition among
+# them, packed and in-place SME2 formats: enough for a table, a library and plans.
+ONLY=(
+    "at_sgemm_sme2_nt_32x32_*" "at_sgemm_sme2_nn_32x32_*" "at_dgemm_sme2_tn_8x8_*"
+    "at_sgemm_neon_nn_8x4_*" "at_sgemm_neon_tt_4x4_*" "at_dgemm_neon_nt_4x4_*" "at_dgemm_neon_tn_2x2_*"
+)
+
+say() { printf 'check_arm_native: %s\n' "$*"; }
+die() { printf 'check_arm_native: error: %s\n' "$*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "run as root: registering binfmt_misc and entering the chroot need it"
+[[ "$(uname -m)" == "x86_64" ]] || die "this emulates aarch64 on x86-64; on an Arm machine run autotune install itself"
+
+bash scripts/setup_arm.sh >/dev/null
+TOOLS=${AUTOTUNE_TOOLS:-${XDG_DATA_HOME:-$HOME/.local/share}/autotune-tools}
+QEMU=$TOOLS/qemu/usr/bin/qemu-aarch64
+[[ -x "$QEMU" ]] || die "no $QEMU after scripts/setup_arm.sh"
+
+WORK=$(mktemp -d)
+ROOT=$WORK/root
+registered=""
+cleanup() {
+    for m in "$ROOT/src" "$ROOT/dev" "$ROOT/sys" "$ROOT/proc"; do
+        mountpoint -q "$m" 2>/dev/null && umount -l "$m"
+    done
+    [[ -n "$registered" ]] && echo -1 >"/proc/sys/fs/binfmt_misc/$registered"
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# 1. binfmt_misc: aarch64 ELF executables (ET_EXEC and ET_DYN) run through QEMU.  The F
+# flag opens the interpreter now, so the chroot needs no QEMU inside; P keeps argv[0].
+# mmdebstrap looks for the entry under the name qemu-aarch64.
+BINFMT=/proc/sys/fs/binfmt_misc
+mountpoint -q "$BINFMT" || mount -t binfmt_misc binfmt_misc "$BINFMT"
+if [[ -e "$BINFMT/qemu-aarch64" ]]; then
+    grep -q '^flags:.*F' "$BINFMT/qemu-aarch64" \
+        || die "$BINFMT/qemu-aarch64 exists without the F flag; a chroot cannot reach its interpreter"
+    interp=$(sed -n 's/^interpreter //p' "$BINFMT/qemu-aarch64")
+    say "using the registered binfmt entry qemu-aarch64 ($interp)"
+else
+    printf ':qemu-aarch64:M::%s:%s:%s:FP\n' \
+        '\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x02\x00\xb7\x00' \
+        '\xff\xff\xff\xff\xff\xff\xff\x00\xff\xff\xff\xff\xff\xff\xff\xff\xfe\xff\xff\xff' \
+        "$QEMU" >"$BINFMT/register"
+    registered=qemu-aarch64
+    say "registered binfmt qemu-aarch64 -> $QEMU (removed at exit)"
+fi
+
+# 2. The userland tarball, keyed by the suite and the package list.
+key=$(printf '%s %s' "$SUITE" "$PACKAGES" | sha256sum | cut -c1-12)
+TARBALL=$TOOLS/arm64-userland/$SUITE-arm64-$key.tar
+if [[ -f "$TARBALL" ]]; then
+    say "userland cached: $TARBALL"
+else
+    for tool in mmdebstrap arch-test; do
+        command -v "$tool" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$tool"
+    done
+    mirror=$(bash scripts/setup_arm.sh --mirror-from /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
+             /etc/apt/sources.list.d/*.sources 2>/dev/null) || mirror=http://deb.debian.org/debian
+    mkdir -p "$(dirname "$TARBALL")"
+    say "building the $SUITE arm64 userland with mmdebstrap (maintainer scripts run under QEMU: many minutes)"
+    start=$SECONDS
+    mmdebstrap --arch=arm64 --variant=apt --include="$PACKAGES" "$SUITE" "$TARBALL.tmp" "$mirror"
+    mv "$TARBALL.tmp" "$TARBALL"
+    say "userland built in $((SECONDS - start)) s: $TARBALL"
+fi
+
+# 3. One chroot for every model (each gets its own AUTOTUNE_HOME); the project is bind
+# mounted read-only and imported from there, as an editable install would.
+mkdir -p "$ROOT"
+tar -xf "$TARBALL" -C "$ROOT"
+mkdir -p "$ROOT/src"
+mount --bind "$PROJECT" "$ROOT/src" && mount -o remount,bind,ro "$ROOT/src"
+mount -t proc proc "$ROOT/proc"
+mount --rbind /sys "$ROOT/sys"
+mount --rbind /dev "$ROOT/dev"
+
+failed=0
+for cpu in "${CPUS[@]}"; do
+    say "== QEMU_CPU=$cpu"
+    start=$SECONDS
+    if chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
+        QEMU_CPU="$cpu" PYTHONPATH=/src PYTHONDONTWRITEBYTECODE=1 AUTOTUNE_HOME="/tmp/home-${cpu//[^a-z0-9]/_}" \
+        python3 /src/scripts/arm_native_check.py "${ONLY[@]}"; then
+        say "ok: $cpu in $((SECONDS - start)) s"
+    else
+        say "FAILED: $cpu after $((SECONDS - start)) s"
+        failed=1
+    fi
+done
+exit $failed

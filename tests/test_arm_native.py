@@ -1,0 +1,39 @@
+"""The native aarch64 install, proven in an arm64 Debian userland under QEMU.
+
+scripts/check_arm_native.sh registers qemu-aarch64 with binfmt_misc, builds (once,
+cached) a Debian arm64 userland and runs, per CPU model, `autotune install --quick
+--only ...` natively inside it: detection from HWCAP/HWCAP2 and the SME vector
+length, the host compiler, the table, the library, and autotune.gemm against numpy
+(scripts/arm_native_check.py).  Python under QEMU is slow: this is not part of
+any CI run; `pytest -m arm_native` or the script itself runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CPUS = ("max,sme512=on", "max,sme256=on", "cortex-a76")
+
+
+@pytest.mark.arm_native
+def test_native_install_on_each_cpu_model():
+    if platform.machine() != "x86_64":
+        pytest.skip("emulates aarch64 on an x86-64 host; on Arm, `autotune install` is the test")
+    if os.geteuid() != 0:
+        pytest.skip("needs root: binfmt_misc registration and chroot")
+    if not Path("/proc/sys/fs/binfmt_misc").is_dir():
+        pytest.skip("the kernel has no binfmt_misc")
+    done = subprocess.run(["bash", str(ROOT / "scripts" / "check_arm_native.sh"), *CPUS],
+                          capture_output=True, text=True, timeout=4 * 3600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    for cpu in CPUS:
+        assert re.search(rf"^check_arm_native: ok: {re.escape(cpu)} in \d+ s$", log, re.M), log[-4000:]
+    assert log.count("products match numpy") == len(CPUS)
