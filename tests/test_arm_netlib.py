@@ -3,9 +3,9 @@ with the aarch64 libautotune of `autotune install --target sme2 --quick` preload
 
 The same testers and widened inputs as tests/test_netlib.py (N up to 65, above
 and below every kernel and ZA tile), run on the CPU models the one aarch64
-library meets: SME2 at the SVL its kernels were generated for (512), SME2 at
-another SVL and CPUs without SME (both leave the SME2 kernels out and compute
-with NEON and the portable edge code), and SVE without SME.  These testers found
+library meets: SME2 at SVL 512 and at SVL 256 (each runs the kernel set made for
+its vector length), a CPU without SME and one with SVE but no SME (both compute
+with the NEON family and the portable edge code).  These testers found
 a wrong answer that only a long sequence of calls showed (SGEMM('N','N',16,16,1,
 ..., LDA=17, LDB=2) after deeper calls of the same block, values near 1e9: a
 cached plan's single-kernel shortcut called packed SME2 kernels on unpacked
@@ -71,8 +71,8 @@ def test_reference_tester_passes_on_arm(sme2_install, tmp_path, cpu, tester, shi
 
 
 def test_the_library_carries_both_arm_families(sme2_install):
-    """What makes the CPU models above differ: SME2 kernels for the SVL 512 CPU,
-    NEON for every other one."""
+    """What makes the CPU models above differ: SME2 kernels for the SME2 CPUs,
+    NEON for the others."""
     elf = sme2_install.library.read_bytes()[:20]
     assert elf[:4] == b"\x7fELF" and int.from_bytes(elf[18:20], "little") == 183  # EM_AARCH64
     assert sme2_install.table.host.svl_bits == 512
