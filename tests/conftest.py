@@ -56,12 +56,25 @@ class ArmInstall:
     target: Target  # the SME2 family's; its runner is QEMU
 
 
+def _run_wide_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of this test run that every pytest-xdist worker sees: the base
+    temporary directory of the controller (each worker's is a child of it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if hasattr(request.config, "workerinput") else base
+
+
 @pytest.fixture(scope="session")
-def sme2_install(tmp_path_factory: pytest.TempPathFactory) -> ArmInstall:
-    """`autotune install --target sme2 --quick` once per session, as on an x86-64
+def sme2_install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ArmInstall:
+    """`autotune install --target sme2 --quick` once per run, as on an x86-64
     machine: the aarch64 library a device gets (SME2 kernel sets for SVL 128, 256 and 512, and the
     NEON family), cross-built and validated under QEMU.  Several minutes of
-    emulation, so every test that needs that library shares this one."""
+    emulation, so every test that needs that library shares this one, across
+    pytest-xdist workers too: the first worker installs under a lock, the others
+    wait for it and load what it stored (then the emulator runs that use the
+    library spread over every worker)."""
+    import fcntl
+
+    from autotune import table as tables
     from autotune.host import HostInfo
     from autotune.install import InstallOptions, install
     from autotune.toolchain import ToolchainError, arm_target
@@ -71,7 +84,14 @@ def sme2_install(tmp_path_factory: pytest.TempPathFactory) -> ArmInstall:
         target = arm_target("sme2", host, svl_bits=512)
     except ToolchainError as exc:
         pytest.skip(f"no Arm toolchain: {exc}")
-    home = tmp_path_factory.mktemp("sme2-install")
-    result = install(InstallOptions(target="sme2", quick=True, home=home), host=host)
-    assert result.library is not None, result.notes
+    shared = _run_wide_dir(request, tmp_path_factory)
+    home = shared / "sme2-install"
+    finished = shared / "sme2-install.library"  # written last: the install is complete
+    with open(shared / "sme2-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if finished.exists():
+            return ArmInstall(tables.load("sme2", home), Path(finished.read_text()), target)
+        result = install(InstallOptions(target="sme2", quick=True, home=home), host=host)
+        assert result.library is not None, result.notes
+        tables.atomic_write_text(finished, str(result.library))
     return ArmInstall(result.table, result.library, target)

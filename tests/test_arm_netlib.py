@@ -31,21 +31,22 @@ SYSROOT = tools_dir() / "arm64-netlib"
 #: The testers and their inputs.  QEMU opens the program itself on this machine,
 #: without the -L prefix, so it is named by its path here.
 TESTERS = SYSROOT / "usr" / "lib" / "aarch64-linux-gnu" / "blas"
-#: Every run needs the session's cross-built install (minutes of emulation), so
-#: all of them are in the slow suite (CI runs it), on one xdist worker that builds
-#: the install once.  QEMU executes SME2 some 20 times slower than NEON (about 5
-#: CPU minutes per tester at SVL 512), so the CPU the regression lived on runs
-#: SGEMM's tester only; the NEON-only, SVE-only and SVL-256 models run all four.
+#: Every run needs the run's cross-built install (minutes of emulation, shared by
+#: the xdist workers), so all of them are in the slow suite (CI runs it).  QEMU
+#: executes SME2 some 20 times slower than NEON (about 5 CPU minutes per Fortran
+#: tester, twice that for the cblas ones, which run both layouts), so the SME2
+#: models run the two Fortran testers (both precisions, every transposition) and
+#: the NEON-only and SVE-only models all four.
 CPUS = ("cortex-a76", "max,sme256=on", "neoverse-v1", "max,sme512=on")
-SME2_512_TESTERS = ("xblat3s",)
+SME2_CPUS = ("max,sme256=on", "max,sme512=on")
+SME2_TESTERS = ("xblat3s", "xblat3d")
 RUNS = [pytest.param(*case, cpu, id=f"{case[0]}-{cpu}")
         for cpu in CPUS for case in CASES
-        if cpu != "max,sme512=on" or case[0] in SME2_512_TESTERS]
+        if cpu not in SME2_CPUS or case[0] in SME2_TESTERS]
 
 pytestmark = [
     pytest.mark.arm,
     pytest.mark.slow,
-    pytest.mark.xdist_group("sme2_install"),
     pytest.mark.skipif(not (TESTERS / "xblat3s").exists(),
                        reason=f"needs Debian's arm64 netlib testers in {SYSROOT} (scripts/setup_arm.sh unpacks them)"),
 ]
