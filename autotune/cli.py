@@ -168,7 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
                     "PyPI's mkl (`bash scripts/setup.sh --bench` in a source checkout installs them). "
                     "The full run takes about 10 minutes on 2 cores, --quick about one.")
     try:
-        benchmarks_module().add_arguments(bench)
+        suite = benchmarks_module()
+        suite.add_arguments(bench)
+        runs = bench.add_subparsers(dest="bench_run", title="other benchmarks", metavar="{dask}")
+        dask = runs.add_parser(
+            "dask", help="throughput of many small products on a Dask cluster, against numpy.matmul",
+            description="Run one Dask graph of many small products on a local cluster (two worker "
+                        "processes by default) with autotune.matmul per chunk and again with "
+                        "numpy.matmul, alternating them; print the best times, their ratio (numpy's "
+                        "time over autotune's) and whether the two agree, as JSON. Needs "
+                        "dask.distributed (pip install 'autotune[dask]'); docs/scaling.md explains the "
+                        "setup. The default run (200,000 products of 16x16x16) takes about a minute.")
+        importlib.import_module(f"{suite.__name__}.dask_graph").add_arguments(dask)
     except ImportError:
         # Every other command works without the benchmarks; `autotune bench`, whatever its
         # options, says what is missing.
@@ -487,6 +498,8 @@ def cmd_bench(args: argparse.Namespace, err: Console) -> int:
                   f"(autotune.benchmarks), and this installation lacks them ({exc}): reinstall autotune from "
                   "its wheel or from a clone of its source (`pip install .` there)", soft_wrap=True)
         return 2
+    if getattr(args, "bench_run", None) == "dask":
+        return importlib.import_module(f"{bench.__name__}.dask_graph").command(args)
     return bench.command(args)
 
 

@@ -1,7 +1,7 @@
 """Many small products over a Dask cluster: autotune.matmul against numpy.matmul per chunk.
 
-``python -m autotune.benchmarks.dask_graph`` (``python -m benchmarks.dask_graph`` in a
-source checkout) builds one stacked array of small products in chunks of about
+``autotune bench dask`` (also ``python -m autotune.benchmarks.dask_graph``, or
+``python -m benchmarks.dask_graph`` in a source checkout) builds one stacked array of small products in chunks of about
 ``--chunk-mb`` MB, runs the same ``da.map_blocks`` graph with each of the two
 functions on one ``LocalCluster``, alternating them over the repeats so both see the
 same machine, and prints one JSON document with the best times and their ratio
@@ -35,16 +35,36 @@ def graph(matmul: Callable[..., Any], batch: int, m: int, k: int, n: int, dtype:
     return product.sum(dtype="float64")
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of this benchmark, for `autotune bench dask` to share."""
+    parser.add_argument("--batch", type=_positive, default=200_000, help="products in the stack (default 200000)")
+    parser.add_argument("--shape", type=_positive, nargs=3, default=(16, 16, 16), metavar=("M", "K", "N"),
+                        help="each product is (M x K) @ (K x N) (default 16 16 16)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="default float32")
+    parser.add_argument("--chunk-mb", type=float, default=100.0, help="chunk size along the stack (default 100)")
+    parser.add_argument("--workers", type=_positive, default=2, help="worker processes (default 2)")
+    parser.add_argument("--threads-per-worker", type=_positive, default=1, help="default 1")
+    parser.add_argument("--repeats", type=_positive, default=3, help="timed runs of each graph (default 3)")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=200_000)
-    parser.add_argument("--shape", type=int, nargs=3, default=(16, 16, 16), metavar=("M", "K", "N"))
-    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--chunk-mb", type=float, default=100.0)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads-per-worker", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+    add_arguments(parser)
+    return command(parser.parse_args(argv))
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run the benchmark :func:`add_arguments` describes; print its JSON document."""
     try:
         import distributed
     except ImportError:

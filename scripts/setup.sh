@@ -41,8 +41,9 @@ if command -v apt-get >/dev/null 2>&1; then
   apt_install gcc libc6-dev
   # The report test renders HTML headless; the reference BLAS testers check the BLAS entries;
   # pkg-config builds the README's C recipe; a program linked with -lblas (libblas-dev) and
-  # Debian's numpy (python3-numpy, on the system BLAS) run on libautotune preloaded.
-  [ "$want_test" = 1 ] && apt_install chromium libblas-test pkgconf libblas-dev python3-numpy
+  # Debian's numpy (python3-numpy, on the system BLAS) run on libautotune preloaded; gfortran
+  # builds the README's Fortran recipe.
+  [ "$want_test" = 1 ] && apt_install chromium libblas-test pkgconf libblas-dev python3-numpy gfortran
 elif ! command -v cc >/dev/null 2>&1; then
   echo "setup: no C compiler and no apt-get; install a C compiler (Xcode command line tools on macOS)" >&2
   exit 1

@@ -129,13 +129,24 @@ def test_bench_has_help(tmp_path, flag):
     done = autotune("bench", flag, home=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: autotune bench")
-    for option in ("--quick", "--only", "--threads", "--list-peers"):
+    for option in ("--quick", "--only", "--threads", "--list-peers", "dask"):
+        assert option in done.stdout
+    done = autotune("bench", "dask", flag, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: autotune bench dask")
+    for option in ("--batch", "--shape", "--workers", "--chunk-mb"):
         assert option in done.stdout
 
 
 def test_bench_rejects_bad_options_with_its_own_usage(tmp_path):
     done = autotune("bench", "--threads", "-2", home=tmp_path)
     assert done.returncode == 2 and "usage: autotune bench" in done.stderr and "thread count" in done.stderr
+
+
+def test_bench_dask_rejects_bad_counts_with_its_own_usage(tmp_path):
+    done = autotune("bench", "dask", "--batch", "0", home=tmp_path)
+    assert done.returncode == 2 and "usage: autotune bench dask" in done.stderr
+    assert "'0' is not a whole number of 1 or more" in done.stderr
 
 
 def test_bench_runs_from_another_directory(tmp_path):

@@ -45,3 +45,24 @@ def test_stacked_products_on_a_local_cluster_match_numpy(built):
     bound = np.matmul(np.abs(A), np.abs(B.astype(np.float64)))
     assert got.dtype == np.float64 and got.shape == want.shape
     assert np.all(np.abs(got - want) <= 2 * (16 + 2) * np.finfo(np.float64).eps * bound)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_autotune_bench_dask_runs_the_throughput_benchmark(built, tmp_path):
+    """`autotune bench dask` reaches benchmarks/dask_graph.py: both graphs run on the
+    cluster, every worker has the library, and the two sums agree."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "AUTOTUNE_LIBRARY": str(built.library), "AUTOTUNE_HOME": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "autotune", "bench", "dask", "--batch", "3000", "--shape", "8", "12",
+                           "6", "--chunk-mb", "0.1", "--repeats", "1"],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["batch"] == 3000 and result["shape"] == [8, 12, 6] and result["workers"] == 2
+    assert result["library_on_every_worker"] and result["agree"], result
+    assert result["autotune_s"] > 0 and result["numpy_s"] > 0

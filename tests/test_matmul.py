@@ -111,6 +111,22 @@ def test_out_is_written_and_returned(backend, dtype):
 
 
 @pytest.mark.filterwarnings("ignore:autotune")
+@pytest.mark.parametrize("sa,sb,other", [((6,), (6,), np.float64), ((6,), (6,), np.float32),
+                                         ((4, 6), (6,), np.float64), ((6,), (6, 5), np.float32)])
+def test_out_is_returned_for_vector_operands(backend, sa, sb, other):
+    """np.matmul returns ``out`` itself, a 0-D array for vector . vector, never a scalar."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(other)
+    want = np.matmul(a, b)
+    out = np.full(want.shape, np.nan, want.dtype)
+    got = autotune.matmul(a, b, out=out)
+    assert got is out and isinstance(got, np.ndarray)
+    close(out, a, b)
+    assert type(autotune.matmul(a, b)) is type(want)  # without out: a scalar where numpy's is one
+
+
+@pytest.mark.filterwarnings("ignore:autotune")
 def test_out_aliasing_an_operand(backend):
     rng = np.random.default_rng(2)
     a = rng.standard_normal((4, 6, 6))

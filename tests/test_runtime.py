@@ -747,3 +747,21 @@ def test_one_kernel_plans_keep_the_blas_rules_on_repeated_calls(lib, dtype):
         assert np.all(C == 0)
     finally:
         lib.lib.at_plan_destroy(plan)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the written-out rule is Linux's (XDG)")
+@pytest.mark.parametrize("xdg", [None, "", "/srv/data", "relative/data", " /srv/padded"])
+def test_the_default_home_is_platformdirs_user_data_dir(monkeypatch, xdg):
+    """home.py writes platformdirs' Linux rule out (so the first gemm does not import
+    platformdirs); it must name the directory platformdirs names."""
+    platformdirs = pytest.importorskip("platformdirs")
+    from autotune import home as home_mod
+
+    if xdg is None:
+        monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_DATA_HOME", xdg)
+    monkeypatch.delenv("AUTOTUNE_HOME", raising=False)
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert home_mod.user_data_dir("autotune") == Path(platformdirs.user_data_dir("autotune"))
+    assert home_mod.home() == Path(platformdirs.user_data_dir("autotune"))

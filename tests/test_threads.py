@@ -112,24 +112,48 @@ def test_concurrent_callers_do_not_oversubscribe(library):
     assert peak[0] <= before + 8, (before, peak[0])
 
 
-def test_first_call_imports_nothing_heavy(built, tmp_path):
-    """``import autotune; autotune.gemm(...)`` loads the library and nothing of install time."""
+#: What ``import autotune; autotune.gemm(...)`` must not import (beyond what numpy
+#: already did): install-time stages, the CLI's and report's libraries, and the
+#: modules whose import cost the first call tens of milliseconds (platformdirs,
+#: params' dataclasses, sysconfig).  subprocess: the call path runs no program.
+FIRST_CALL_FORBIDDEN = (
+    "autotune.host", "autotune.specs", "autotune.toolchain", "autotune.build", "autotune.measure",
+    "autotune.tune", "autotune.table", "autotune.families", "autotune.params", "autotune.cli",
+    "autotune.reports", "optuna", "pandas", "matplotlib", "scipy", "archspec", "threadpoolctl",
+    "platformdirs", "rich", "jinja2", "subprocess", "dataclasses", "sysconfig",
+)
+
+
+@pytest.mark.parametrize("where", ["AUTOTUNE_HOME", "XDG_DATA_HOME"])
+def test_first_call_imports_nothing_heavy(built, tmp_path, where):
+    """``import autotune`` and a first gemm, matmul and gemm_batch load the installed library
+    and nothing of install time, found through $AUTOTUNE_HOME or, without it, the user's
+    data directory."""
+    from .test_loading import install_copy
+
+    data = tmp_path / "data"
+    home = data / "autotune" if where == "XDG_DATA_HOME" else tmp_path / "home"
+    library = install_copy(built, home)
     code = (
-        "import sys, time, numpy as np\n"
-        "t = time.perf_counter()\n"
+        "import sys, numpy as np\n"
+        "before = set(sys.modules)\n"
         "import autotune\n"
         "autotune.gemm(np.ones((4, 4)), np.ones((4, 4)))\n"
-        "t = time.perf_counter() - t\n"
+        "autotune.matmul(np.ones((3, 4, 4), np.float32), np.ones((2, 1, 4, 4), np.float32))\n"
+        "autotune.gemm_batch(np.ones((3, 4, 4)), np.ones((3, 4, 4)))\n"
+        "new = set(sys.modules) - before\n"
         "import autotune.runtime as rt\n"
-        "assert rt.api.current() is not None and rt.api.current().fast is not None\n"
-        "heavy = ['autotune.host', 'autotune.specs', 'autotune.toolchain', 'autotune.build',\n"
-        "         'autotune.measure', 'autotune.tune', 'autotune.table', 'autotune.families',\n"
-        "         'optuna', 'pandas', 'matplotlib', 'scipy', 'archspec', 'threadpoolctl']\n"
-        "print(sorted(m for m in heavy if m in sys.modules)); print(t, file=sys.stderr)\n"
+        "current = rt.api.current()\n"
+        "assert current is not None and current.fast is not None\n"
+        f"assert str(current.path) == {str(library.resolve())!r}, current.path\n"
+        f"forbidden = {FIRST_CALL_FORBIDDEN!r}\n"
+        "print(sorted(m for m in new if m in forbidden or m.split('.')[0] in forbidden))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNE_LIBRARY": str(built.library)}
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_LIBRARY", "AUTOTUNE_HOME", "XDG_DATA_HOME")}
     # A cap is judged by host.py's tables: without one, host.py is not imported.
     env.pop("AUTOTUNE_ISA", None)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    env.update({"PYTHONPATH": str(ROOT), where: str(home if where == "AUTOTUNE_HOME" else data)})
+    out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout

@@ -558,9 +558,10 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     full = result.reshape(stack + (M, N)) if result.ndim != len(stack) + 2 else result
     if full.size:
         _product(A, B, full, stack, M, K, N)
-    if out is not None and not direct:
-        np.copyto(out, result, casting="same_kind")
-        return out
+    if out is not None:
+        if not direct:
+            np.copyto(out, result, casting="same_kind")
+        return out  # itself, as numpy returns it: a 0-D out for vector . vector stays an array
     return result[()] if not shape else result  # a scalar for vector . vector, as numpy
 
 

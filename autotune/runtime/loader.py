@@ -12,18 +12,15 @@ import ctypes
 import importlib.machinery
 import importlib.util
 import os
-import platform
 import struct
 import sys
-import sysconfig
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any, NamedTuple
 
 from ..home import home
-from ..params import CTuneParams as at_tune_params  # the C name, for the prototypes below
 
 
 def library_name(system: str = sys.platform) -> str:
@@ -64,9 +61,12 @@ class at_kernel_info(ctypes.Structure):
     ]
 
 
-@dataclass(frozen=True)
-class Runtime:
-    """A loaded library: ``lib`` (ctypes, prototypes set) and its ``fast`` extension or None."""
+class Runtime(NamedTuple):
+    """A loaded library: ``lib`` (ctypes, prototypes set) and its ``fast`` extension or None.
+
+    A NamedTuple, not a dataclass: the first gemm creates one, and importing
+    dataclasses would cost that call more than the rest of this module.
+    """
 
     path: Path
     lib: ctypes.CDLL
@@ -137,12 +137,15 @@ def _prototypes(lib: ctypes.CDLL) -> None:
     lib.at_gemm.argtypes = [ctypes.c_int] * 4 + [i64] * 3 + [ctypes.c_double, P, i64, P, i64,
                                                               ctypes.c_double, P, i64]
     # Libraries built before the parameter override existed lack these two; the
-    # rest of the API works the same without them.
+    # rest of the API works the same without them.  They take a pointer to
+    # at_tune_params (``byref(at_tune_params())``, or None for the built-in
+    # parameters) declared as void *: the struct's ctypes mirror lives in
+    # params.py, which the first gemm must not pay for importing.
     if hasattr(lib, "at_params_get"):
         lib.at_params_get.restype = ctypes.c_int
-        lib.at_params_get.argtypes = [ctypes.POINTER(at_tune_params)]
+        lib.at_params_get.argtypes = [P]
         lib.at_params_set.restype = ctypes.c_int
-        lib.at_params_set.argtypes = [ctypes.POINTER(at_tune_params)]
+        lib.at_params_set.argtypes = [P]
     lib.at_plan_execute_batch.restype = ctypes.c_int
     lib.at_plan_execute_batch.argtypes = [P, i64, ctypes.c_double, P, i64, P, i64,
                                           ctypes.c_double, P, i64]
@@ -198,9 +201,11 @@ def _load_extension(directory: Path) -> ModuleType | None:
     A damaged or outdated extension costs speed, never the library: gemm then
     runs through the Python path with a warning saying what to run.
     """
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    path = directory / f"_atfast{suffix}"
-    if not path.exists():
+    # The import system's own suffixes (the first is sysconfig's EXT_SUFFIX, the
+    # name link.py gives it) without importing sysconfig on the first gemm.
+    path = next((p for p in (directory / f"_atfast{s}" for s in importlib.machinery.EXTENSION_SUFFIXES)
+                 if p.exists()), None)
+    if path is None:
         return None
     try:
         problem = damage(path)
@@ -270,7 +275,7 @@ def load(path: Path | str | None = None) -> Runtime | None:
             if cap:
                 from ..host import ISA_CAP_VARIABLE, IsaCapError, above_cap, normalized_arch
             try:
-                over = above_cap(normalized_arch(platform.machine()), needs, cap) if cap else ()
+                over = above_cap(normalized_arch(os.uname().machine), needs, cap) if cap else ()
             except IsaCapError as exc:
                 raise LibraryRefused(str(exc)) from exc
             if over:
@@ -280,3 +285,13 @@ def load(path: Path | str | None = None) -> Runtime | None:
         runtime = Runtime(resolved, lib, _load_extension(resolved.parent))
         _loaded[resolved] = runtime
         return runtime
+
+
+def __getattr__(name: str) -> Any:
+    # at_tune_params, the struct at_params_get / at_params_set exchange, on demand
+    # (see _prototypes): params.py stays off the first gemm's path.
+    if name == "at_tune_params":
+        from ..params import CTuneParams
+
+        return CTuneParams
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

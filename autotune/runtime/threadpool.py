@@ -12,7 +12,6 @@ pays for importing threadpoolctl.
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -49,8 +48,12 @@ def _register(threadpoolctl: ModuleType) -> None:
     _registered = True
 
 
-class _OnImport(importlib.abc.MetaPathFinder):
-    """Registers the controller right after ``import threadpoolctl`` runs, then leaves."""
+class _OnImport:
+    """Registers the controller right after ``import threadpoolctl`` runs, then leaves.
+
+    A meta path finder needs only ``find_spec``; not subclassing
+    importlib.abc.MetaPathFinder keeps importlib.abc off the first gemm's path.
+    """
 
     def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if name != "threadpoolctl":
