@@ -262,6 +262,9 @@ def test_sme2_sample_validates(sme2_target, tmp_path):
     # The same partial blocks with the four-step K loop (whole-tile kernels' loop).
     specs += [replace(s, unroll=sme2.UNROLL) for s in specs if not sme2.is_hybrid(s)
               and sme2.fits(replace(s, unroll=sme2.UNROLL))]
+    # Variable blocks (their ordinary entry computes the whole block) in every format.
+    specs += [v for d, t in (("f32", "nn"), ("f32", "nt"), ("f64", "tn"), ("f64", "tt"))
+              for v in sme2.variable_blocks(d, t)]
     specs = sorted(set(specs))
     run, results = check(sme2_target, specs, tmp_path)
     assert_all_valid(run, results, specs)

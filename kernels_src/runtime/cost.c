@@ -41,14 +41,31 @@ static double peak_of(int dtype)
  * though they issue about three times the instructions per flop. */
 static double groups(int tiles) { return tiles / 4 + (tiles % 4) / 2 + tiles % 2; }
 
+/* The name's last 'u' (_u<unroll>, specs.py's grammar), or NULL. */
+static const char *unroll_mark(const at_kernel *d)
+{
+    const char *u = NULL;
+    for (const char *c = d->name; *c; c++)
+        if (*c == 'u') u = c;
+    return u;
+}
+
+/* A variable-block SME2 kernel (variant ending in v, autotune/families/sme2.py):
+ * its streaming entry computes any block up to mr x nr, the extent passed by the
+ * executor (sme2_exec_t.h); its instructions per K step are its whole block's,
+ * since the predicates only switch lanes off. */
+static int sme2_variable(const at_kernel *d)
+{
+    const char *u = unroll_mark(d);
+    return d->svl_bytes > 0 && d->fn_s && u && u > d->name + 1 && u[-2] == 'v' && u[-1] == '_';
+}
+
 static double sme2_model_gflops(const at_kernel *d)
 {
     int elem = d->dtype == AT_F64 ? 8 : 4;
     int vl = d->svl_bytes / elem;  /* the kernel's record: the SVL it was generated for */
     if (vl < 1) vl = 1;
-    const char *u = NULL; /* the name's last 'u': _u<unroll> (specs.py's grammar) */
-    for (const char *c = d->name; *c; c++)
-        if (*c == 'u') u = c;
+    const char *u = unroll_mark(d);
     int wide = u && u[1] == '4';
     int hybrid = u && u > d->name + 1 && u[-2] == 'h' && u[-1] == '_';
     int sve_rows = hybrid ? d->mr % vl : 0;
@@ -195,21 +212,27 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
             g->kid[c] = AT_EDGE;
             g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + call;
         }
-    for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
-        if (!d) continue;
-        size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
-        double s = 2.0 * d->mr * d->nr * (double)K / (at__kernel_gflops(&at_kernel_table[i], K) * 1e9);
-        /* A walk missing L1 every step bounds the call; flops and misses overlap. */
-        int bpe = dtype == AT_F64 ? 8 : 4;
-        double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
-                      (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
-        s = (s > miss ? s : miss) + call;
-        if (s < g->sec[c]) {
-            g->sec[c] = s;
-            g->kid[c] = i;
+    /* Fixed blocks first, so on a tie a block keeps its own kernel; then each
+     * variable block offers its cost to every block it can compute. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < at_kernel_table_count; i++) {
+            const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
+            if (!d || sme2_variable(d) != pass) continue;
+            double s = 2.0 * d->mr * d->nr * (double)K / (at__kernel_gflops(&at_kernel_table[i], K) * 1e9);
+            /* A walk missing L1 every step bounds the call; flops and misses overlap. */
+            int bpe = dtype == AT_F64 ? 8 : 4;
+            double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
+                          (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
+            s = (s > miss ? s : miss) + call;
+            for (int h = pass ? 1 : d->mr; h <= d->mr; h++)
+                for (int w = pass ? 1 : d->nr; w <= d->nr; w++) {
+                    size_t c = (size_t)(h - 1) * W + (w - 1);
+                    if (s < g->sec[c]) {
+                        g->sec[c] = s;
+                        g->kid[c] = i;
+                    }
+                }
         }
-    }
     return AT_OK;
 }
 

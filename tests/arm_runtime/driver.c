@@ -313,8 +313,10 @@ static int abi(void)
         int64_t ld = 128;
         int64_t lda = at_kernel_table[k].kernel.pack_a_ld ? at_kernel_table[k].kernel.pack_a_ld : ld;
         int64_t ldb = at_kernel_table[k].kernel.pack_b_ld ? at_kernel_table[k].kernel.pack_b_ld : ld;
+        /* x7: the extent a streaming entry is called with (a variable block's). */
         uint64_t x[8] = {17, (uint64_t)(uintptr_t)buf[0], (uint64_t)lda, (uint64_t)(uintptr_t)buf[1],
-                         (uint64_t)ldb, (uint64_t)(uintptr_t)buf[2], (uint64_t)ld, 0};
+                         (uint64_t)ldb, (uint64_t)(uintptr_t)buf[2], (uint64_t)ld,
+                         (uint64_t)info.mr | (uint64_t)info.nr << 32};
         char name[128];
         snprintf(name, sizeof name, "%s_s", info.name);
         abi_report(name, rt_abi_call((void (*)(void))at_kernel_table[k].kernel.fn_s, x, 1.0, 1.0,
