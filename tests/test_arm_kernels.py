@@ -316,6 +316,7 @@ def test_sme2_kernels_specialised_to_other_svls(svl, tmp_path):
     specs += [replace(s, unroll=sme2.UNROLL) for s in specs if sme2.fits(replace(s, unroll=sme2.UNROLL), svl)]
     specs += [KernelSpec("sme2", "f32", vl32, 4 * vl32, False, False, "pb", 4, svl),
               KernelSpec("sme2", "f32", 3 * vl32 - 2, vl32, False, True, "", 4, svl)]
+    specs += sme2.variable_blocks("f32", "nt", svl) + sme2.variable_blocks("f64", "tn", svl)
     run, results = check(target, specs, tmp_path)
     assert_all_valid(run, results, specs)
 
