@@ -84,6 +84,26 @@ static double sme2_model_gflops(const at_kernel *d)
     return peak_of(d->dtype) * (2.0 * d->mr * d->nr / slots) / (2.0 * lanes);
 }
 
+/* What a variable block's call costs beyond its K steps, in instructions: its
+ * prologue, predicates and store, and above all the streaming region a plan of
+ * small blocks enters for it (panel allocation, smstart and smstop, the packs).
+ * Measured under QEMU at SVL 512: 4x4x4 through the 16x16 variable block cost
+ * 1,720 instructions, 241 on a NEON kernel; 3x50x7 1,779 against 1,112; 13x13x13
+ * 2,239 against 2,401.  Charged per call, it keeps the blocks NEON does in a few
+ * hundred instructions on NEON, and costs little where the K steps dominate (a
+ * 64x8 block of K = 128: about 740 instructions of steps, 56,310 on NEON for
+ * 8x128x128). */
+#define AT_SME2_VARIABLE_CALL_INSTR 1000.0
+
+/* Seconds of one instruction in the SME2 model's unit (sme2_model_gflops). */
+static double sme2_instr_seconds(int dtype)
+{
+    int elem = dtype == AT_F64 ? 8 : 4;
+    int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
+    if (lanes < 1) lanes = 1;
+    return 2.0 * lanes / (peak_of(dtype) * 1e9);
+}
+
 /* IAAT's model when no measurement can be trusted: efficiency falls with the
  * memory operations per flop, (mr + nr) / (mr * nr), and with vector lanes left
  * idle in the contiguous dimension. */
@@ -224,6 +244,7 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
             double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
                           (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
             s = (s > miss ? s : miss) + call;
+            if (pass) s += AT_SME2_VARIABLE_CALL_INSTR * sme2_instr_seconds(dtype);
             for (int h = pass ? 1 : d->mr; h <= d->mr; h++)
                 for (int w = pass ? 1 : d->nr; w <= d->nr; w++) {
                     size_t c = (size_t)(h - 1) * W + (w - 1);
