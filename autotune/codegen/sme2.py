@@ -14,7 +14,10 @@ Why assembly and not ACLE intrinsics: ``__arm_new("za")`` makes clang call
 with explicit ``smstart``/``smstop`` commits a caller's lazy ZA save itself (a
 few instructions, below) and links anywhere.  ``<name>`` enters streaming mode
 once per call; ``<name>_s`` runs inside a caller's streaming region (ZA on).  Kernels are specialised to one streaming vector length (SVL, 512
-bits by default): VL, tile counts and predicates are constants.
+bits by default): VL, tile counts and predicates are constants, except in a
+variable block (variant suffix ``v``), whose streaming entry makes its predicates
+from the block's extent in x7 (rows | cols << 32) and whose ordinary entry sets
+x7 to the whole block.
 
 The text includes ``kernels_src/arm/at_asm.h``: its macros spell the global
 symbols, local labels and ELF-only directives, so one kernel assembles as ELF
@@ -162,7 +165,7 @@ def _layout(spec: KernelSpec, svl_bits: int) -> _Layout:
     var_pred: dict[tuple[str, int, int], str] = {}
     if is_variable(spec):
         # Every tile's lanes come from the run-time extent: p1.. for the row tiles,
-        # then the column tiles (at most 5 of p1-p7, which FMOPA can take).
+        # then the column tiles, all within p1-p7, which FMOPA can take (fits() sees to it).
         row_pred = [f"p{1 + i}" for i in range(tm)]
         col_pred = [f"p{1 + tm + j}" for j in range(tn)]
         pn = iter(range(15, 7, -1))  # the fixed loads' pn registers count up from pn8
