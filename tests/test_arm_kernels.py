@@ -112,9 +112,9 @@ def test_sme2_family_shapes_and_cmr():
     assert sme2.cmr(f32[0]) == 2 * 32 * 32 / 4
     f64 = sme2.family("f64", "nn")
     assert (8, 64) in shapes(f64) and (64, 8) in shapes(f64) and (16, 32) in shapes(f64)
-    assert {s.variant for s in f64} == {"pb", "pbh"}
+    assert {s.variant for s in f64} == {"pb", "pbh", "pbv"}
     assert {s.variant for t in TRANSPOSITIONS for s in sme2.family("f32", t)} == \
-        {"", "pa", "pb", "papb", "h", "pah", "pbh", "papbh"}
+        {"", "pa", "pb", "papb", "h", "pah", "pbh", "papbh", "v", "pav", "pbv", "papbv"}
     for spec in f32 + f64:
         assert sme2.fits(spec) and NAME_PATTERN.match(spec.name)
 
@@ -130,6 +130,27 @@ def test_sme2_hybrid_model():
     assert not sme2.fits(KernelSpec("sme2", "f32", 16 + 4, 64, False, True, "h", 2))  # 34 registers
     assert not sme2.fits(KernelSpec("sme2", "f32", 16, 64, False, True, "h", 2))  # no SVE row
     assert sme2.kernel_format(KernelSpec("sme2", "f32", 19, 16, True, True, "pah", 2)).a.panel_ld == 32
+
+
+def test_sme2_variable_blocks():
+    # A row of tiles, a column of tiles and one tile, as long as the four-step loop
+    # and p1-p7 (a predicate per tile) allow; in the quick family too.
+    for dtype, svl, row, col in (("f32", 512, (16, 64), (64, 16)), ("f32", 128, (4, 16), (16, 4)),
+                                 ("f64", 512, (8, 48), (48, 8)), ("f64", 256, (4, 24), (24, 4))):
+        vl = sme2.lanes(dtype, svl)
+        blocks = sme2.variable_blocks(dtype, "nn", svl)
+        assert [(s.mr, s.nr) for s in blocks] == [row, col, (vl, vl)]
+        assert all(s.variant == "pbv" and s.unroll == sme2.UNROLL and sme2.fits(s) for s in blocks)
+        assert set(blocks) <= set(sme2.quick(sme2.family(dtype, "nn", svl)))
+    assert not sme2.fits(KernelSpec("sme2", "f32", 13, 64, False, True, "v", 4))  # whole tiles only
+    assert not sme2.fits(KernelSpec("sme2", "f32", 16, 64, False, True, "v", 2))  # the four-step loop only
+    assert not sme2.fits(KernelSpec("sme2", "f64", 8, 56, False, True, "v", 4))  # 8 predicates
+    text = generate(KernelSpec("sme2", "f32", 64, 16, False, False, "pbv", 4)).text
+    # The ordinary entry computes the whole block; the extent's predicates come from x7.
+    assert "mov x7, #64" in text and "movk x7, #16, lsl #32" in text
+    assert re.search(r"whilelt pn1[45]\.s, xzr, x12, vlx4", text)  # op(A)'s four row tiles in place
+    assert [f"p{i}" for i in range(1, 6)] == re.findall(r"whilelt (p\d)\.s, (?:xzr|x14), x1[23]\b", text)
+    assert "fmopa za3.s, p4/m, p5/m" in text
 
 
 def test_sme2_operand_formats():
@@ -262,6 +283,9 @@ def test_sme2_sample_validates(sme2_target, tmp_path):
     # The same partial blocks with the four-step K loop (whole-tile kernels' loop).
     specs += [replace(s, unroll=sme2.UNROLL) for s in specs if not sme2.is_hybrid(s)
               and sme2.fits(replace(s, unroll=sme2.UNROLL))]
+    # Variable blocks (their ordinary entry computes the whole block) in every format.
+    specs += [v for d, t in (("f32", "nn"), ("f32", "nt"), ("f64", "tn"), ("f64", "tt"))
+              for v in sme2.variable_blocks(d, t)]
     specs = sorted(set(specs))
     run, results = check(sme2_target, specs, tmp_path)
     assert_all_valid(run, results, specs)
@@ -292,6 +316,7 @@ def test_sme2_kernels_specialised_to_other_svls(svl, tmp_path):
     specs += [replace(s, unroll=sme2.UNROLL) for s in specs if sme2.fits(replace(s, unroll=sme2.UNROLL), svl)]
     specs += [KernelSpec("sme2", "f32", vl32, 4 * vl32, False, False, "pb", 4, svl),
               KernelSpec("sme2", "f32", 3 * vl32 - 2, vl32, False, True, "", 4, svl)]
+    specs += sme2.variable_blocks("f32", "nt", svl) + sme2.variable_blocks("f64", "tn", svl)
     run, results = check(target, specs, tmp_path)
     assert_all_valid(run, results, specs)
 

@@ -185,7 +185,7 @@ SVL = 512
 
 def sme2_sample() -> list[KernelSpec]:
     """Whole-tile blocks of every operand format, partial blocks, hybrids (h, pbh,
-    pah, papbh), both dtypes, at SVL 512."""
+    pah, papbh), variable blocks, both dtypes, at SVL 512."""
     rng = random.Random(7)
     chosen = set()
     for dtype in ("f32", "f64"):
@@ -198,6 +198,7 @@ def sme2_sample() -> list[KernelSpec]:
                KernelSpec("sme2", "f32", 30, 17, True, True, "pa", 2),
                KernelSpec("sme2", "f64", 20, 9, False, False, "pb", 2),
                KernelSpec("sme2", "f64", 7, 57, True, False, "papb", 2)}
+    chosen |= {sme2.variable_blocks("f32", "nn", SVL)[0], sme2.variable_blocks("f64", "nt", SVL)[1]}
     return sorted(chosen)
 
 

@@ -14,7 +14,10 @@ Why assembly and not ACLE intrinsics: ``__arm_new("za")`` makes clang call
 with explicit ``smstart``/``smstop`` commits a caller's lazy ZA save itself (a
 few instructions, below) and links anywhere.  ``<name>`` enters streaming mode
 once per call; ``<name>_s`` runs inside a caller's streaming region (ZA on).  Kernels are specialised to one streaming vector length (SVL, 512
-bits by default): VL, tile counts and predicates are constants.
+bits by default): VL, tile counts and predicates are constants, except in a
+variable block (variant suffix ``v``), whose streaming entry makes its predicates
+from the block's extent in x7 (rows | cols << 32) and whose ordinary entry sets
+x7 to the whole block.
 
 The text includes ``kernels_src/arm/at_asm.h``: its macros spell the global
 symbols, local labels and ELF-only directives, so one kernel assembles as ELF
@@ -40,6 +43,7 @@ from ..families.sme2 import (
     allocate,
     allocate_wide,
     fits,
+    is_variable,
     kernel_format,
     load_groups,
     spec_svl,
@@ -87,6 +91,19 @@ class _Layout:
     regs: Registers | None  # the two-stage loop's registers (unroll 2)
     wide: WideRegisters | None  # the four-step loop's registers (unroll 4)
     wide_pred: dict  # (vectors, active elements) -> predicate, for the four-step loop's panel loads
+    # A variable block's in-place loads: (side "a"/"b", first tile, vectors) -> predicate
+    # made at run time from the block's rows (columns); empty for a fixed block.
+    var_pred: dict
+
+    @property
+    def variable(self) -> bool:
+        return is_variable(self.spec)
+
+    def load_pred(self, side: str, first: int, count: int, elems: int) -> str:
+        """The governing predicate of one operand load of the four-step loop."""
+        if (side, first, count) in self.var_pred:
+            return self.var_pred[side, first, count]
+        return self.wide_pred[count, elems]
 
     @property
     def vl(self) -> int:
@@ -145,6 +162,18 @@ def _layout(spec: KernelSpec, svl_bits: int) -> _Layout:
     cols_last = spec.nr - (tn - 1) * vl
     row_pred = [_FULL] * (tm - 1) + [_FULL if rows_last == vl else "p1"]
     col_pred = [_FULL] * (tn - 1) + [_FULL if cols_last == vl else "p2"]
+    var_pred: dict[tuple[str, int, int], str] = {}
+    if is_variable(spec):
+        # Every tile's lanes come from the run-time extent: p1.. for the row tiles,
+        # then the column tiles, all within p1-p7, which FMOPA can take (fits() sees to it).
+        row_pred = [f"p{1 + i}" for i in range(tm)]
+        col_pred = [f"p{1 + tm + j}" for j in range(tn)]
+        pn = iter(range(15, 7, -1))  # the fixed loads' pn registers count up from pn8
+        for side, tiles, packed, preds in (("a", tm, fmt.a.packed, row_pred), ("b", tn, fmt.b.packed, col_pred)):
+            if packed:
+                continue  # a panel is zero beyond the block: whole vectors
+            for first, count, _ in load_groups(tiles, tiles * vl, vl, False):
+                var_pred[side, first, count] = preds[first] if count == 1 else f"pn{next(pn)}"
     free_p = iter(("p3", "p4", "p5", "p6"))
     free_pn = iter(("pn8", "pn9", "pn10", "pn11", "pn12", "pn13", "pn14", "pn15"))
     pred_setup: list[tuple[str, str]] = []
@@ -173,21 +202,24 @@ def _layout(spec: KernelSpec, svl_bits: int) -> _Layout:
 
     a_raw = load_groups(tm, za_rows, vl, fmt.a.packed)
     b_raw = load_groups(tn, spec.nr, vl, fmt.b.packed)
-    a_groups = tuple(_Group(f, c, e, predicate(c, e)) for f, c, e in a_raw)
-    b_groups = tuple(_Group(f, c, e, predicate(c, e)) for f, c, e in b_raw)
+    a_groups = tuple(_Group(f, c, e, var_pred.get(("a", f, c)) or predicate(c, e)) for f, c, e in a_raw)
+    b_groups = tuple(_Group(f, c, e, var_pred.get(("b", f, c)) or predicate(c, e)) for f, c, e in b_raw)
     regs = wide = None
     if spec.unroll == UNROLL:
         wide = allocate_wide(fmt, za_rows, spec.nr)
         if wide is None:
             raise ValueError(f"{spec.name}: four K steps of operands do not fit z0-z31")
-        for load in wide.a_loads + wide.b_loads:
-            predicate(load.count, load.elems)
+        for side, loads in (("a", wide.a_loads), ("b", wide.b_loads)):
+            for load in loads:
+                if (side, load.first, load.count) not in var_pred:
+                    predicate(load.count, load.elems)
     else:
         regs = allocate(tm, tn, sve_rows, a_raw, b_raw)
         if regs is None:
             raise ValueError(f"{spec.name}: its operand groups do not fit z0-z29")
     return _Layout(spec, svl_bits, fmt, t, ld, shift, za_rows, rows_last, cols_last,
-                   tuple(row_pred), tuple(col_pred), a_groups, b_groups, tuple(pred_setup), regs, wide, made)
+                   tuple(row_pred), tuple(col_pred), a_groups, b_groups, tuple(pred_setup), regs, wide, made,
+                   var_pred)
 
 
 class _Asm:
@@ -251,10 +283,19 @@ def _register_map(k: _Layout) -> list[str]:
             + ", ".join(f"z{r}" for r in sorted(regs.b[1].values())) + "."]
 
 
+#: A variable block keeps its column count at [sp, #80] from the set-up to the store.
+_COLS_SLOT = 80
+
+
+def _frame(k: _Layout) -> int:
+    """Bytes of the frame: x29, x30, d8-d15 and, for a variable block, its column count."""
+    return 96 if k.variable else 80
+
+
 def _prologue(asm: _Asm, k: _Layout) -> None:
     """Frame, callee-saved d8-d15, alpha and beta into general registers."""
     reg, fr = k.gpr, k.fpr
-    asm("stp x29, x30, [sp, #-80]!")
+    asm(f"stp x29, x30, [sp, #-{_frame(k)}]!")
     asm("mov x29, sp")
     asm("stp d8, d9, [sp, #16]", "z8-z15 are clobbered: save their callee-saved low halves")
     asm("stp d10, d11, [sp, #32]")
@@ -278,6 +319,9 @@ def _entry_points(asm: _Asm, k: _Layout) -> None:
     asm.lines.append(f"AT_ENTRY({name})")
     _prologue(asm, k)
     asm("mov x8, #1", "this call owns streaming mode and ZA")
+    if k.variable:
+        asm(f"mov x7, #{k.spec.mr}", "the contract's block: all rows ...")
+        asm(f"movk x7, #{k.spec.nr}, lsl #32", "... and all columns")
     asm.note("Commit a caller's lazy ZA save (AAPCS64 TPIDR2 block) before using ZA.")
     asm("mrs x16, tpidr2_el0")
     asm(f"cbz x16, {L('za_free')}")
@@ -311,10 +355,12 @@ def _setup(asm: _Asm, k: _Layout) -> None:
     asm(f"lsl x4, x4, #{k.shift}")
     asm(f"lsl x6, x6, #{k.shift}")
     asm(f"ptrue p0.{t}")
-    if "p1" in k.row_pred:
+    if k.variable:
+        _variable_predicates(asm, k)
+    elif "p1" in k.row_pred:
         asm(f"mov x12, #{k.rows_last}")
         asm(f"whilelt p1.{t}, xzr, x12", f"rows of the last row tile: {k.rows_last} of {vl}")
-    if "p2" in k.col_pred:
+    if "p2" in k.col_pred and not k.variable:
         asm(f"mov x12, #{k.cols_last}")
         asm(f"whilelt p2.{t}, xzr, x12", f"columns of the last column tile: {k.cols_last} of {vl}")
     for text, comment in k.pred_setup:
@@ -324,6 +370,31 @@ def _setup(asm: _Asm, k: _Layout) -> None:
         asm(f"whilelt p7.{t}, xzr, x12", f"the {k.sve_rows} SVE rows of a column")
         for zr in k.regs.acc.values():
             asm(f"mov z{zr}.{t}, #0")
+
+
+def _variable_predicates(asm: _Asm, k: _Layout) -> None:
+    """A variable block's lanes from its extent (x7 = rows | cols << 32): one predicate
+    per row and column tile (all false past the extent) and the in-place loads'
+    multi-vector counters; the column count waits on the stack for the store."""
+    t, vl = k.t, k.vl
+    asm("mov w12, w7", "rows of the block")
+    asm("lsr x13, x7, #32", "columns of the block")
+    asm(f"str x13, [sp, #{_COLS_SLOT}]")
+    extent = {"a": ("x12", k.row_pred), "b": ("x13", k.col_pred)}
+    for side, (count, preds) in extent.items():
+        for i, p in enumerate(preds):
+            start = "xzr" if i == 0 else "x14"
+            if i:
+                asm(f"mov x14, #{i * vl}")
+            asm(f"whilelt {p}.{t}, {start}, {count}", f"{'rows' if side == 'a' else 'columns'} of tile {i}")
+    for (side, first, n), p in sorted(k.var_pred.items()):
+        if not p.startswith("pn"):
+            continue
+        count = extent[side][0]
+        if first:
+            asm(f"mov x14, #{first * vl}")
+        asm(f"whilelt {p}.{t}, {'x14' if first else 'xzr'}, {count}, vlx{n}",
+            f"op({side.upper()}) tiles {first}..{first + n - 1} in place")
 
 
 def _load(asm: _Asm, k: _Layout, s: int) -> None:
@@ -411,7 +482,7 @@ def _load_wide(asm: _Asm, k: _Layout) -> None:
     for stage in (0, 2):
         for ptr, ldr, ahead, index, packed, tiles, loads in sides:
             for load in (x for x in loads if x.step in (stage, stage + 1)):
-                pred = k.wide_pred[load.count, load.elems]
+                pred = k.load_pred("a" if ptr == "x1" else "b", load.first, load.count, load.elems)
                 regs = k.vecs(load.reg, load.count)
                 if packed:
                     vec = load.first + (2 * tiles if stage and legal[ptr] else 0)
@@ -495,12 +566,18 @@ def _store_za_plain(asm: _Asm, k: _Layout) -> None:
     asm(f"mov {k.gpr}13, {_ONE_BITS[spec.dtype]}")
     asm(f"cmp {k.gpr}9, {k.gpr}13")
     asm(f"b.ne {L('scaled')}", "alpha != 1")
+    if k.variable:
+        asm(f"ldr x17, [sp, #{_COLS_SLOT}]", "columns of the block not yet stored")
     for j in range(tn):
         cols = spec.nr - j * vl if j == tn - 1 else vl
         fours = cols // 4 * 4
         asm(f"mov x13, #{j * vl}")
         asm("madd x13, x13, x6, x5", f"&C[0 + {j * vl}*ldc]")
         asm("mov w12, #0")
+        if k.variable:
+            _tile_columns(asm, k)
+            asm("and x1, x0, #0xfffffffffffffffc", "in fours")
+            asm(f"cbz x1, {L(f'r{j}')}")
         if fours:
             tag = L(f"p{j}")
             asm.label(tag)
@@ -515,8 +592,24 @@ def _store_za_plain(asm: _Asm, k: _Layout) -> None:
                     asm(f"st1{ld} z{4 * i + c}.{t}, {k.row_pred[i]}, [{ptr}{off}]")
             asm("add x13, x13, x6, lsl #2")
             asm("add w12, w12, #4")
-            asm(f"cmp w12, #{fours}")
+            asm(f"cmp w12, {'w1' if k.variable else '#' + str(fours)}")
             asm(f"b.lt {tag}")
+        if k.variable:
+            # The last 0..3 columns of the tile, one at a time.
+            asm.label(L(f"r{j}"))
+            asm("cmp w12, w0")
+            asm(f"b.ge {L(f'd{j}')}")
+            asm.label(L(f"q{j}"))
+            for i in range(tm):
+                off = f", #{i}, mul vl" if i else ""
+                asm(f"mova z{4 * i}.{t}, p0/m, za{i * tn + j}v.{t}[w12, 0]")
+                asm(f"st1{ld} z{4 * i}.{t}, {k.row_pred[i]}, [x13{off}]")
+            asm("add x13, x13, x6")
+            asm("add w12, w12, #1")
+            asm("cmp w12, w0")
+            asm(f"b.lt {L(f'q{j}')}")
+            asm.label(L(f"d{j}"))
+            continue
         for _ in range(cols - fours):
             for i in range(tm):
                 off = f", #{i}, mul vl" if i else ""
@@ -525,6 +618,14 @@ def _store_za_plain(asm: _Asm, k: _Layout) -> None:
             asm("add x13, x13, x6")
             asm("add w12, w12, #1")
     asm(f"b {L('stored')}")
+
+
+def _tile_columns(asm: _Asm, k: _Layout) -> None:
+    """x0 = the columns of the next column tile, min(x17, VL); x17 = the columns after it."""
+    asm(f"mov x0, #{k.vl}")
+    asm("cmp x17, x0")
+    asm("csel x0, x17, x0, lt", "columns of this tile")
+    asm("sub x17, x17, x0")
 
 
 def _store_za(asm: _Asm, k: _Layout) -> None:
@@ -541,8 +642,13 @@ def _store_za(asm: _Asm, k: _Layout) -> None:
     scratch = k.scratch()
     val = scratch[:tm] if len(scratch) >= 2 * tm else [scratch[0]] * tm
     old = scratch[tm:2 * tm] if len(scratch) >= 2 * tm else [scratch[1]] * tm
+    if k.variable:
+        asm(f"ldr x17, [sp, #{_COLS_SLOT}]", "columns of the block not yet stored")
     for j in range(tn):
         cols = spec.nr - j * vl if j == tn - 1 else vl
+        if k.variable:
+            _tile_columns(asm, k)
+            asm(f"cbz x0, {L(f'c{j}_done')}", "no column of this tile in the block")
         for beta_zero in (False, True):
             tag = L(f"c{j}_b0" if beta_zero else f"c{j}_bc")
             if not beta_zero:
@@ -565,7 +671,7 @@ def _store_za(asm: _Asm, k: _Layout) -> None:
                 asm(f"st1{ld} z{v}.{t}, {p}, [x13{off}]")
             asm("add x13, x13, x6")
             asm("add w12, w12, #1")
-            asm(f"cmp w12, #{cols}")
+            asm(f"cmp w12, {'w0' if k.variable else '#' + str(cols)}")
             asm(f"b.lt {tag}")
             if not beta_zero:
                 asm(f"b {L(f'c{j}_done')}")
@@ -620,7 +726,7 @@ def _epilogue(asm: _Asm, k: _Layout) -> None:
     asm("ldp d10, d11, [sp, #32]")
     asm("ldp d12, d13, [sp, #48]")
     asm("ldp d14, d15, [sp, #64]")
-    asm("ldp x29, x30, [sp], #80")
+    asm(f"ldp x29, x30, [sp], #{_frame(k)}")
     asm("ret")
     asm.label(L("bad_tpidr2"))
     asm("brk #0x5a", "malformed TPIDR2 block: the caller broke the SME ABI")
@@ -660,10 +766,11 @@ def generate(spec: KernelSpec, svl_bits: int = 0) -> GeneratedSource:
         raise ValueError(f"{spec.name}: SME2 kernels have a K loop of unroll {UNROLL} (whole tiles) "
                          f"or unroll {UNROLL_NARROW} (hybrids, or operands too many for four steps)")
     base = VARIANT_OF_TRANS[spec.trans]
-    if spec.variant not in (base, base + "h"):
+    if spec.variant not in (base, base + "h", base + "v"):
         raise ValueError(
             f"{spec.name}: the {spec.trans} layout needs variant "
-            f"{base!r} (operand format), or {base + 'h'!r} for the hybrid form, not {spec.variant!r}"
+            f"{base!r} (operand format), or {base + 'h'!r} for the hybrid form, or {base + 'v'!r} "
+            f"for the variable block, not {spec.variant!r}"
         )
     if not fits(spec, svl_bits):
         fmt = kernel_format(spec, svl_bits)

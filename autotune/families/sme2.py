@@ -30,6 +30,15 @@ Hybrid forms (variant suffix ``h``, KirbyMM's SME + SVE edge routine): a block o
 ``a*VL + mr2`` rows keeps ``a*VL`` rows on ZA and computes the last ``mr2`` (1..4)
 with SVE ``fmla``, sharing the op(B) vectors the outer products load.
 
+Variable-block forms (variant suffix ``v``): the same whole-tile kernel, whose
+streaming entry computes any block of up to ``mr x nr`` given at run time (rows
+and columns in x7), its predicates made from those counts.  Through its ordinary
+entry (the kernel contract) it computes the whole ``mr x nr`` block.  One narrow
+kernel of each kind (1 x tiles, tiles x 1, 1 x 1 tiles) lets the planner put
+every block of a few rows or columns (M or N below a tile, and the tails of
+larger shapes) on outer products, as KleidiAI's kernels take the block's extent
+as arguments, instead of on NEON or portable code.
+
 Kernels are specialised to one streaming vector length (SVL): a spec carries
 its own (``KernelSpec.svl``), and a family is enumerated per SVL.  The generator writing them as assembly is autotune.codegen.sme2; it
 places its Z registers with :func:`allocate`, the same placement :func:`fits`
@@ -93,12 +102,19 @@ class KernelFormat:
 
 #: Reserved registers: alpha and beta (z30, z31) at the store; the operands get z0-z29.
 _RESERVED = 2
+#: Predicates a variable block may give its tiles: p1-p7 (p0 is all lanes).
+VARIABLE_PREDICATES = 7
 #: SVE edge rows a hybrid kernel may have (KirbyMM uses a few; more would be a tile).
 HYBRID_ROWS = (1, 2, 3, 4)
 
 
 def is_hybrid(spec: KernelSpec) -> bool:
     return spec.variant.endswith("h")
+
+
+def is_variable(spec: KernelSpec) -> bool:
+    """The block's extent comes at run time (streaming entry, x7 = rows | cols << 32)."""
+    return spec.variant.endswith("v")
 
 
 def spec_svl(spec: KernelSpec, svl_bits: int = 0) -> int:
@@ -142,9 +158,14 @@ def vector_registers(spec: KernelSpec, svl_bits: int = 0) -> int:
 def fits(spec: KernelSpec, svl_bits: int = 0) -> bool:
     """The block fits the ZA tiles and the Z registers, and the variant matches the layout."""
     base = VARIANT_OF_TRANS.get(spec.trans)
-    if spec.isa != ISA or spec.variant not in (base, base + "h") or spec.unroll not in UNROLLS:
+    if spec.isa != ISA or spec.variant not in (base, base + "h", base + "v") or spec.unroll not in UNROLLS:
         return False
     fmt = kernel_format(spec, svl_bits)
+    # A variable block is a whole-tile block with the four-step loop, with a predicate
+    # per row and column tile among p1-p7 (FMOPA's governing predicates are p0-p7).
+    if is_variable(spec) and (spec.unroll != UNROLL or spec.mr % fmt.vl or spec.nr % fmt.vl
+                              or fmt.tiles_m + fmt.tiles_n > VARIABLE_PREDICATES):
+        return False
     if is_hybrid(spec) and (spec.unroll != UNROLL_NARROW or fmt.tiles_m < 1 or fmt.sve_rows < 1):
         return False
     if fmt.tiles_m * fmt.tiles_n > ZA_TILES[spec.dtype] or vector_registers(spec, svl_bits) > VECTOR_REGISTERS:
@@ -190,12 +211,30 @@ def family(dtype: str, trans: str, svl_bits: int = DEFAULT_SVL) -> list[KernelSp
                                  svl_bits)
                       for r in HYBRID_ROWS if r < vl]
     specs = [s for s in specs if fits(s, svl_bits)]
+    specs += variable_blocks(dtype, trans, svl_bits)
     return sorted(specs, key=lambda s: (-cmr(s, svl_bits), s.mr, s.nr, s.variant))
 
 
+def variable_blocks(dtype: str, trans: str, svl_bits: int = DEFAULT_SVL) -> list[KernelSpec]:
+    """The variable-block kernels: a row of tiles (up to VL rows: M below a tile, a
+    last row band), a column of tiles (N below a tile, a last column) and one tile
+    (a corner), each as long as the four-step loop allows."""
+    trans_a, trans_b = parse_trans(trans)
+    vl = lanes(dtype, svl_bits)
+    variant = VARIANT_OF_TRANS[trans] + "v"
+
+    def spec(a: int, b: int) -> KernelSpec:
+        return KernelSpec(ISA, dtype, a * vl, b * vl, trans_a, trans_b, variant, UNROLL, svl_bits)
+
+    tiles = ZA_TILES[dtype]
+    row = next(spec(1, b) for b in range(tiles, 0, -1) if fits(spec(1, b), svl_bits))
+    col = next(spec(a, 1) for a in range(tiles, 0, -1) if fits(spec(a, 1), svl_bits))
+    return list(dict.fromkeys((row, col, spec(1, 1))))
+
+
 def quick(specs: list[KernelSpec]) -> list[KernelSpec]:
-    """The quick install's kernels: the whole-tile ones (hybrid edge forms are left
-    to the full install)."""
+    """The quick install's kernels: the whole-tile ones and the variable blocks
+    (hybrid edge forms are left to the full install)."""
     return [s for s in specs if not is_hybrid(s)]
 
 

@@ -43,7 +43,7 @@ typedef struct {
     int32_t kernel; /* index into the library's kernel table; -1: portable edge code */
     int32_t thread; /* which worker runs it */
     int64_t i0, j0; /* top-left element of the block of C */
-    int32_t mb, nb; /* block size (the kernel's mr x nr) */
+    int32_t mb, nb; /* block size: the kernel's mr x nr, or less for a variable-block SME2 kernel */
     int32_t pack;   /* AT_PACK_A | AT_PACK_B: operands read from packed panels */
 } at_step;
 

@@ -41,14 +41,31 @@ static double peak_of(int dtype)
  * though they issue about three times the instructions per flop. */
 static double groups(int tiles) { return tiles / 4 + (tiles % 4) / 2 + tiles % 2; }
 
+/* The name's last 'u' (_u<unroll>, specs.py's grammar), or NULL. */
+static const char *unroll_mark(const at_kernel *d)
+{
+    const char *u = NULL;
+    for (const char *c = d->name; *c; c++)
+        if (*c == 'u') u = c;
+    return u;
+}
+
+/* A variable-block SME2 kernel (variant ending in v, autotune/families/sme2.py):
+ * its streaming entry computes any block up to mr x nr, the extent passed by the
+ * executor (sme2_exec_t.h); its instructions per K step are its whole block's,
+ * since the predicates only switch lanes off. */
+static int sme2_variable(const at_kernel *d)
+{
+    const char *u = unroll_mark(d);
+    return d->svl_bytes > 0 && d->fn_s && u && u > d->name + 1 && u[-2] == 'v' && u[-1] == '_';
+}
+
 static double sme2_model_gflops(const at_kernel *d)
 {
     int elem = d->dtype == AT_F64 ? 8 : 4;
     int vl = d->svl_bytes / elem;  /* the kernel's record: the SVL it was generated for */
     if (vl < 1) vl = 1;
-    const char *u = NULL; /* the name's last 'u': _u<unroll> (specs.py's grammar) */
-    for (const char *c = d->name; *c; c++)
-        if (*c == 'u') u = c;
+    const char *u = unroll_mark(d);
     int wide = u && u[1] == '4';
     int hybrid = u && u > d->name + 1 && u[-2] == 'h' && u[-1] == '_';
     int sve_rows = hybrid ? d->mr % vl : 0;
@@ -65,6 +82,26 @@ static double sme2_model_gflops(const at_kernel *d)
     int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
     if (lanes < 1) lanes = 1;
     return peak_of(d->dtype) * (2.0 * d->mr * d->nr / slots) / (2.0 * lanes);
+}
+
+/* What a variable block's call costs beyond its K steps, in instructions: its
+ * prologue, predicates and store, and above all the streaming region a plan of
+ * small blocks enters for it (panel allocation, smstart and smstop, the packs).
+ * Measured under QEMU at SVL 512: 4x4x4 through the 16x16 variable block cost
+ * 1,720 instructions, 241 on a NEON kernel; 3x50x7 1,779 against 1,112; 13x13x13
+ * 2,239 against 2,401.  Charged per call, it keeps the blocks NEON does in a few
+ * hundred instructions on NEON, and costs little where the K steps dominate (a
+ * 64x8 block of K = 128: about 740 instructions of steps, 56,310 on NEON for
+ * 8x128x128). */
+#define AT_SME2_VARIABLE_CALL_INSTR 1000.0
+
+/* Seconds of one instruction in the SME2 model's unit (sme2_model_gflops). */
+static double sme2_instr_seconds(int dtype)
+{
+    int elem = dtype == AT_F64 ? 8 : 4;
+    int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / elem;
+    if (lanes < 1) lanes = 1;
+    return 2.0 * lanes / (peak_of(dtype) * 1e9);
 }
 
 /* IAAT's model when no measurement can be trusted: efficiency falls with the
@@ -195,21 +232,28 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
             g->kid[c] = AT_EDGE;
             g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + call;
         }
-    for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
-        if (!d) continue;
-        size_t c = (size_t)(d->mr - 1) * W + (d->nr - 1);
-        double s = 2.0 * d->mr * d->nr * (double)K / (at__kernel_gflops(&at_kernel_table[i], K) * 1e9);
-        /* A walk missing L1 every step bounds the call; flops and misses overlap. */
-        int bpe = dtype == AT_F64 ? 8 : 4;
-        double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
-                      (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
-        s = (s > miss ? s : miss) + call;
-        if (s < g->sec[c]) {
-            g->sec[c] = s;
-            g->kid[c] = i;
+    /* Fixed blocks first, so on a tie a block keeps its own kernel; then each
+     * variable block offers its cost to every block it can compute. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < at_kernel_table_count; i++) {
+            const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
+            if (!d || sme2_variable(d) != pass) continue;
+            double s = 2.0 * d->mr * d->nr * (double)K / (at__kernel_gflops(&at_kernel_table[i], K) * 1e9);
+            /* A walk missing L1 every step bounds the call; flops and misses overlap. */
+            int bpe = dtype == AT_F64 ? 8 : 4;
+            double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
+                          (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
+            s = (s > miss ? s : miss) + call;
+            if (pass) s += AT_SME2_VARIABLE_CALL_INSTR * sme2_instr_seconds(dtype);
+            for (int h = pass ? 1 : d->mr; h <= d->mr; h++)
+                for (int w = pass ? 1 : d->nr; w <= d->nr; w++) {
+                    size_t c = (size_t)(h - 1) * W + (w - 1);
+                    if (s < g->sec[c]) {
+                        g->sec[c] = s;
+                        g->kid[c] = i;
+                    }
+                }
         }
-    }
     return AT_OK;
 }
 

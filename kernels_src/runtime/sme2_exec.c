@@ -17,6 +17,11 @@
  * packed path a kernel panel is packed from the block's panel before a step and
  * reused while the next step reads the same rows (or columns).
  *
+ * A streaming entry takes the step's extent as a last argument (x7 = rows | columns
+ * << 32): a variable-block kernel (variant ending in v) computes that much of its
+ * block, the planner's cost grid (cost.c) having let it cover any block up to its
+ * own; fixed blocks ignore it.
+ *
  * A kernel without a streaming entry (a NEON kernel in a mixed table) is called
  * through an ordinary function pointer: the compiler leaves streaming mode
  * around that call, ZA stays on and untouched.  The arithmetic is the plan's,
@@ -92,7 +97,8 @@ static void *panel_alloc(int64_t elems, size_t es)
 #define AT_PACK_T_S at__sme2_pack_t_f32_s
 #define AT_FN(name) name##_f32
 typedef void (*at_skernel_s)(int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
-                             float *C, int64_t ldc, float alpha, float beta) __arm_streaming;
+                             float *C, int64_t ldc, float alpha, float beta,
+                             int64_t extent) __arm_streaming;
 #include "sme2_exec_t.h"
 #undef AT_T
 #undef AT_KFN
@@ -106,8 +112,8 @@ typedef void (*at_skernel_s)(int64_t K, const float *A, int64_t lda, const float
 #define AT_PACK_T_S at__sme2_pack_t_f64_s
 #define AT_FN(name) name##_f64
 typedef void (*at_dkernel_s)(int64_t K, const double *A, int64_t lda, const double *B,
-                             int64_t ldb, double *C, int64_t ldc, double alpha,
-                             double beta) __arm_streaming;
+                             int64_t ldb, double *C, int64_t ldc, double alpha, double beta,
+                             int64_t extent) __arm_streaming;
 #include "sme2_exec_t.h"
 #undef AT_T
 #undef AT_KFN

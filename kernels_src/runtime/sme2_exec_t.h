@@ -42,6 +42,12 @@ static void AT_FN(to_panel)(AT_T *dst, int64_t ldd, const AT_T *src, int64_t ld,
 #undef AT_EDGE_FN
 #undef AT_EDGE_ATTR
 
+/* A step's block for a streaming entry's last argument (x7): rows | columns << 32. */
+static inline int64_t AT_FN(extent)(const at_step *x) __arm_streaming
+{
+    return (int64_t)((uint64_t)(uint32_t)x->mb | (uint64_t)(uint32_t)x->nb << 32);
+}
+
 /* Steps [s0, s1) on operands of formats ta / tb whose origin is the block's.
  * A packed-format kernel gets its panel.  On the no-pack path (cx->slot set)
  * every distinct panel of the share has its own place, packed the first time a
@@ -86,7 +92,7 @@ static void AT_FN(steps_s)(AT_FN(sme2_ctx) *cx, const at_step *st, int64_t s0, i
                 kldb = q->ld;
             }
             if (k->fn_s)
-                ((AT_KFN_S)k->fn_s)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
+                ((AT_KFN_S)k->fn_s)(K, ka, klda, kb, kldb, c, ldc, alpha, beta, AT_FN(extent)(x));
             else /* not a streaming kernel: the compiler leaves streaming mode around it */
                 ((AT_KFN)k->fn)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
         }
@@ -127,7 +133,7 @@ static void AT_FN(steps_s)(AT_FN(sme2_ctx) *cx, const at_step *st, int64_t s0, i
             kldb = k->pack_b_ld;
         }
         if (k->fn_s)
-            ((AT_KFN_S)k->fn_s)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
+            ((AT_KFN_S)k->fn_s)(K, ka, klda, kb, kldb, c, ldc, alpha, beta, AT_FN(extent)(x));
         else /* not a streaming kernel: the compiler leaves streaming mode around it */
             ((AT_KFN)k->fn)(K, ka, klda, kb, kldb, c, ldc, alpha, beta);
     }

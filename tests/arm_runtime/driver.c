@@ -86,8 +86,9 @@ static void set(void *p, int dt, int64_t i, double v)
 }
 
 static long checks, failures, kernel_steps, edge_steps, split_plans, packed_plans;
-/* Steps by SME2 operand format (from the kernel's name): A panel, B panel, hybrid. */
-static long pa_steps, pb_steps, hybrid_steps, sme2_steps;
+/* Steps by SME2 operand format (from the kernel's name): A panel, B panel, hybrid;
+ * variable blocks run on a block smaller than their own (the extent in x7). */
+static long pa_steps, pb_steps, hybrid_steps, sme2_steps, partial_steps;
 
 /* How much of the plan the kernels cover (the rest is portable edge code). */
 static void count_steps(const at_plan *plan)
@@ -110,6 +111,7 @@ static void count_steps(const at_plan *plan)
         if (variant && strstr(variant, "pa")) pa_steps++;
         if (variant && strstr(variant, "pb")) pb_steps++;
         if (variant && strstr(variant, "h_u")) hybrid_steps++;
+        if (variant && strstr(variant, "v_u") && (st[i].mb < k.mr || st[i].nb < k.nr)) partial_steps++;
     }
     free(st);
 }
@@ -262,9 +264,10 @@ static int suite(int cases)
     at_params_set(NULL);
     printf("{\"event\":\"suite\",\"cases\":%ld,\"failures\":%ld,\"kernels\":%d,"
            "\"kernel_steps\":%ld,\"edge_steps\":%ld,\"packed_plans\":%ld,\"split_plans\":%ld,"
-           "\"sme2_steps\":%ld,\"pa_steps\":%ld,\"pb_steps\":%ld,\"hybrid_steps\":%ld}\n",
+           "\"sme2_steps\":%ld,\"pa_steps\":%ld,\"pb_steps\":%ld,\"hybrid_steps\":%ld,"
+           "\"partial_steps\":%ld}\n",
            checks, failures, at_kernel_count(), kernel_steps, edge_steps, packed_plans, split_plans,
-           sme2_steps, pa_steps, pb_steps, hybrid_steps);
+           sme2_steps, pa_steps, pb_steps, hybrid_steps, partial_steps);
     return failures != 0;
 }
 
@@ -313,8 +316,10 @@ static int abi(void)
         int64_t ld = 128;
         int64_t lda = at_kernel_table[k].kernel.pack_a_ld ? at_kernel_table[k].kernel.pack_a_ld : ld;
         int64_t ldb = at_kernel_table[k].kernel.pack_b_ld ? at_kernel_table[k].kernel.pack_b_ld : ld;
+        /* x7: the extent a streaming entry is called with (a variable block's). */
         uint64_t x[8] = {17, (uint64_t)(uintptr_t)buf[0], (uint64_t)lda, (uint64_t)(uintptr_t)buf[1],
-                         (uint64_t)ldb, (uint64_t)(uintptr_t)buf[2], (uint64_t)ld, 0};
+                         (uint64_t)ldb, (uint64_t)(uintptr_t)buf[2], (uint64_t)ld,
+                         (uint64_t)info.mr | (uint64_t)info.nr << 32};
         char name[128];
         snprintf(name, sizeof name, "%s_s", info.name);
         abi_report(name, rt_abi_call((void (*)(void))at_kernel_table[k].kernel.fn_s, x, 1.0, 1.0,
