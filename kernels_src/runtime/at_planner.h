@@ -57,6 +57,10 @@ typedef struct {
 } at_steps;
 
 int at__tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds);
+/* The same with exhaustive = 1: every block size tried (the bounded search's
+ * reference in tests/test_cover_search.py). */
+int at__tile_block_ex(const at_grid *g, int64_t m, int64_t n, int exhaustive, at_steps *out,
+                      double *seconds);
 
 /* threads.c */
 /* A step or block as the thread split sees it; plan.c copies thread back. */
