@@ -158,59 +158,129 @@ static int useful_parts(int P, const double *cost, int32_t *parts, double *f)
     return k;
 }
 
-static int all_parts(int P, int32_t *parts)
+/* What a grid's searches share: per row, its cheapest seconds per column and its
+ * undominated widths (computed when a row is first covered), and the rows'
+ * covers of the last width n (a packed plan's blocks of one column of blocks
+ * share it). */
+struct at_tiler {
+    const at_grid *g;
+    int exhaustive;
+    double *rate;    /* [H] */
+    int32_t *parts;  /* [H * W]: row h's widths from (h-1) * W */
+    int32_t *nparts; /* [H]: -1 until known */
+    int32_t *all;    /* [max(H, W)]: 1, 2, ... (the exhaustive search's parts) */
+    double *f;       /* scratch [max(H, W) + 1], twice */
+    double *f2;
+    int32_t *kept;   /* [H]: the band heights a tiling uses */
+    int64_t n;       /* the width rows[] and band[] are for; -1: none */
+    at_cover *rows;  /* [H] */
+    double *band;    /* [H]: rows[h-1].cost, or INFINITY for a height left out */
+};
+
+void at__tiler_free(at_tiler *t)
 {
-    for (int p = 1; p <= P; p++) parts[p - 1] = p;
-    return P;
+    if (!t) return;
+    if (t->rows)
+        for (int h = 0; h < t->g->H; h++) free(t->rows[h].tail);
+    free(t->rows);
+    free(t->band);
+    free(t->rate);
+    free(t->parts);
+    free(t->nparts);
+    free(t->all);
+    free(t->f);
+    free(t->f2);
+    free(t->kept);
+    free(t);
 }
 
-/* Tile an m x n block with the grid: append its steps (relative coordinates).
- * exhaustive: cover every row with every width and band with every height, the
- * search before the pruning (kept for the test that compares the two). */
-int at__tile_block_ex(const at_grid *g, int64_t m, int64_t n, int exhaustive, at_steps *out,
-                      double *seconds)
+at_tiler *at__tiler_new(const at_grid *g, int exhaustive)
 {
-    int rc = AT_OK;
-    int P = g->H > g->W ? g->H : g->W;
-    at_cover *rows = calloc((size_t)g->H, sizeof *rows);
-    double *band = malloc(sizeof *band * (size_t)g->H);
-    double *best = malloc(sizeof *best * (size_t)(g->H + 1));
-    double *f = malloc(sizeof *f * (size_t)(P + 1));
-    int32_t *parts = malloc(sizeof *parts * (size_t)P);
-    at_cover mc;
-    memset(&mc, 0, sizeof mc);
-    if (!rows || !band || !best || !f || !parts) {
-        rc = AT_ENOMEM;
-        goto done;
+    at_tiler *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    int H = g->H, W = g->W, P = H > W ? H : W;
+    t->g = g;
+    t->exhaustive = exhaustive;
+    t->n = -1;
+    t->rows = calloc((size_t)H, sizeof *t->rows);
+    t->band = malloc(sizeof *t->band * (size_t)H);
+    t->rate = malloc(sizeof *t->rate * (size_t)H);
+    t->parts = malloc(sizeof *t->parts * (size_t)H * (size_t)W);
+    t->nparts = malloc(sizeof *t->nparts * (size_t)H);
+    t->all = malloc(sizeof *t->all * (size_t)P);
+    t->f = malloc(sizeof *t->f * (size_t)(P + 1));
+    t->f2 = malloc(sizeof *t->f2 * (size_t)(P + 1));
+    t->kept = malloc(sizeof *t->kept * (size_t)H);
+    if (!t->rows || !t->band || !t->rate || !t->parts || !t->nparts || !t->all || !t->f || !t->f2 ||
+        !t->kept) {
+        at__tiler_free(t);
+        return NULL;
     }
+    for (int p = 1; p <= P; p++) t->all[p - 1] = p;
+    for (int h = 1; h <= H; h++) {
+        const double *row = &g->sec[(size_t)(h - 1) * W];
+        double r = INFINITY;
+        for (int w = 1; w <= W; w++)
+            if (row[w - 1] < r * w) r = row[w - 1] / w;
+        t->rate[h - 1] = r;
+        t->nparts[h - 1] = -1;
+    }
+    return t;
+}
+
+/* The covers of width n of every band height the search keeps (band[h-1]). */
+static int cover_rows(at_tiler *t, int64_t n)
+{
+    const at_grid *g = t->g;
+    if (t->n == n) return AT_OK;
+    t->n = -1;
+    double *best = t->f; /* best[h]: cheapest known cover of h rows of width n */
     best[0] = 0;
     for (int h = 1; h <= g->H; h++) {
         const double *row = &g->sec[(size_t)(h - 1) * g->W];
-        band[h - 1] = INFINITY;
+        at_cover *rc = &t->rows[h - 1];
+        free(rc->tail);
+        memset(rc, 0, sizeof *rc);
+        t->band[h - 1] = INFINITY;
         double split = INFINITY;
         for (int q = 1; q + q <= h; q++)
             if (best[q] + best[h - q] < split) split = best[q] + best[h - q];
         best[h] = split;
-        if (!exhaustive) {
-            double rate = INFINITY;
-            for (int w = 1; w <= g->W; w++)
-                if (row[w - 1] / w < rate) rate = row[w - 1] / w;
-            if (split <= rate * (double)n) continue;
+        if (!t->exhaustive && split <= t->rate[h - 1] * (double)n) continue;
+        int32_t *parts = t->exhaustive ? t->all : &t->parts[(size_t)(h - 1) * g->W];
+        int np = g->W;
+        if (!t->exhaustive) {
+            /* best[] lives in f: useful_parts takes f2. */
+            if (t->nparts[h - 1] < 0) t->nparts[h - 1] = useful_parts(g->W, row, parts, t->f2);
+            np = t->nparts[h - 1];
         }
-        int np = exhaustive ? all_parts(g->W, parts) : useful_parts(g->W, row, parts, f);
-        rc = cover(n, g->W, row, parts, np, &rows[h - 1]);
-        if (rc) goto done;
-        band[h - 1] = rows[h - 1].cost;
-        if (band[h - 1] < best[h]) best[h] = band[h - 1];
+        int rc_ = cover(n, g->W, row, parts, np, rc);
+        if (rc_) return rc_;
+        t->band[h - 1] = rc->cost;
+        if (rc->cost < best[h]) best[h] = rc->cost;
     }
-    int np = exhaustive ? all_parts(g->H, parts) : useful_parts(g->H, band, parts, f);
-    rc = cover(m, g->H, band, parts, np, &mc);
+    t->n = n;
+    return AT_OK;
+}
+
+/* Tile an m x n block with the tiler's grid: append its steps (relative
+ * coordinates). */
+int at__tiler_tile(at_tiler *t, int64_t m, int64_t n, at_steps *out, double *seconds)
+{
+    const at_grid *g = t->g;
+    at_cover mc;
+    memset(&mc, 0, sizeof mc);
+    int rc = cover_rows(t, n);
+    if (rc) return rc;
+    int32_t *parts = t->exhaustive ? t->all : t->kept;
+    int np = t->exhaustive ? g->H : useful_parts(g->H, t->band, t->kept, t->f);
+    rc = cover(m, g->H, t->band, parts, np, &mc);
     if (rc) goto done;
     *seconds = mc.cost;
     int64_t i0 = 0;
     for (int64_t bi = 0; bi < cover_count(&mc); bi++) {
         int h = cover_part(&mc, bi);
-        const at_cover *rc_ = &rows[h - 1];
+        const at_cover *rc_ = &t->rows[h - 1];
         int64_t j0 = 0;
         for (int64_t bj = 0; bj < cover_count(rc_); bj++) {
             int w = cover_part(rc_, bj);
@@ -221,18 +291,15 @@ int at__tile_block_ex(const at_grid *g, int64_t m, int64_t n, int exhaustive, at
         i0 += h;
     }
 done:
-    if (rows)
-        for (int h = 0; h < g->H; h++) free(rows[h].tail);
-    free(rows);
-    free(band);
-    free(best);
-    free(f);
-    free(parts);
     free(mc.tail);
     return rc;
 }
 
 int at__tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds)
 {
-    return at__tile_block_ex(g, m, n, 0, out, seconds);
+    at_tiler *t = at__tiler_new(g, 0);
+    if (!t) return AT_ENOMEM;
+    int rc = at__tiler_tile(t, m, n, out, seconds);
+    at__tiler_free(t);
+    return rc;
 }

@@ -6,7 +6,8 @@
  * by row, as at_grid holds them), then "Q" and Q lines "m n".  Output, one line per
  * query: "m n exhaustive bounded ok", the predicted seconds of both searches and
  * whether both tilings cover the m x n block exactly once with the grid's own
- * cells and add up to the seconds they report (1) or not (0). */
+ * cells and add up to the seconds they report (1) or not (0).  One tiler per
+ * search serves all queries of a grid, as a packed plan's blocks share one. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@ int main(void)
         if (!g.kid || !g.sec) return 3;
         for (int c = 0; c < H * W; c++)
             if (scanf("%d %lf", &g.kid[c], &g.sec[c]) != 2) return 2;
+        at_tiler *tiler[2] = {at__tiler_new(&g, 1), at__tiler_new(&g, 0)};
+        if (!tiler[0] || !tiler[1]) return 3;
         int q;
         if (scanf("%d", &q) != 1) return 2;
         while (q--) {
@@ -59,12 +62,14 @@ int main(void)
             int ok = 1;
             for (int e = 0; e < 2; e++) {
                 at_steps st = {0};
-                if (at__tile_block_ex(&g, m, n, !e, &st, &sec[e])) return 3;
+                if (at__tiler_tile(tiler[e], m, n, &st, &sec[e])) return 3;
                 ok = ok && valid(&g, m, n, &st, sec[e]);
                 free(st.v);
             }
             printf("%lld %lld %.17g %.17g %d\n", m, n, sec[0], sec[1], ok);
         }
+        at__tiler_free(tiler[0]);
+        at__tiler_free(tiler[1]);
         free(g.kid);
         free(g.sec);
     }
