@@ -118,6 +118,14 @@ def tally(lines: Iterable[bytes], result: Count) -> Count:
     return result
 
 
+def qemu_runner(svl_bits: int, cpu: str | None = None) -> list[str]:
+    """The SME2 target's QEMU command, on CPU model `cpu` instead of its own when given."""
+    runner = list(arm_target("sme2", detect(), svl_bits).runner)
+    if cpu is not None:
+        runner[runner.index("-cpu") + 1] = cpu
+    return runner
+
+
 def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: int, cpu: str | None = None) -> Count:
     """Check the call's result under plain QEMU, then run it again with one
     instruction per translation block and count the executed instructions
@@ -127,10 +135,7 @@ def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: in
     with ``-one-insn-per-tb`` and ``nochain`` there is one per guest instruction.
     The log goes through a FIFO, so a first call of millions of instructions
     never lands on disk."""
-    target = arm_target("sme2", detect(), svl_bits)
-    runner = list(target.runner)
-    if cpu is not None:
-        runner[runner.index("-cpu") + 1] = cpu
+    runner = qemu_runner(svl_bits, cpu)
     args = [str(program), library, *map(str, shape)]
     checked = subprocess.run([*runner, *args, "check"], capture_output=True, text=True)
     if checked.returncode not in (0, 1):
