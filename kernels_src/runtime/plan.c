@@ -43,8 +43,8 @@ void at__plan_free(at_plan *plan)
 }
 
 /* What planning asks of each kernel family (transposition ta * 2 + tb) of a
- * dtype, from one pass over the table: a library carries hundreds of kernels,
- * and a pass per question was a fifth of planning a new shape. */
+ * dtype, from one pass over the table (a library carries hundreds of kernels)
+ * rather than a pass per family and question. */
 typedef struct {
     int count;   /* kernels this CPU runs */
     int repacks; /* whether one reads a packed panel of its own (SME2's pa/pb/papb
