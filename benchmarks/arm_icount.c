@@ -3,6 +3,7 @@
  *
  *   arm_icount autotune M N K count|check   cblas_sgemm, row-major NN, alpha 1, beta 0: twice
  *   arm_icount kleidiai M N K count|check   KleidiAI's f32 SME2 path (built with -DAT_KLEIDIAI)
+ *   arm_icount kleidiai-neon M N K count|check   KleidiAI's f32 NEON path (the same build)
  *
  * Each measured call sits between two marker functions, icount_begin(phase) and
  * icount_end(phase): phase 1 is the first call (for autotune it plans the shape),
@@ -16,6 +17,10 @@
  * kai_run_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa over the whole C.
  * Its packed buffers are allocated outside the markers (a caller would keep
  * them); autotune's call allocates its panels inside (that is its real cost).
+ * KleidiAI's NEON path (for the NEON library, run on a CPU model without SME)
+ * reads the LHS in place: pack B (K x N, zero bias) with
+ * kai_run_rhs_pack_kxn_x32p16x1b_x32_x32_neon, then run
+ * kai_run_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla over the whole C.
  *
  * With `check`, the result is compared with a double-precision reference:
  * |c - ref| <= 2 (K + 2) eps sum |a||b|; the program prints one JSON line and
@@ -35,6 +40,8 @@
 #include "kai/ukernels/matmul/matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa.h"
 #include "kai/ukernels/matmul/pack/kai_lhs_pack_f32p2vlx1_f32_sme.h"
 #include "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme.h"
+#include "kai/ukernels/matmul/matmul_clamp_f32_f32_f32p/kai_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla.h"
+#include "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon.h"
 #endif
 
 /* The counter looks these two symbols up: keep them out of line and distinct. */
@@ -56,8 +63,14 @@ typedef struct {
     float *bias;
 } kai_buffers;
 
-static int kai_alloc(kai_buffers *b, size_t M, size_t N, size_t K)
+static int kai_alloc(kai_buffers *b, size_t M, size_t N, size_t K, int neon)
 {
+    if (neon) {
+        b->lhs_packed = NULL;
+        b->rhs_packed = malloc(kai_get_rhs_packed_size_rhs_pack_kxn_x32p16x1b_x32_x32_neon(N, K));
+        b->bias = calloc(N ? N : 1, sizeof(float));
+        return b->rhs_packed && b->bias;
+    }
     size_t mr = kai_get_mr_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa();
     size_t kr = kai_get_kr_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa();
     size_t sr = kai_get_sr_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa();
@@ -80,17 +93,28 @@ static void kai_gemm(kai_buffers *b, size_t M, size_t N, size_t K, const float *
                                                                  N * sizeof(float), sizeof(float), -FLT_MAX,
                                                                  FLT_MAX);
 }
+
+static void kai_gemm_neon(kai_buffers *b, size_t M, size_t N, size_t K, const float *A, const float *B, float *C)
+{
+    size_t nr = kai_get_nr_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla();
+    size_t kr = kai_get_kr_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla();
+    size_t sr = kai_get_sr_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla();
+    kai_run_rhs_pack_kxn_x32p16x1b_x32_x32_neon(1, N, K, nr, kr, sr, N * sizeof(float), B, b->bias, NULL,
+                                                b->rhs_packed, 0, NULL);
+    kai_run_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla(M, N, K, A, K * sizeof(float), b->rhs_packed, C,
+                                                         N * sizeof(float), sizeof(float), -FLT_MAX, FLT_MAX);
+}
 #endif
 
 int main(int argc, char **argv)
 {
     if (argc != 6 || (strcmp(argv[5], "count") != 0 && strcmp(argv[5], "check") != 0)) {
-        fprintf(stderr, "usage: %s autotune|kleidiai M N K count|check\n", argv[0]);
+        fprintf(stderr, "usage: %s autotune|kleidiai|kleidiai-neon M N K count|check\n", argv[0]);
         return 2;
     }
     const char *lib = argv[1];
     long M = atol(argv[2]), N = atol(argv[3]), K = atol(argv[4]);
-    int kai = strcmp(lib, "kleidiai") == 0;
+    int neon = strcmp(lib, "kleidiai-neon") == 0, kai = neon || strcmp(lib, "kleidiai") == 0;
     if (!kai && strcmp(lib, "autotune") != 0) {
         fprintf(stderr, "unknown library %s\n", lib);
         return 2;
@@ -111,7 +135,7 @@ int main(int argc, char **argv)
         for (long j = 0; j < N; j++) B[p * N + j] = value(p, j, 5); /* row-major K x N */
 #ifdef AT_KLEIDIAI
     kai_buffers kb;
-    if (kai && !kai_alloc(&kb, (size_t)M, (size_t)N, (size_t)K)) return 3;
+    if (kai && !kai_alloc(&kb, (size_t)M, (size_t)N, (size_t)K, neon)) return 3;
 #endif
     for (int phase = 1; phase <= 2; phase++) {
         for (long x = 0; x < M * N; x++) C[x] = NAN; /* beta = 0 must not read C */
@@ -120,6 +144,8 @@ int main(int argc, char **argv)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0f, A, (int)K, B,
                         (int)N, 0.0f, C, (int)N);
 #ifdef AT_KLEIDIAI
+        else if (neon)
+            kai_gemm_neon(&kb, (size_t)M, (size_t)N, (size_t)K, A, B, C);
         else
             kai_gemm(&kb, (size_t)M, (size_t)N, (size_t)K, A, B, C);
 #endif

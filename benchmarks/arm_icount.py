@@ -1,4 +1,4 @@
-"""Guest instructions of one SGEMM call under QEMU: autotune's SME2 library against KleidiAI.
+"""Guest instructions of one SGEMM call under QEMU: autotune's aarch64 library against KleidiAI.
 
 Without SME2 hardware, the measure of an SME2 GEMM here is the number of guest
 instructions it executes under ``qemu-aarch64``: deterministic, repeatable, and for
@@ -9,6 +9,7 @@ counts under emulation, not timings.**
 
     AUTOTUNE_HOME=/tmp/h autotune install --target sme2 --quick
     AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount [--kleidiai /path/to/kleidiai]
+    AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount --isa neon [--kleidiai ...]
     python -m autotune.benchmarks.arm_icount ...          # the same from an installed autotune
 
 How: ``arm_icount.c`` (beside this file) is linked statically with the installed
@@ -61,7 +62,14 @@ KAI_SOURCES = (
     "kai/ukernels/matmul/matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa.c",
     "kai/ukernels/matmul/matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa_asm.S",
     "kai/kai_common_sme_asm.S",
+    "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon.c",
+    "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon_asm.S",
+    "kai/ukernels/matmul/matmul_clamp_f32_f32_f32p/kai_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla.c",
+    "kai/ukernels/matmul/matmul_clamp_f32_f32_f32p/kai_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla_asm.S",
 )
+#: QEMU's CPU model per counted instruction set (None: the SME2 target's own).
+#: Without SME the library's SME2 kernels are unusable (cpu.c) and its plans use NEON.
+CPUS = {"sme2": None, "neon": "max,sme=off"}
 PHASES = {1: "first", 2: "cached"}
 
 
@@ -110,7 +118,15 @@ def tally(lines: Iterable[bytes], result: Count) -> Count:
     return result
 
 
-def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: int) -> Count:
+def qemu_runner(svl_bits: int, cpu: str | None = None) -> list[str]:
+    """The SME2 target's QEMU command, on CPU model `cpu` instead of its own when given."""
+    runner = list(arm_target("sme2", detect(), svl_bits).runner)
+    if cpu is not None:
+        runner[runner.index("-cpu") + 1] = cpu
+    return runner
+
+
+def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: int, cpu: str | None = None) -> Count:
     """Check the call's result under plain QEMU, then run it again with one
     instruction per translation block and count the executed instructions
     between each phase's markers, per symbol.
@@ -119,9 +135,9 @@ def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: in
     with ``-one-insn-per-tb`` and ``nochain`` there is one per guest instruction.
     The log goes through a FIFO, so a first call of millions of instructions
     never lands on disk."""
-    target = arm_target("sme2", detect(), svl_bits)
+    runner = qemu_runner(svl_bits, cpu)
     args = [str(program), library, *map(str, shape)]
-    checked = subprocess.run([*target.runner, *args, "check"], capture_output=True, text=True)
+    checked = subprocess.run([*runner, *args, "check"], capture_output=True, text=True)
     if checked.returncode not in (0, 1):
         raise RuntimeError(f"{' '.join(args)} failed ({checked.returncode}): {checked.stderr[-2000:]}")
     lines = [ln for ln in checked.stdout.splitlines() if ln.startswith("{")]
@@ -129,7 +145,7 @@ def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: in
     with tempfile.TemporaryDirectory(prefix="at-icount-") as tmp:
         fifo = Path(tmp) / "log"
         os.mkfifo(fifo)
-        argv = [*target.runner, "-one-insn-per-tb", "-d", "exec,nochain", "-D", str(fifo), *args, "count"]
+        argv = [*runner, "-one-insn-per-tb", "-d", "exec,nochain", "-D", str(fifo), *args, "count"]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         with open(fifo, "rb") as log:
             tally(log, result)
@@ -154,17 +170,21 @@ def run(args: argparse.Namespace) -> list[dict]:
     program = build_driver(home / "benchmarks" / "icount" / f"arm_icount_{args.svl}", library, kai, args.svl)
     rows = []
     for shape in args.shapes:
-        at = count(program, "autotune", shape, args.svl)
-        kc = count(program, "kleidiai", shape, args.svl) if kai is not None else None
+        cpu = CPUS[args.isa]
+        at = count(program, "autotune", shape, args.svl, cpu)
+        peer = "kleidiai-neon" if args.isa == "neon" else "kleidiai"
+        kc = count(program, peer, shape, args.svl, cpu) if kai is not None else None
         flops = 2.0 * math.prod(shape)
         cached = at.phases.get("cached")
         row = {
             "shape": "x".join(map(str, shape)),
+            "isa": args.isa,
             "autotune_first": at.phases.get("first"),
             "autotune_cached": cached,
             "autotune_per_flop": cached / flops if cached else None,
             "autotune_wrong": at.check.get("wrong"),
             "kleidiai": kc.phases.get("cached") if kc else None,
+            "kleidiai_per_flop": kc.phases["cached"] / flops if kc and kc.phases.get("cached") else None,
             "kleidiai_wrong": kc.check.get("wrong") if kc else None,
             "top": at.symbols.get("cached", Counter()).most_common(args.top),
         }
@@ -184,8 +204,9 @@ def _print_row(r: dict) -> None:
     wrong = " WRONG" if r["autotune_wrong"] else ""
     kwrong = " WRONG" if r["kleidiai_wrong"] else ""
     ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "not measured"
+    kpf = f" ({r['kleidiai_per_flop']:.4f}/flop)" if r.get("kleidiai_per_flop") else ""
     print(f"{r['shape']:>14}  first {_fmt(r['autotune_first']):>12}  cached {_fmt(r['autotune_cached']):>10}{wrong}"
-          f"  ({r['autotune_per_flop']:.4f}/flop)  KleidiAI {_fmt(r['kleidiai']):>10}{kwrong}  ratio {ratio}")
+          f"  ({r['autotune_per_flop']:.4f}/flop)  KleidiAI {_fmt(r['kleidiai']):>10}{kpf}{kwrong}  ratio {ratio}")
     total = r["autotune_cached"] or 1
     print("                " + ", ".join(f"{s} {100 * n / total:.0f}%" for s, n in r["top"]))
     sys.stdout.flush()
@@ -202,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="AUTOTUNE_HOME with an sme2 install (default: $AUTOTUNE_HOME)")
     parser.add_argument("--library", help="a libautotune.a for aarch64 to count instead of the installed one")
     parser.add_argument("--kleidiai", help="a KleidiAI source checkout to compare with (built beside, not copied)")
+    parser.add_argument("--isa", choices=sorted(CPUS), default="sme2",
+                        help="count the library on an SME2 CPU model (default) or without SME (its NEON family), "
+                             "against KleidiAI's path for that instruction set")
     parser.add_argument("--svl", type=int, default=512, help="streaming vector length in bits (default 512)")
     parser.add_argument("--top", type=int, default=4, help="symbols listed per shape")
     parser.add_argument("--json", metavar="PATH", help="also write the rows to PATH as JSON")

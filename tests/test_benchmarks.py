@@ -271,3 +271,19 @@ def test_arm_icount_tally_counts_between_markers():
     assert result.phases == {"first": 3, "cached": 1}
     assert result.symbols["first"] == {"cblas_sgemm": 1, "kernel": 2}
     assert result.symbols["cached"] == {"kernel": 1}
+
+
+def test_arm_icount_neon_runs_without_sme():
+    # --isa neon counts the same library on a CPU model without SME, where its
+    # plans use the NEON family: the runner's CPU is swapped, nothing else.
+    from benchmarks.arm_icount import CPUS, qemu_runner
+    from autotune.toolchain import ToolchainError
+
+    try:
+        sme2 = qemu_runner(512)
+    except ToolchainError as exc:
+        pytest.skip(f"no Arm toolchain: {exc}")
+    neon = qemu_runner(512, CPUS["neon"])
+    at = sme2.index("-cpu")
+    assert "sme512=on" in sme2[at + 1] and neon[at + 1] == "max,sme=off"
+    assert neon[:at + 1] == sme2[:at + 1] and neon[at + 2:] == sme2[at + 2:]

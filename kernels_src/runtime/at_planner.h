@@ -56,7 +56,16 @@ typedef struct {
     int64_t n, cap;
 } at_steps;
 
+/* Tile an m x n block with the grid: append its steps (relative coordinates). */
 int at__tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds);
+/* The same for many blocks of one grid: a tiler keeps what its searches share.
+ * exhaustive = 1 tries every block size and band height, the search before the
+ * pruning (the bounded one's reference in tests/test_cover_search.py).  The grid
+ * must outlive the tiler. */
+typedef struct at_tiler at_tiler;
+at_tiler *at__tiler_new(const at_grid *g, int exhaustive);
+int at__tiler_tile(at_tiler *t, int64_t m, int64_t n, at_steps *out, double *seconds);
+void at__tiler_free(at_tiler *t);
 
 /* threads.c */
 /* A step or block as the thread split sees it; plan.c copies thread back. */

@@ -3,6 +3,13 @@
  * A block is split into row bands of kernel heights and each band into kernel
  * widths, both by the one-dimensional cover below, minimising the cost grid's
  * predicted time (cost.c).
+ *
+ * The grid holds every block size up to the biggest kernel (64 x 64 for SME2 at
+ * SVL 512), most of them portable edge blocks.  Covering every row of it with
+ * every width cost 17 million instructions per new 256^3 shape under QEMU, more
+ * than twenty such products; the search here skips what cannot be in an optimum
+ * (dominated parts and band heights, below) and finds the same predicted time.
+ * The exhaustive search stays behind a flag, for the test that checks this.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -11,10 +18,26 @@
 #include "at_planner.h"
 
 /* ---- one-dimensional cover --------------------------------------------------
- * Split n into parts of sizes 1..P with cost[p-1] each, minimising the sum.  For
- * large n the optimum repeats the part of best cost per element except for a
- * remainder below P*P (an exchange argument), so only that remainder needs the
- * dynamic programme and planning stays O(P^3) whatever n is. */
+ * Split n into parts of the candidate sizes (at most P) with cost[p-1] each,
+ * minimising the sum.  For large n the optimum repeats the part b of best cost
+ * per element except for a remainder below P*P (an exchange argument), so only
+ * that remainder needs the dynamic programme and planning stays O(P^2 x parts)
+ * whatever n is.  With `tight`, the remainder's bound comes from the parts
+ * themselves: b / gcd(p, b) copies of a part p add up to a multiple of b and can
+ * be swapped for copies of b at no greater cost, so an optimum has fewer than
+ * that many of each, and (any b parts having a subset whose sum b divides) fewer
+ * than b parts other than b in all.  A row of NEON widths 1-12 then runs its
+ * programme over about 60 columns, not the whole block. */
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
 
 typedef struct {
     int64_t reps;     /* leading parts of size `rep` */
@@ -24,22 +47,39 @@ typedef struct {
     double cost;
 } at_cover;
 
-static int cover(int64_t n, int P, const double *cost, at_cover *out)
+static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int nparts, int tight,
+                 at_cover *out)
 {
     memset(out, 0, sizeof *out);
     if (n == 0) return AT_OK;
     int best = 0;
-    for (int p = 1; p <= P; p++)
+    for (int i = 0; i < nparts; i++) {
+        int p = parts[i];
         if (isfinite(cost[p - 1]) &&
             (!best || cost[p - 1] / p < cost[best - 1] / best - 1e-18 * cost[best - 1]))
             best = p;
+    }
     if (!best) {
         out->cost = INFINITY;
         return AT_OK;
     }
     int64_t cap = (int64_t)P * P + P;
     int64_t reps = 0, rem = n;
-    if (n > cap) {
+    if (tight) {
+        int64_t each = 0, widest = 0;
+        for (int i = 0; i < nparts; i++) {
+            int64_t p = parts[i];
+            if (p == best || !isfinite(cost[p - 1])) continue;
+            each += (best / gcd64(p, best) - 1) * p;
+            if (p > widest) widest = p;
+        }
+        int64_t bound = each < (best - 1) * widest ? each : (best - 1) * widest;
+        /* Every optimum's other parts add up to at most bound: leave at least that. */
+        if (n > bound + best) {
+            reps = (n - bound) / best;
+            rem = n - reps * best;
+        }
+    } else if (n > cap) {
         reps = (n - cap + best - 1) / best;
         rem = n - reps * best;
     }
@@ -54,7 +94,8 @@ static int cover(int64_t n, int P, const double *cost, at_cover *out)
     for (int64_t x = 1; x <= rem; x++) {
         f[x] = INFINITY;
         from[x] = 0;
-        for (int p = 1; p <= P && p <= x; p++) {
+        for (int i = 0; i < nparts && parts[i] <= x; i++) {
+            int p = parts[i];
             double v = f[x - p] + cost[p - 1];
             /* Ties go to the bigger part: fewer calls, fewer reloads of A and B. */
             if (v < f[x] || (v == f[x] && p > from[x])) {
@@ -104,30 +145,171 @@ static int steps_push(at_steps *s, at_step st)
     return AT_OK;
 }
 
-/* Tile an m x n block with the grid: append its steps (relative coordinates). */
-int at__tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds)
+/* ---- bounded search -----------------------------------------------------------
+ * Two prunings, both exact: what they drop can be replaced by what they keep at
+ * no greater predicted time, so the optimum's time is unchanged (only ties may
+ * resolve differently).
+ *
+ * Parts.  A size p whose cost is at least that of the best cover of p by smaller
+ * parts is never needed: swap it for that cover.  Sizes go up in order, so the
+ * best cover of every smaller size is known when p is tested: O(P x kept parts)
+ * per row.  A kernel much faster than the edge code drops every edge block wider
+ * than itself (kernel + narrower edge), so a row keeps its kernels' widths and a
+ * few narrow edges.
+ *
+ * Heights.  Heights go up in order too; best[h] is the cheapest known way to
+ * cover a band of h rows, either one band of height h or two of smaller heights
+ * (themselves bands or splits).  Before covering row h (its one-dimensional cover
+ * of n), its cost is bounded below by n x its cheapest cost per column; when the
+ * split already meets that bound, band h is never needed and its cover is
+ * skipped.  Heights with no kernel sit between kernel heights whose bands are
+ * far faster than edge code, so nearly all of them go. */
+
+/* Write the undominated sizes of cost[0..P-1], ascending, into parts; f is
+ * scratch of P + 1. */
+static int useful_parts(int P, const double *cost, int32_t *parts, double *f)
 {
-    int rc = AT_OK;
-    at_cover *rows = calloc((size_t)g->H, sizeof *rows);
-    double *band = malloc(sizeof *band * (size_t)g->H);
+    int k = 0;
+    f[0] = 0;
+    for (int p = 1; p <= P; p++) {
+        double v = INFINITY;
+        for (int i = 0; i < k; i++) {
+            double c = cost[parts[i] - 1] + f[p - parts[i]];
+            if (c < v) v = c;
+        }
+        /* Ties keep the bigger part, as the cover's own tie rule does. */
+        if (isfinite(cost[p - 1]) && cost[p - 1] <= v) {
+            parts[k++] = p;
+            v = cost[p - 1];
+        }
+        f[p] = v;
+    }
+    return k;
+}
+
+/* What a grid's searches share: per row, its cheapest seconds per column and its
+ * undominated widths (computed when a row is first covered), and the rows'
+ * covers of the last width n (a packed plan's blocks of one column of blocks
+ * share it). */
+struct at_tiler {
+    const at_grid *g;
+    int exhaustive;
+    double *rate;    /* [H] */
+    int32_t *parts;  /* [H * W]: row h's widths from (h-1) * W */
+    int32_t *nparts; /* [H]: -1 until known */
+    int32_t *all;    /* [max(H, W)]: 1, 2, ... (the exhaustive search's parts) */
+    double *f;       /* scratch [max(H, W) + 1], twice */
+    double *f2;
+    int32_t *kept;   /* [H]: the band heights a tiling uses */
+    int64_t n;       /* the width rows[] and band[] are for; -1: none */
+    at_cover *rows;  /* [H] */
+    double *band;    /* [H]: rows[h-1].cost, or INFINITY for a height left out */
+};
+
+void at__tiler_free(at_tiler *t)
+{
+    if (!t) return;
+    if (t->rows)
+        for (int h = 0; h < t->g->H; h++) free(t->rows[h].tail);
+    free(t->rows);
+    free(t->band);
+    free(t->rate);
+    free(t->parts);
+    free(t->nparts);
+    free(t->all);
+    free(t->f);
+    free(t->f2);
+    free(t->kept);
+    free(t);
+}
+
+at_tiler *at__tiler_new(const at_grid *g, int exhaustive)
+{
+    at_tiler *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    int H = g->H, W = g->W, P = H > W ? H : W;
+    t->g = g;
+    t->exhaustive = exhaustive;
+    t->n = -1;
+    t->rows = calloc((size_t)H, sizeof *t->rows);
+    t->band = malloc(sizeof *t->band * (size_t)H);
+    t->rate = malloc(sizeof *t->rate * (size_t)H);
+    t->parts = malloc(sizeof *t->parts * (size_t)H * (size_t)W);
+    t->nparts = malloc(sizeof *t->nparts * (size_t)H);
+    t->all = malloc(sizeof *t->all * (size_t)P);
+    t->f = malloc(sizeof *t->f * (size_t)(P + 1));
+    t->f2 = malloc(sizeof *t->f2 * (size_t)(P + 1));
+    t->kept = malloc(sizeof *t->kept * (size_t)H);
+    if (!t->rows || !t->band || !t->rate || !t->parts || !t->nparts || !t->all || !t->f || !t->f2 ||
+        !t->kept) {
+        at__tiler_free(t);
+        return NULL;
+    }
+    for (int p = 1; p <= P; p++) t->all[p - 1] = p;
+    for (int h = 1; h <= H; h++) {
+        const double *row = &g->sec[(size_t)(h - 1) * W];
+        double r = INFINITY;
+        for (int w = 1; w <= W; w++)
+            if (row[w - 1] < r * w) r = row[w - 1] / w;
+        t->rate[h - 1] = r;
+        t->nparts[h - 1] = -1;
+    }
+    return t;
+}
+
+/* The covers of width n of every band height the search keeps (band[h-1]). */
+static int cover_rows(at_tiler *t, int64_t n)
+{
+    const at_grid *g = t->g;
+    if (t->n == n) return AT_OK;
+    t->n = -1;
+    double *best = t->f; /* best[h]: cheapest known cover of h rows of width n */
+    best[0] = 0;
+    for (int h = 1; h <= g->H; h++) {
+        const double *row = &g->sec[(size_t)(h - 1) * g->W];
+        at_cover *rc = &t->rows[h - 1];
+        free(rc->tail);
+        memset(rc, 0, sizeof *rc);
+        t->band[h - 1] = INFINITY;
+        double split = INFINITY;
+        for (int q = 1; q + q <= h; q++)
+            if (best[q] + best[h - q] < split) split = best[q] + best[h - q];
+        best[h] = split;
+        if (!t->exhaustive && split <= t->rate[h - 1] * (double)n) continue;
+        int32_t *parts = t->exhaustive ? t->all : &t->parts[(size_t)(h - 1) * g->W];
+        int np = g->W;
+        if (!t->exhaustive) {
+            /* best[] lives in f: useful_parts takes f2. */
+            if (t->nparts[h - 1] < 0) t->nparts[h - 1] = useful_parts(g->W, row, parts, t->f2);
+            np = t->nparts[h - 1];
+        }
+        int rc_ = cover(n, g->W, row, parts, np, !t->exhaustive, rc);
+        if (rc_) return rc_;
+        t->band[h - 1] = rc->cost;
+        if (rc->cost < best[h]) best[h] = rc->cost;
+    }
+    t->n = n;
+    return AT_OK;
+}
+
+/* Tile an m x n block with the tiler's grid: append its steps (relative
+ * coordinates). */
+int at__tiler_tile(at_tiler *t, int64_t m, int64_t n, at_steps *out, double *seconds)
+{
+    const at_grid *g = t->g;
     at_cover mc;
     memset(&mc, 0, sizeof mc);
-    if (!rows || !band) {
-        rc = AT_ENOMEM;
-        goto done;
-    }
-    for (int h = 1; h <= g->H; h++) {
-        rc = cover(n, g->W, &g->sec[(size_t)(h - 1) * g->W], &rows[h - 1]);
-        if (rc) goto done;
-        band[h - 1] = rows[h - 1].cost;
-    }
-    rc = cover(m, g->H, band, &mc);
+    int rc = cover_rows(t, n);
+    if (rc) return rc;
+    int32_t *parts = t->exhaustive ? t->all : t->kept;
+    int np = t->exhaustive ? g->H : useful_parts(g->H, t->band, t->kept, t->f);
+    rc = cover(m, g->H, t->band, parts, np, !t->exhaustive, &mc);
     if (rc) goto done;
     *seconds = mc.cost;
     int64_t i0 = 0;
     for (int64_t bi = 0; bi < cover_count(&mc); bi++) {
         int h = cover_part(&mc, bi);
-        const at_cover *rc_ = &rows[h - 1];
+        const at_cover *rc_ = &t->rows[h - 1];
         int64_t j0 = 0;
         for (int64_t bj = 0; bj < cover_count(rc_); bj++) {
             int w = cover_part(rc_, bj);
@@ -138,11 +320,15 @@ int at__tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double
         i0 += h;
     }
 done:
-    if (rows)
-        for (int h = 0; h < g->H; h++) free(rows[h].tail);
-    free(rows);
-    free(band);
     free(mc.tail);
     return rc;
 }
 
+int at__tile_block(const at_grid *g, int64_t m, int64_t n, at_steps *out, double *seconds)
+{
+    at_tiler *t = at__tiler_new(g, 0);
+    if (!t) return AT_ENOMEM;
+    int rc = at__tiler_tile(t, m, n, out, seconds);
+    at__tiler_free(t);
+    return rc;
+}

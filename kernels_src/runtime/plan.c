@@ -42,41 +42,38 @@ void at__plan_free(at_plan *plan)
     free(plan);
 }
 
-static int family_count(int dtype, int ta, int tb)
-{
-    int n = 0;
-    for (int i = 0; i < at_kernel_table_count; i++) {
-        n += at__kernel_for(i, dtype, ta, tb) != NULL;
-    }
-    return n;
-}
+/* What planning asks of each kernel family (transposition ta * 2 + tb) of a
+ * dtype, from one pass over the table (a library carries hundreds of kernels)
+ * rather than a pass per family and question. */
+typedef struct {
+    int count;   /* kernels this CPU runs */
+    int repacks; /* whether one reads a packed panel of its own (SME2's pa/pb/papb
+                  * formats): on the packed path it would pack again what the
+                  * block's panels hold */
+    double rate; /* the best GFLOPS at depth K (0 when not asked), for choosing
+                  * packed formats, and that kernel's block */
+    int h, w;
+} at_family;
 
-/* The best per-element rate of a family at depth K, for choosing packed formats. */
-static double family_rate(int dtype, int ta, int tb, int64_t K, int *h_best, int *w_best)
+static void families(int dtype, int64_t K, at_family f[4])
 {
-    double best = 0;
+    memset(f, 0, 4 * sizeof *f);
     for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
+        const at_kernel *k = &at_kernel_table[i].kernel;
+        if (k->dtype != dtype) continue;
+        const at_kernel *d = at__kernel_for(i, dtype, k->trans_a, k->trans_b);
         if (!d) continue;
+        at_family *fam = &f[d->trans_a * 2 + d->trans_b];
+        fam->count++;
+        fam->repacks |= d->pack_a_ld > 0 || d->pack_b_ld > 0;
+        if (K < 0) continue;
         double g = at__kernel_gflops(&at_kernel_table[i], K);
-        if (g > best) {
-            best = g;
-            if (h_best) *h_best = d->mr;
-            if (w_best) *w_best = d->nr;
+        if (g > fam->rate) {
+            fam->rate = g;
+            fam->h = d->mr;
+            fam->w = d->nr;
         }
     }
-    return best;
-}
-
-/* Whether a kernel of the family reads a packed panel of its own (SME2's pa/pb/papb
- * formats): on the packed path it would pack again what the block's panels hold. */
-static int family_repacks(int dtype, int ta, int tb)
-{
-    for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
-        if (d && (d->pack_a_ld > 0 || d->pack_b_ld > 0)) return 1;
-    }
-    return 0;
 }
 
 static int64_t round_down(int64_t v, int64_t q)
@@ -207,23 +204,23 @@ static int build_packed(at_plan *p, int T)
     int fa = 0, fb = 1, h = 1, w = 1;
     double best = -1;
     int order[5][2] = {{p->ta, p->tb}, {0, 1}, {0, 0}, {1, 1}, {1, 0}};
+    at_family fam[4];
+    families(dt, at__tp->blk_k[dt], fam);
     /* A family whose kernels read panels of their own (SME2's formats other than
      * nt) would pack each step's operand again from the block's panels: the
      * families that read the block's panels in place go first, whatever their
      * order above. */
     int in_place = 0;
-    for (int o = 0; o < 5; o++)
-        in_place |= family_count(dt, order[o][0], order[o][1]) && !family_repacks(dt, order[o][0], order[o][1]);
+    for (int f = 0; f < 4; f++) in_place |= fam[f].count && !fam[f].repacks;
     for (int o = 0; o < 5; o++) {
-        int hh = 1, ww = 1;
-        if (in_place && family_repacks(dt, order[o][0], order[o][1])) continue;
-        double r = family_rate(dt, order[o][0], order[o][1], at__tp->blk_k[dt], &hh, &ww);
-        if (family_count(dt, order[o][0], order[o][1]) && r > best * 1.02) {
-            best = r;
+        const at_family *c = &fam[order[o][0] * 2 + order[o][1]];
+        if (in_place && c->repacks) continue;
+        if (c->count && c->rate > best * 1.02) {
+            best = c->rate;
             fa = order[o][0];
             fb = order[o][1];
-            h = hh;
-            w = ww;
+            h = c->h > 0 ? c->h : 1;
+            w = c->w > 0 ? c->w : 1;
         }
     }
     p->ktrans_a = fa;
@@ -251,13 +248,16 @@ static int build_packed(at_plan *p, int T)
     at_grid g;
     int rc = at__grid_build(&g, dt, fa, fb, bk, 0, 0);
     if (rc) return rc;
+    /* One tiler for the blocks: those of a column of blocks share their width,
+     * and with it the covers of the grid's rows. */
+    at_tiler *tiler = at__tiler_new(&g, 0);
     int64_t nbm = (p->M + bm - 1) / bm, nbn = (p->N + bn - 1) / bn;
     p->nblocks = nbm * nbn;
     p->blocks = malloc(sizeof *p->blocks * (size_t)p->nblocks);
     at_item *it = malloc(sizeof *it * (size_t)p->nblocks);
     at_steps st = {0};
     double tsec[4] = {0};
-    if (!p->blocks || !it) {
+    if (!p->blocks || !it || !tiler) {
         rc = AT_ENOMEM;
         goto done;
     }
@@ -278,7 +278,7 @@ static int build_packed(at_plan *p, int T)
                 p->tilings[t].mb = b->mb;
                 p->tilings[t].nb = b->nb;
                 p->tilings[t].first = st.n;
-                rc = at__tile_block(&g, b->mb, b->nb, &st, &tsec[t]);
+                rc = at__tiler_tile(tiler, b->mb, b->nb, &st, &tsec[t]);
                 if (rc) goto done;
                 p->tilings[t].count = st.n - p->tilings[t].first;
                 p->ntilings++;
@@ -316,6 +316,7 @@ static int build_packed(at_plan *p, int T)
 done:
     free(it);
     free(st.v);
+    at__tiler_free(tiler);
     at__grid_free(&g);
     return rc;
 }
@@ -326,7 +327,9 @@ static int nopack_seconds(int dtype, int ta, int tb, int64_t m, int64_t n, int64
                           int64_t lda, int64_t ldb, double *seconds)
 {
     *seconds = INFINITY;
-    if (!family_count(dtype, ta, tb)) return AT_OK;
+    at_family fam[4];
+    families(dtype, -1, fam);
+    if (!fam[ta * 2 + tb].count) return AT_OK;
     at_grid g;
     int rc = at__grid_build(&g, dtype, ta, tb, K, lda, ldb);
     if (rc) return rc;
@@ -438,9 +441,10 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         p->thread_start = calloc(2, sizeof *p->thread_start);
         if (!p->thread_start) rc = AT_ENOMEM;
     } else if (!(rc = choose_vector_flags(p, dtype))) {
-        int have_exact = family_count(dtype, p->ta, p->tb) > 0;
-        int have_any = have_exact || family_count(dtype, 0, 0) || family_count(dtype, 0, 1) ||
-                       family_count(dtype, 1, 0) || family_count(dtype, 1, 1);
+        at_family fam[4];
+        families(dtype, -1, fam);
+        int have_exact = fam[p->ta * 2 + p->tb].count > 0;
+        int have_any = fam[0].count || fam[1].count || fam[2].count || fam[3].count;
         int packed = have_any && (!have_exact || flops >= at__tp->pack_flops[dtype]);
         rc = packed ? build_packed(p, threads) : build_nopack(p, threads);
     }
