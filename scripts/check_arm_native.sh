@@ -19,6 +19,9 @@
 # ($AUTOTUNE_TOOLS, default ~/.local/share/autotune-tools).  A binfmt entry this script
 # registers is removed when it ends; the machine's apt configuration is never changed.
 set -euo pipefail
+# The braces make bash read the whole script before running any of it: a run takes
+# long enough that the file may be edited (or checked out) under it.
+{
 cd "$(dirname "$0")/.."
 PROJECT=$(pwd)
 
@@ -161,3 +164,4 @@ for cpu in "${CPUS[@]}"; do
     fi
 done
 exit $failed
+}
