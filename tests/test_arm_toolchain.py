@@ -143,6 +143,9 @@ def test_native_install_under_an_emulator_is_not_measured():
     provenance, targets = resolve_targets("host", emulated)
     assert provenance == "emulated" and set(targets) == {"neon", "generic"}
     assert not any(t.emulated or t.runner for t in targets.values())  # still built and run natively
+    # ... by a compiler and programs as slow as an emulated target's: their timeouts stretch alike.
+    assert {toolchain.slowdown(t) for t in targets.values()} == {toolchain.EMULATION_SLOWDOWN}
+    assert {toolchain.slowdown(t) for t in resolve_targets("host", ARM)[1].values()} == {1.0}
 
 
 def test_target_for_routes_arm_isas(monkeypatch):
