@@ -28,7 +28,7 @@ from typing import Protocol
 
 from . import contract, home as home_mod
 from .specs import KernelSpec
-from .toolchain import Target
+from .toolchain import Target, slowdown
 
 #: Seconds one compiler or linker run may take before it counts as failed.
 COMPILE_TIMEOUT = 300.0
@@ -203,7 +203,7 @@ def _compile(
 
     tmp = objects / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp.o"
     ok, output = _run([*target.cc, *flags, *language_includes(language), "-c", str(src), "-o", str(tmp)],
-                      COMPILE_TIMEOUT)
+                      COMPILE_TIMEOUT * slowdown(target))
     if not ok:
         tmp.unlink(missing_ok=True)
         if not output.startswith(("timed out", "cannot run", INTERRUPTED)):  # not the source's fault
@@ -429,7 +429,7 @@ def build_harness(
         rsp.write_text("\n".join(_quote_response(arg) for arg in inputs) + "\n")
         inputs = [f"@{rsp}"]
     try:
-        ok, output = _run([*target.cc, *inputs, "-o", str(tmp), *link_flags], LINK_TIMEOUT)
+        ok, output = _run([*target.cc, *inputs, "-o", str(tmp), *link_flags], LINK_TIMEOUT * slowdown(target))
         if not ok:
             raise BuildError(f"cannot link the {target.isa} harness:\n{output}")
         os.replace(tmp, exe)

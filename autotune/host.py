@@ -43,6 +43,10 @@ class HostInfo:
     caches: tuple[CacheLevel, ...] = field(default_factory=tuple)
     cores: int = 1
     compiler: str = ""  # e.g. "gcc 12.2.0"; not part of the fingerprint
+    # Non-empty when a user-mode emulator runs this process (an aarch64 userland under
+    # qemu-aarch64 on an x86-64 kernel): the features are the emulated CPU's, and
+    # nothing timed here says anything about a real one.
+    emulator: str = ""
 
     def has(self, *features: str) -> bool:
         return all(f in self.features for f in features)
@@ -60,7 +64,10 @@ class HostInfo:
         The compiler is left out on purpose: a compiler upgrade rebuilds kernels
         through the content-hashed build cache, it does not make a different host.
         """
-        identity = {k: v for k, v in self.to_dict().items() if k != "compiler"}
+        # An empty emulator is left out too, so a native host keeps the fingerprint it had
+        # before the field existed; an emulated one is keyed apart from real hardware.
+        identity = {k: v for k, v in self.to_dict().items()
+                    if k != "compiler" and not (k == "emulator" and not v)}
         blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -81,6 +88,7 @@ class HostInfo:
             caches=tuple(CacheLevel(**c) for c in data.get("caches", [])),
             cores=int(data.get("cores", 1)),
             compiler=data.get("compiler", ""),
+            emulator=data.get("emulator", ""),
         )
 
 
@@ -307,6 +315,43 @@ def _linux_svl_bits() -> int:
     # The default a new thread gets; equal to the prctl answer unless someone changed it.
     text = _read_text(Path("/proc/sys/abi/sme_default_vector_length"))
     return int(text) * 8 if text.isdigit() else 0
+
+
+# --- user-mode emulation ----------------------------------------------------
+
+# A 32-bit process on its 64-bit kernel is the kernel's own compat mode, not emulation.
+_COMPAT_ARCHES = {("i386", "x86_64"), ("i686", "x86_64"), ("armv7l", "aarch64"), ("armv8l", "aarch64")}
+
+
+def parse_kernel_arch(sysctl_arch: str, modalias: str = "") -> str:
+    """The kernel's own architecture, from ``/proc/sys/kernel/arch`` or, failing that,
+    ``/sys/devices/system/cpu/modalias`` (``cpu:type:x86,...`` / ``cpu:type:aarch64:...``).
+
+    A user-mode emulator fakes uname and /proc/cpuinfo for its guest but passes these
+    through, so they still name the machine underneath.  Empty when neither says.
+    """
+    if sysctl_arch.strip():
+        return normalized_arch(sysctl_arch.strip())
+    match = re.match(r"cpu:type:([a-z0-9_]+)", modalias.strip())
+    if not match:
+        return ""
+    return {"x86": "x86_64"}.get(match[1], normalized_arch(match[1]))
+
+
+def emulator_name(process_arch: str, kernel_arch: str, qemu_cpu: str = "") -> str:
+    """What runs a ``process_arch`` process on a ``kernel_arch`` kernel: "" when the kernel
+    runs it itself (or cannot tell), else a description naming the emulator's CPU
+    model when QEMU's ``QEMU_CPU`` variable gives it."""
+    if not kernel_arch or kernel_arch == process_arch or (process_arch, kernel_arch) in _COMPAT_ARCHES:
+        return ""
+    by = f"QEMU -cpu {qemu_cpu}" if qemu_cpu else "a user-mode emulator"
+    return f"{process_arch} emulated by {by} on the host's {kernel_arch} kernel"
+
+
+def _linux_emulator(arch: str) -> str:
+    kernel = parse_kernel_arch(_read_text(Path("/proc/sys/kernel/arch")),
+                               _read_text(Path("/sys/devices/system/cpu/modalias")))
+    return emulator_name(arch, kernel, os.environ.get("QEMU_CPU", ""))
 
 
 # --- macOS ----------------------------------------------------------------
@@ -572,7 +617,7 @@ def _detect_linux(arch: str) -> HostInfo:
     return HostInfo(
         arch=arch, os="linux", cpu=cpu or platform.processor() or arch, features=features,
         svl_bits=svl_bits, caches=read_sysfs_caches(), cores=usable_cores(),
-        compiler=host_compiler(),
+        compiler=host_compiler(), emulator=_linux_emulator(arch),
     )
 
 
@@ -695,6 +740,8 @@ def describe(host: HostInfo) -> list[tuple[str, str]]:
     if host.arch == "aarch64":
         rows.append(("SME vector length", f"{host.svl_bits} bits" if host.svl_bits else "no SME"))
     rows.append(("Other features", f"{rest} more"))
+    if host.emulator:
+        rows.append(("Emulated", f"{host.emulator}: timings mean nothing here"))
     rows += [(cache_label(c), describe_cache(c)) for c in host.caches]
     rows += [
         ("Cores", str(host.cores)),

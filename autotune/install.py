@@ -92,7 +92,9 @@ def resolve_targets(target: str, host: HostInfo, svl_bits: int | None = None) ->
     """
     isas = native_isas(host) if target == "host" else WITH_FALLBACK.get(target, (target,))
     targets = {isa: target_for(isa, host, svl_bits) for isa in isas}
-    emulated = any(t.emulated for t in targets.values())
+    # A whole userland under a user-mode emulator (host.emulator) builds and measures as
+    # natively, but its timings are the emulator's: the table must not pass for measured.
+    emulated = bool(host.emulator) or any(t.emulated for t in targets.values())
     return ("emulated" if emulated else "measured"), targets
 
 
@@ -332,7 +334,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
     chosen = [records[name] for name in selection]
     stored = TunedTable(
         target=options.target,
-        host=emulated_host(targets, host) if provenance == "emulated" else host,
+        host=emulated_host(targets, host) if any(t.emulated for t in targets.values()) else host,
         provenance=provenance,
         peak_gflops=_best_peak(peaks, ordered),
         kernels=ordered,

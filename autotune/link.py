@@ -37,7 +37,7 @@ from .models import analytic_params
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import library_name
 from .specs import KernelSpec
-from .toolchain import Target, compiler_identity
+from .toolchain import Target, compiler_identity, slowdown
 
 if TYPE_CHECKING:  # only for annotations: install imports this module
     from .build import ObjectResult
@@ -178,9 +178,10 @@ def _digest(*parts: bytes | str) -> str:
     return h.hexdigest()
 
 
-def _run(argv: Sequence[str]) -> None:
+def _run(argv: Sequence[str], target: Target) -> None:
     try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=_COMPILE_TIMEOUT)
+        proc = subprocess.run(list(argv), capture_output=True, text=True,
+                              timeout=_COMPILE_TIMEOUT * slowdown(target))
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LibraryError(f"cannot run {' '.join(argv)}: {exc}") from exc
     if proc.returncode != 0:
@@ -332,11 +333,11 @@ def build_runtime(
         for name in (*RUNTIME_SOURCES, "at_table.c"):
             path = tmp / name if name == "at_table.c" else runtime_dir / name
             obj = tmp / (Path(name).stem + ".o")
-            _run([*target.cc, *cflags, *includes, "-c", str(path), "-o", str(obj)])
+            _run([*target.cc, *cflags, *includes, "-c", str(path), "-o", str(obj)], target)
             objects.append(str(obj))
         lib_tmp = tmp / lib_name
         _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *target.ldflags,
-              *shared_library_flags(target, lib_name), *export_flags(target, tmp)])
+              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
         outputs = [(lib_tmp, library)]
         outputs += _build_extension([*target.cc, *cflags, *includes], ext, extension, tmp, target)
         _publish(tmp, out_dir, outputs, header, digest, stamp)
@@ -350,7 +351,7 @@ def _build_extension(compile_argv: Sequence[str], ext: tuple[list[str], str] | N
         return []
     built = tmp / extension.name
     _run([*compile_argv, *ext[0], *extension_link_flags(target),
-          str(kernels_src() / "runtime" / EXTENSION_SOURCE), "-o", str(built)])
+          str(kernels_src() / "runtime" / EXTENSION_SOURCE), "-o", str(built)], target)
     return [(built, extension)]
 
 
@@ -508,12 +509,12 @@ def build_arm_runtime(
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)
         with ThreadPoolExecutor(max_workers=4) as pool:
-            list(pool.map(_run, jobs))
+            list(pool.map(lambda argv: _run(argv, target), jobs))
 
         lib_tmp, ar_tmp = tmp / lib_name, tmp / ARCHIVE_NAME
         _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *shared_ldflags,
-              *shared_library_flags(target, lib_name), *export_flags(target, tmp)])
-        _run([*_archiver(target), "rcs", str(ar_tmp), *objects, *object_paths])
+              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
+        _run([*_archiver(target), "rcs", str(ar_tmp), *objects, *object_paths], target)
         outputs = [(lib_tmp, library), (ar_tmp, archive)]
         outputs += _build_extension([*target.cc, *base, *includes], ext, extension, tmp, target)
         _publish(tmp, out_dir, outputs, header, digest, stamp)

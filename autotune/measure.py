@@ -27,12 +27,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import toolchain
 from .toolchain import Target
 
 #: Seconds a native harness may stay silent inside one kernel before it is killed.
 DEFAULT_TIMEOUT = 60.0
 #: Emulation is one to two orders of magnitude slower than native execution.
-EMULATED_TIMEOUT_FACTOR = 20.0
+EMULATED_TIMEOUT_FACTOR = toolchain.EMULATION_SLOWDOWN
 
 #: ``progress(advance=1, description=kernel_name)`` once per finished kernel,
 #: as in :mod:`autotune.build`.
@@ -70,7 +71,7 @@ class ValidationResult:
 
 
 def default_timeout(target: Target) -> float:
-    return DEFAULT_TIMEOUT * (EMULATED_TIMEOUT_FACTOR if target.emulated else 1.0)
+    return DEFAULT_TIMEOUT * toolchain.slowdown(target)
 
 
 # ---------------------------------------------------------------- running --

@@ -37,10 +37,22 @@ class Target:
     arch: str = "x86_64"
     svl_bits: int = 0  # the streaming vector length SME2 kernels are specialised to
     os: str = "linux"  # "linux" (ELF) or "darwin" (Mach-O): the link stage's library name and flags
+    # Built and run natively, but this whole userland runs under a user-mode emulator
+    # (HostInfo.emulator): its compiler and programs are as slow as an emulated target's.
+    under_emulator: bool = False
 
     @property
     def compiler_id(self) -> str:
         return compiler_identity(self.cc)
+
+
+#: How many times its native timeout a compile or a run may take under QEMU.
+EMULATION_SLOWDOWN = 20.0
+
+
+def slowdown(target: Target) -> float:
+    """The factor on ``target``'s compile and run timeouts: an emulator's cost, else 1."""
+    return EMULATION_SLOWDOWN if target.emulated or target.under_emulator else 1.0
 
 
 X86_ISAS = ("avx512", "avx2", "generic")
@@ -122,7 +134,7 @@ def target_for(isa: str, host: HostInfo, svl_bits: int | None = None) -> Target:
             )
         flags = _X86_FLAGS[isa] if host.arch == "x86_64" else _COMMON
         return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch=host.arch,
-                      os=_target_os(host))
+                      os=_target_os(host), under_emulator=bool(host.emulator))
     if isa in X86_ISAS:
         raise ToolchainError(f"{isa} kernels need an x86-64 host; this one is {host.arch}")
     return arm_target(isa, host, svl_bits or host.svl_bits or 512)
@@ -147,7 +159,8 @@ def arm_target(isa: str, host: HostInfo, svl_bits: int = 512) -> Target:
                 f"this CPU's streaming vector length is {host.svl_bits} bits, not {svl_bits}"
             )
         return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch="aarch64",
-                      svl_bits=svl_bits if isa == "sme2" else 0, os=_target_os(host))
+                      svl_bits=svl_bits if isa == "sme2" else 0, os=_target_os(host),
+                      under_emulator=bool(host.emulator))
     if host.arch != "x86_64":
         raise ToolchainError(f"cannot build {isa} kernels on a {host.arch} host")
     cc = _cross_clang()

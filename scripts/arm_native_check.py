@@ -36,15 +36,20 @@ def main(patterns: list[str]) -> None:
     from autotune import host, toolchain
 
     cpu = os.environ.get("QEMU_CPU", "max")
+    start = time.monotonic()
     info = host.detect()
     isas = toolchain.native_isas(info)
-    print(f"detected: {info.arch} {info.cpu!r} svl={info.svl_bits} isas={isas} compiler={info.compiler!r}",
-          flush=True)
+    print(f"detected in {time.monotonic() - start:.0f} s: {info.arch} {info.cpu!r} svl={info.svl_bits} "
+          f"isas={isas} compiler={info.compiler!r} emulator={info.emulator!r}", flush=True)
     has_sme2, svl = expected(cpu)
     if info.arch != "aarch64":
         fail(f"arch {info.arch}, not aarch64")
     if ("sme2" in isas) != has_sme2 or (has_sme2 and svl and info.svl_bits != svl):
         fail(f"QEMU_CPU={cpu} should give sme2={has_sme2} svl={svl}; detected {isas}, svl {info.svl_bits}")
+    # This runs under qemu-aarch64 on an x86-64 kernel: detection must know it, or the
+    # table would pass QEMU's timings off as an Arm CPU's.
+    if cpu not in info.emulator:
+        fail(f"the host was not detected as emulated by QEMU -cpu {cpu} (emulator={info.emulator!r})")
 
     cli = [sys.executable, "-m", "autotune"]
     start = time.monotonic()
@@ -62,6 +67,9 @@ def main(patterns: list[str]) -> None:
     if shown.returncode != 0:
         fail(f"autotune show --json exited {shown.returncode}: {shown.stderr[-500:]}")
     table = json.loads(shown.stdout)
+    if table["provenance"] != "emulated" or table["host"].get("emulator") != info.emulator:
+        fail(f"the table says provenance {table['provenance']!r}, host emulator "
+             f"{table['host'].get('emulator')!r}: timings under QEMU must not pass for measured ones")
     kernels = table["kernels"]
     families = {k["isa"] for k in kernels}
     print(f"table: {len(kernels)} kernels, families {sorted(families)}, provenance {table['provenance']}",
@@ -76,6 +84,7 @@ def main(patterns: list[str]) -> None:
     import autotune
     from autotune.runtime import api
 
+    start = time.monotonic()
     rng = np.random.default_rng(0)
     cases = 0
     for dtype in (np.float32, np.float64):
@@ -96,7 +105,8 @@ def main(patterns: list[str]) -> None:
     if loaded is None or str(loaded.path) != library[1] or loaded.fast is None:
         # Without its _atfast extension the library is loaded but gemm is numpy's.
         fail(f"autotune.gemm did not run on {library[1]} (loaded: {loaded})")
-    print(f"gemm: {cases} products match numpy with {loaded.path}", flush=True)
+    print(f"gemm: {cases} products match numpy with {loaded.path} ({time.monotonic() - start:.0f} s)",
+          flush=True)
 
 
 if __name__ == "__main__":

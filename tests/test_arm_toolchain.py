@@ -130,6 +130,24 @@ def test_native_aarch64_targets():
         arm_target("sme2", ARM_SME, svl_bits=256)
 
 
+def test_native_install_under_an_emulator_is_not_measured():
+    """An aarch64 userland under qemu-aarch64 builds natively, but its table must say emulated."""
+    import dataclasses
+
+    from autotune.install import resolve_targets
+
+    provenance, targets = resolve_targets("host", ARM)
+    assert provenance == "measured" and set(targets) == {"neon", "generic"}
+    assert not any(t.emulated for t in targets.values())
+    emulated = dataclasses.replace(ARM, emulator="aarch64 emulated by QEMU -cpu neoverse-v1 on the host's x86_64 kernel")
+    provenance, targets = resolve_targets("host", emulated)
+    assert provenance == "emulated" and set(targets) == {"neon", "generic"}
+    assert not any(t.emulated or t.runner for t in targets.values())  # still built and run natively
+    # ... by a compiler and programs as slow as an emulated target's: their timeouts stretch alike.
+    assert {toolchain.slowdown(t) for t in targets.values()} == {toolchain.EMULATION_SLOWDOWN}
+    assert {toolchain.slowdown(t) for t in resolve_targets("host", ARM)[1].values()} == {1.0}
+
+
 def test_target_for_routes_arm_isas(monkeypatch):
     monkeypatch.setattr(toolchain, "arm_target", lambda isa, host, svl_bits: ("arm", isa, svl_bits))
     assert toolchain.target_for("neon", X86) == ("arm", "neon", 512)

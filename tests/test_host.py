@@ -261,6 +261,39 @@ def test_fingerprint_tracks_the_hardware():
     assert len(prints) == 6
 
 
+def test_fingerprint_keys_an_emulated_host_apart():
+    host = graviton3()
+    emulated = dataclasses.replace(host, emulator="aarch64 emulated by QEMU -cpu neoverse-v1 on the host's x86_64 kernel")
+    assert emulated.fingerprint != host.fingerprint
+    assert HostInfo.from_dict(json.loads(json.dumps(emulated.to_dict()))) == emulated
+    # A table written before the field existed still matches its host.
+    old = {k: v for k, v in host.to_dict().items() if k != "emulator"}
+    assert HostInfo.from_dict(old).fingerprint == host.fingerprint
+
+
+@pytest.mark.parametrize("sysctl, modalias, kernel", [
+    ("x86_64\n", "", "x86_64"),
+    ("aarch64", "cpu:type:x86,ven0002fam0019mod0001:feature:,0000", "aarch64"),  # sysctl first
+    ("", "cpu:type:x86,ven0002fam0019mod0001:feature:,0000,0001", "x86_64"),
+    ("", "cpu:type:aarch64:feature:,0000,0001,0002", "aarch64"),
+    ("", "", ""),
+    ("", "garbage", ""),
+])
+def test_kernel_arch(sysctl, modalias, kernel):
+    assert H.parse_kernel_arch(sysctl, modalias) == kernel
+
+
+def test_emulator_name():
+    assert H.emulator_name("aarch64", "aarch64") == ""
+    assert H.emulator_name("x86_64", "x86_64", "max") == ""
+    assert H.emulator_name("aarch64", "") == ""  # the kernel said nothing: no claim either way
+    assert H.emulator_name("i686", "x86_64") == ""  # the kernel's compat mode
+    assert H.emulator_name("armv7l", "aarch64") == ""
+    assert H.emulator_name("aarch64", "x86_64") == "aarch64 emulated by a user-mode emulator on the host's x86_64 kernel"
+    assert H.emulator_name("aarch64", "x86_64", "max,sme256=on") == \
+        "aarch64 emulated by QEMU -cpu max,sme256=on on the host's x86_64 kernel"
+
+
 def test_describe_rows():
     rows = H.describe(epyc())
     labels = [label for label, _ in rows]
@@ -279,6 +312,9 @@ def test_describe_rows():
     assert arm["SME vector length"] == "512 bits"
     assert arm["GEMM features"].split()[:2] == ["fp", "asimd"]
     assert dict(H.describe(graviton3()))["SME vector length"] == "no SME"
+    assert "Emulated" not in arm
+    emulated = dict(H.describe(dataclasses.replace(graviton3(), emulator="aarch64 emulated by QEMU")))
+    assert emulated["Emulated"] == "aarch64 emulated by QEMU: timings mean nothing here"
 
 
 # --- the live glue, fed recorded machines ---------------------------------
@@ -304,6 +340,14 @@ def test_linux_aarch64_glue_prefers_auxv_and_reads_svl_only_with_sme(monkeypatch
 
     monkeypatch.setattr(H, "_linux_auxv_hwcaps", lambda: None)  # no auxv: the Features line
     assert H._detect_linux("aarch64").features == graviton3().features
+
+    # This kernel is not aarch64: an aarch64 process on it is emulated, and says so.
+    kernel = H.parse_kernel_arch(real_read_text(Path("/proc/sys/kernel/arch")),
+                                 real_read_text(Path("/sys/devices/system/cpu/modalias")))
+    monkeypatch.setenv("QEMU_CPU", "neoverse-v1")
+    if kernel and kernel != "aarch64":
+        assert H._detect_linux("aarch64").emulator == \
+            f"aarch64 emulated by QEMU -cpu neoverse-v1 on the host's {kernel} kernel"
 
 
 def test_darwin_glue(monkeypatch):
@@ -339,6 +383,7 @@ def test_detect_is_cached_and_sane():
 def test_detect_on_this_x86_machine():
     host = H.detect()
     assert (host.arch, host.os) == ("x86_64", "linux")
+    assert host.emulator == ""
     # Whatever this CPU is (AVX-512, AVX2 only or older), detection reports what the kernel sees.
     # (Under AUTOTUNE_ISA, what the cap leaves of it.)
     flags = set(H.parse_x86_cpuinfo(Path("/proc/cpuinfo").read_text())[1])
