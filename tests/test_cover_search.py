@@ -13,8 +13,8 @@ search's to within 1e-9 relative (floating-point summation order), and both
 tilings must cover the block exactly once with the grid's own cells.
 
 The grids are built here the way cost.c builds them (every size up to the
-biggest kernel; a cell holds the faster of its kernel, if any, and the portable
-edge code); the searches themselves are cover.c's, compiled with
+biggest kernel; a cell holds the fastest of its kernel, if any, the SME2
+variable blocks at least its size, and the portable edge code); the searches themselves are cover.c's, compiled with
 tests/c/cover_check.c.
 """
 
@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from autotune.families import default_family, model_score
+from autotune.families.sme2 import is_variable
 from autotune.params import PlannerParams
 from autotune.specs import KernelSpec
 
@@ -59,10 +60,15 @@ def grid(specs: list[KernelSpec], dtype: str, K: int, rate: dict[str, float]) ->
     H = max([8, *(s.mr for s in specs)])
     W = max([8, *(s.nr for s in specs)])
     cells = [[(-1, 2.0 * h * w * K / (edge * 1e9) + call) for w in range(1, W + 1)] for h in range(1, H + 1)]
-    for i, s in enumerate(specs):
+    # Fixed blocks first; then each SME2 variable block offers its cost to every
+    # block up to its size, so a row holds one cost over many widths.
+    for i, s in sorted(enumerate(specs), key=lambda e: is_variable(e[1])):
         sec = 2.0 * s.mr * s.nr * K / (rate[s.name] * 1e9) + call
-        if sec < cells[s.mr - 1][s.nr - 1][1]:
-            cells[s.mr - 1][s.nr - 1] = (i, sec)
+        variable = is_variable(s)
+        for h in range(1 if variable else s.mr, s.mr + 1):
+            for w in range(1 if variable else s.nr, s.nr + 1):
+                if sec < cells[h - 1][w - 1][1]:
+                    cells[h - 1][w - 1] = (i, sec)
     return H, W, cells
 
 

@@ -47,6 +47,92 @@ typedef struct {
     double cost;
 } at_cover;
 
+/* The programme: f[x] = min over parts p <= x of f[x - p] + cost[p - 1], for x up
+ * to rem, with from[x] the part chosen; ties go to the bigger part (fewer calls,
+ * fewer reloads of A and B).  O(rem x parts). */
+static int cover_plain(int64_t rem, const double *cost, const int32_t *parts, int nparts, double *f,
+                       int32_t *from)
+{
+    f[0] = 0;
+    for (int64_t x = 1; x <= rem; x++) {
+        f[x] = INFINITY;
+        from[x] = 0;
+        for (int i = 0; i < nparts && parts[i] <= x; i++) {
+            int p = parts[i];
+            double v = f[x - p] + cost[p - 1];
+            if (v < f[x] || (v == f[x] && p > from[x])) {
+                f[x] = v;
+                from[x] = p;
+            }
+        }
+    }
+    return AT_OK;
+}
+
+/* The same programme, the same choices, in O(rem x runs).  A run is a stretch of
+ * consecutive part sizes lo..hi of one cost c (an SME2 variable block offers its
+ * cost to every size up to its own, so a row of them is one run, not 64 parts):
+ * its best candidate for x is c + the least f[y] over the window y in
+ * [x - hi, x - lo], kept in a monotone deque whose front is the window's least f
+ * and, among equals, its smallest y (the biggest part, as the tie rule wants). */
+static int cover_runs(int64_t rem, const double *cost, const int32_t *parts, int nparts, double *f,
+                      int32_t *from)
+{
+    int nruns = 0;
+    for (int i = 0; i < nparts; i++)
+        if (!i || parts[i] != parts[i - 1] + 1 || cost[parts[i] - 1] != cost[parts[i - 1] - 1]) nruns++;
+    int32_t *lo = malloc(sizeof *lo * (size_t)nruns * 2);
+    int64_t *slot = malloc(sizeof *slot * (size_t)nruns * 4);
+    int64_t *ring = malloc(sizeof *ring * (size_t)(nparts + nruns));
+    if (!lo || !slot || !ring) {
+        free(lo);
+        free(slot);
+        free(ring);
+        return AT_ENOMEM;
+    }
+    int32_t *hi = lo + nruns;
+    int64_t *base = slot, *size = slot + nruns, *head = slot + 2 * nruns, *count = slot + 3 * nruns;
+    int r = -1;
+    int64_t used = 0;
+    for (int i = 0; i < nparts; i++) {
+        if (!i || parts[i] != parts[i - 1] + 1 || cost[parts[i] - 1] != cost[parts[i - 1] - 1]) {
+            if (r >= 0) used += size[r];
+            lo[++r] = parts[i];
+            base[r] = used;
+            head[r] = count[r] = 0;
+        }
+        hi[r] = parts[i];
+        size[r] = hi[r] - lo[r] + 2; /* the window holds at most hi - lo + 1 */
+    }
+    f[0] = 0;
+    for (int64_t x = 1; x <= rem; x++) {
+        f[x] = INFINITY;
+        from[x] = 0;
+        for (r = 0; r < nruns; r++) {
+            int64_t *q = ring + base[r], n = size[r];
+            int64_t in = x - lo[r];
+            if (in < 0) continue;
+            while (count[r] && f[q[(head[r] + count[r] - 1) % n]] > f[in]) count[r]--;
+            q[(head[r] + count[r]++) % n] = in;
+            while (q[head[r]] < x - hi[r]) {
+                head[r] = (head[r] + 1) % n;
+                count[r]--;
+            }
+            int64_t y = q[head[r]];
+            double v = f[y] + cost[lo[r] - 1];
+            int32_t p = (int32_t)(x - y);
+            if (v < f[x] || (v == f[x] && p > from[x])) {
+                f[x] = v;
+                from[x] = p;
+            }
+        }
+    }
+    free(lo);
+    free(slot);
+    free(ring);
+    return AT_OK;
+}
+
 static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int nparts, int tight,
                  at_cover *out)
 {
@@ -90,19 +176,11 @@ static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int
         free(from);
         return AT_ENOMEM;
     }
-    f[0] = 0;
-    for (int64_t x = 1; x <= rem; x++) {
-        f[x] = INFINITY;
-        from[x] = 0;
-        for (int i = 0; i < nparts && parts[i] <= x; i++) {
-            int p = parts[i];
-            double v = f[x - p] + cost[p - 1];
-            /* Ties go to the bigger part: fewer calls, fewer reloads of A and B. */
-            if (v < f[x] || (v == f[x] && p > from[x])) {
-                f[x] = v;
-                from[x] = p;
-            }
-        }
+    int rc = tight ? cover_runs(rem, cost, parts, nparts, f, from) : cover_plain(rem, cost, parts, nparts, f, from);
+    if (rc) {
+        free(f);
+        free(from);
+        return rc;
     }
     out->reps = reps;
     out->rep = best;
