@@ -568,6 +568,16 @@ def _store_za_plain(asm: _Asm, k: _Layout) -> None:
     asm(f"b.ne {L('scaled')}", "alpha != 1")
     if k.variable:
         asm(f"ldr x17, [sp, #{_COLS_SLOT}]", "columns of the block not yet stored")
+
+    def store_column(j: int) -> None:
+        """Column w12 of column tile j, one vertical slice per row tile."""
+        for i in range(tm):
+            off = f", #{i}, mul vl" if i else ""
+            asm(f"mova z{4 * i}.{t}, p0/m, za{i * tn + j}v.{t}[w12, 0]")
+            asm(f"st1{ld} z{4 * i}.{t}, {k.row_pred[i]}, [x13{off}]")
+        asm("add x13, x13, x6")
+        asm("add w12, w12, #1")
+
     for j in range(tn):
         cols = spec.nr - j * vl if j == tn - 1 else vl
         fours = cols // 4 * 4
@@ -600,23 +610,13 @@ def _store_za_plain(asm: _Asm, k: _Layout) -> None:
             asm("cmp w12, w0")
             asm(f"b.ge {L(f'd{j}')}")
             asm.label(L(f"q{j}"))
-            for i in range(tm):
-                off = f", #{i}, mul vl" if i else ""
-                asm(f"mova z{4 * i}.{t}, p0/m, za{i * tn + j}v.{t}[w12, 0]")
-                asm(f"st1{ld} z{4 * i}.{t}, {k.row_pred[i]}, [x13{off}]")
-            asm("add x13, x13, x6")
-            asm("add w12, w12, #1")
+            store_column(j)
             asm("cmp w12, w0")
             asm(f"b.lt {L(f'q{j}')}")
             asm.label(L(f"d{j}"))
             continue
         for _ in range(cols - fours):
-            for i in range(tm):
-                off = f", #{i}, mul vl" if i else ""
-                asm(f"mova z{4 * i}.{t}, p0/m, za{i * tn + j}v.{t}[w12, 0]")
-                asm(f"st1{ld} z{4 * i}.{t}, {k.row_pred[i]}, [x13{off}]")
-            asm("add x13, x13, x6")
-            asm("add w12, w12, #1")
+            store_column(j)
     asm(f"b {L('stored')}")
 
 
@@ -644,6 +644,16 @@ def _store_za(asm: _Asm, k: _Layout) -> None:
     old = scratch[tm:2 * tm] if len(scratch) >= 2 * tm else [scratch[1]] * tm
     if k.variable:
         asm(f"ldr x17, [sp, #{_COLS_SLOT}]", "columns of the block not yet stored")
+
+    def store_column(j: int) -> None:
+        """Column w12 of column tile j, one vertical slice per row tile."""
+        for i in range(tm):
+            off = f", #{i}, mul vl" if i else ""
+            asm(f"mova z{4 * i}.{t}, p0/m, za{i * tn + j}v.{t}[w12, 0]")
+            asm(f"st1{ld} z{4 * i}.{t}, {k.row_pred[i]}, [x13{off}]")
+        asm("add x13, x13, x6")
+        asm("add w12, w12, #1")
+
     for j in range(tn):
         cols = spec.nr - j * vl if j == tn - 1 else vl
         if k.variable:

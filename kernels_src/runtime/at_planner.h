@@ -21,6 +21,16 @@
 extern _Thread_local const at_tune_params *at__tp AT_TLS_LOCAL;
 
 /* cpu.c decides which kernels this CPU runs; a plan is made of those alone. */
+static inline int64_t at__gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
 static inline const at_kernel *at__kernel_for(int i, int dtype, int ta, int tb)
 {
     const at_kernel *d = &at_kernel_table[i].kernel;

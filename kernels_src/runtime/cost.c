@@ -172,16 +172,6 @@ static double edge_gflops(int dtype)
 #define AT_CONFLICT_BASE 0.45e-9
 #define AT_CONFLICT_SET 1.35e-9
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* Seconds of a kernel call's w-wide walk over K steps ld elements apart, or 0
  * when the walk spreads over all sets or fits in the ones it uses. */
 static double conflict_seconds(int64_t K, int w, int64_t ld, int bpe)
@@ -190,7 +180,7 @@ static double conflict_seconds(int64_t K, int w, int64_t ld, int bpe)
     if (ld <= 0 || bytes % AT_L1_LINE) return 0;
     int64_t lines = ((int64_t)w * bpe + AT_L1_LINE - 1) / AT_L1_LINE;
     int64_t stride = (bytes / AT_L1_LINE) % AT_L1_SETS;
-    int64_t sets = (AT_L1_SETS / gcd64(stride ? stride : AT_L1_SETS, AT_L1_SETS)) * lines;
+    int64_t sets = (AT_L1_SETS / at__gcd64(stride ? stride : AT_L1_SETS, AT_L1_SETS)) * lines;
     if (sets >= AT_L1_SETS || K * lines <= sets * AT_L1_WAYS) return 0;
     return (double)K * (double)lines * (AT_CONFLICT_BASE + AT_CONFLICT_SET / (double)sets);
 }

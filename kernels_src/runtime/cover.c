@@ -29,16 +29,6 @@
  * than b parts other than b in all.  A row of NEON widths 1-12 then runs its
  * programme over about 60 columns, not the whole block. */
 
-static int64_t gcd64(int64_t a, int64_t b)
-{
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 typedef struct {
     int64_t reps;     /* leading parts of size `rep` */
     int32_t rep;
@@ -156,7 +146,7 @@ static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int
         for (int i = 0; i < nparts; i++) {
             int64_t p = parts[i];
             if (p == best || !isfinite(cost[p - 1])) continue;
-            each += (best / gcd64(p, best) - 1) * p;
+            each += (best / at__gcd64(p, best) - 1) * p;
             if (p > widest) widest = p;
         }
         int64_t bound = each < (best - 1) * widest ? each : (best - 1) * widest;
