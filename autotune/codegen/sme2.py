@@ -645,15 +645,6 @@ def _store_za(asm: _Asm, k: _Layout) -> None:
     if k.variable:
         asm(f"ldr x17, [sp, #{_COLS_SLOT}]", "columns of the block not yet stored")
 
-    def store_column(j: int) -> None:
-        """Column w12 of column tile j, one vertical slice per row tile."""
-        for i in range(tm):
-            off = f", #{i}, mul vl" if i else ""
-            asm(f"mova z{4 * i}.{t}, p0/m, za{i * tn + j}v.{t}[w12, 0]")
-            asm(f"st1{ld} z{4 * i}.{t}, {k.row_pred[i]}, [x13{off}]")
-        asm("add x13, x13, x6")
-        asm("add w12, w12, #1")
-
     for j in range(tn):
         cols = spec.nr - j * vl if j == tn - 1 else vl
         if k.variable:
