@@ -137,3 +137,47 @@ def test_bounded_search_matches_exhaustive(checker: Path, isas, dtype, trans):
         if float(bounded) > float(exhaustive) * (1 + TOLERANCE) or float(bounded) < float(exhaustive) * (1 - TOLERANCE):
             worse.append((m, n, float(bounded) / float(exhaustive)))
     assert not worse, f"{len(worse)} of {len(lines)} blocks differ from the exhaustive optimum: {worse[:10]}"
+
+
+def random_run_grid(rng: random.Random) -> tuple[int, int, list]:
+    """A grid whose rows and band heights come in runs of one cost (as SME2 variable
+    blocks make them), with costs random enough that any size may be the best."""
+    H, W = rng.randint(1, 24), rng.randint(2, 40)
+
+    def costs(length: int) -> list[float]:
+        out, size = [], 1
+        while size <= length:
+            hi = min(length, size + rng.choice((0, 0, 1, 3, 7, 15, 40)))
+            cost = hi * rng.uniform(0.5, 1.5) if rng.random() < 0.7 else rng.uniform(0.1, 3.0) * hi
+            out += [cost] * (hi - size + 1)
+            size = hi + 1
+        return out
+
+    heights = costs(H)
+    cells = [[(0, heights[h] * c) for c in costs(W)] for h in range(H)]
+    return H, W, cells
+
+
+def test_bounded_search_matches_exhaustive_on_runs(checker: Path):
+    """Grids of random runs of one cost, where the remainder bound and the programme
+    over runs do the work, against the exhaustive search."""
+    rng = random.Random("runs")
+    text, queries = [], []
+    for _ in range(150):
+        H, W, cells = random_run_grid(rng)
+        qs = sorted({(rng.randint(1, 3 * H + 5), rng.randint(1, W * W + 3 * W)) for _ in range(8)}
+                    | {(1, W * W + W + 1), (H * H + H + 1, 1), (rng.randint(1, 9), rng.randint(1, 4000))},
+                    key=lambda s: (s[1], s[0]))
+        text.append(f"{H} {W}")
+        text += [f"{kid} {sec!r}" for row in cells for kid, sec in row]
+        text.append(str(len(qs)))
+        text += [f"{m} {n}" for m, n in qs]
+        queries += qs
+    done = subprocess.run([str(checker)], input="\n".join(text) + "\n", capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")[:-1]
+    assert len(lines) == len(queries)
+    worse = [line for line in lines
+             if line.split()[4] != "1" or abs(float(line.split()[3]) / float(line.split()[2]) - 1) > TOLERANCE]
+    assert not worse, f"{len(worse)} of {len(lines)} blocks differ from the exhaustive optimum: {worse[:10]}"

@@ -123,6 +123,30 @@ static int cover_runs(int64_t rem, const double *cost, const int32_t *parts, int
     return AT_OK;
 }
 
+/* Whether, in a run lo..hi of one cost c, two parts below hi can always be traded
+ * for no more: two that fit in hi merge into one part of the run (c for 2c), and
+ * two that do not become hi and the part p + q - hi, which must then be a part of
+ * cost at most c (inside the run it is).  Then some optimum holds at most one part
+ * of the run below hi: each trade lowers the number of parts other than the best,
+ * or keeps it and spreads their sizes, so trading ends.  With the other exchange
+ * (copies of a part summing to a multiple of the best one become copies of it) the
+ * run adds at most hi - 1 and fewer than best / gcd(hi, best) copies of hi. */
+static int run_trades(const double *cost, const int32_t *parts, int nparts, int64_t lo, int64_t hi)
+{
+    double c = cost[lo - 1];
+    for (int64_t r = 2 * lo - hi > 1 ? 2 * lo - hi : 1; r < lo; r++) {
+        int a = 0, b = nparts - 1, found = 0;
+        while (a <= b && !found) {
+            int mid = (a + b) / 2;
+            if (parts[mid] == r) found = 1;
+            else if (parts[mid] < r) a = mid + 1;
+            else b = mid - 1;
+        }
+        if (!found || !(cost[r - 1] <= c)) return 0;
+    }
+    return 1;
+}
+
 static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int nparts, int tight,
                  at_cover *out)
 {
@@ -143,14 +167,22 @@ static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int
     int64_t reps = 0, rem = n;
     if (tight) {
         int64_t each = 0, widest = 0;
-        for (int i = 0; i < nparts; i++) {
-            int64_t p = parts[i];
-            if (p == best || !isfinite(cost[p - 1])) continue;
-            each += (best / at__gcd64(p, best) - 1) * p;
-            if (p > widest) widest = p;
+        for (int i = 0, j; i < nparts; i = j + 1) {
+            /* The run parts[i..j]: consecutive sizes of one cost. */
+            for (j = i; j + 1 < nparts && parts[j + 1] == parts[j] + 1 && cost[parts[j + 1] - 1] == cost[parts[i] - 1];)
+                j++;
+            int64_t lo = parts[i], hi = parts[j];
+            if (!isfinite(cost[lo - 1])) continue;
+            if (lo < hi && run_trades(cost, parts, nparts, lo, hi)) {
+                each += (hi != best ? (best / at__gcd64(hi, best) - 1) * hi : 0) + hi - 1;
+            } else {
+                for (int k = i; k <= j; k++)
+                    if (parts[k] != best) each += (best / at__gcd64(parts[k], best) - 1) * parts[k];
+            }
+            if ((hi != best ? hi : hi - 1) > widest) widest = hi != best ? hi : hi - 1;
         }
         int64_t bound = each < (best - 1) * widest ? each : (best - 1) * widest;
-        /* Every optimum's other parts add up to at most bound: leave at least that. */
+        /* Some optimum's other parts add up to at most bound: leave at least that. */
         if (n > bound + best) {
             reps = (n - bound) / best;
             rem = n - reps * best;
