@@ -33,10 +33,10 @@ SYSROOT = tools_dir() / "arm64-netlib"
 TESTERS = SYSROOT / "usr" / "lib" / "aarch64-linux-gnu" / "blas"
 #: Every run needs the run's cross-built install (minutes of emulation, shared by
 #: the xdist workers), so all of them are in the slow suite (CI runs it).  QEMU
-#: executes SME2 some 20 times slower than NEON (about 5 CPU minutes per Fortran
-#: tester, twice that for the cblas ones, which run both layouts), so the SME2
-#: models run the two Fortran testers (both precisions, every transposition) and
-#: the NEON-only and SVE-only models all four.
+#: executes SME2 instructions far slower than NEON ones and the cblas testers cost
+#: twice the Fortran ones (both layouts), so the SME2 models run the two Fortran
+#: testers (both precisions, every transposition) and the NEON-only and SVE-only
+#: models all four (docs/arm.md has the times).
 CPUS = ("cortex-a76", "max,sme256=on", "neoverse-v1", "max,sme512=on")
 SME2_CPUS = ("max,sme256=on", "max,sme512=on")
 SME2_TESTERS = ("xblat3s", "xblat3d")
