@@ -269,21 +269,58 @@ static int steps_push(at_steps *s, at_step st)
  * scratch of P + 1. */
 static int useful_parts(int P, const double *cost, int32_t *parts, double *f)
 {
-    int k = 0;
+    /* The kept parts so far as runs lo..hi of one cost, each with a monotone deque
+     * of the window y in [p - hi, p - lo] whose front is the least f[y]: the best
+     * cover of p by parts is then the least over runs of cost + front, O(runs) per
+     * size instead of O(kept parts), the same value.  Without memory for the deques
+     * the plain loop below does it. */
+    int32_t *lo = malloc(sizeof *lo * (size_t)P * 2);
+    int64_t *ring = malloc(sizeof *ring * (size_t)P * (size_t)(P + 1));
+    int32_t *head = malloc(sizeof *head * (size_t)P * 2);
+    int k = 0, runs = 0;
     f[0] = 0;
     for (int p = 1; p <= P; p++) {
         double v = INFINITY;
-        for (int i = 0; i < k; i++) {
-            double c = cost[parts[i] - 1] + f[p - parts[i]];
-            if (c < v) v = c;
+        if (lo && ring && head) {
+            int32_t *hi = lo + P, *count = head + P;
+            for (int r = 0; r < runs; r++) {
+                int64_t *q = ring + (size_t)r * (size_t)(P + 1);
+                int64_t in = p - lo[r], n = P + 1;
+                while (count[r] && f[q[(head[r] + count[r] - 1) % n]] > f[in]) count[r]--;
+                q[(head[r] + count[r]++) % n] = in;
+                while (q[head[r]] < p - hi[r]) {
+                    head[r] = (int32_t)((head[r] + 1) % n);
+                    count[r]--;
+                }
+                double c = cost[lo[r] - 1] + f[q[head[r]]];
+                if (c < v) v = c;
+            }
+        } else {
+            for (int i = 0; i < k; i++) {
+                double c = cost[parts[i] - 1] + f[p - parts[i]];
+                if (c < v) v = c;
+            }
         }
         /* Ties keep the bigger part, as the cover's own tie rule does. */
         if (isfinite(cost[p - 1]) && cost[p - 1] <= v) {
+            if (lo && ring && head) {
+                int32_t *hi = lo + P, *count = head + P;
+                if (runs && hi[runs - 1] == p - 1 && cost[p - 2] == cost[p - 1]) {
+                    hi[runs - 1] = p; /* the window's low end stays: p + 1 - p == p - (p - 1) */
+                } else {
+                    lo[runs] = hi[runs] = p;
+                    head[runs] = count[runs] = 0;
+                    runs++;
+                }
+            }
             parts[k++] = p;
             v = cost[p - 1];
         }
         f[p] = v;
     }
+    free(lo);
+    free(ring);
+    free(head);
     return k;
 }
 
