@@ -234,6 +234,17 @@ def test_emulated_table_says_so_prominently(tmp_path):
     assert "EMULATED" in page[banner:banner + 300]
     assert 'id="depth"' not in page  # no timings, no speed charts
     assert '<figure class="heatmap">' in page  # the validation map still is
+    assert "cross-compiled" in page[banner:banner + 400]
+
+
+def test_native_install_under_an_emulator_is_not_called_cross_compiled(tmp_path):
+    emulated = synthetic_table("emulated", isas=("avx2",))
+    inside = "aarch64 emulated by QEMU -cpu cortex-a76 on the host's x86_64 kernel"
+    native = dataclasses.replace(emulated, host=dataclasses.replace(emulated.host, emulator=inside))
+    page = write_report(native, tmp_path / "host.html").read_text()
+    banner = page[page.index('id="emulated-banner"'):][:600]
+    assert "natively inside an emulated machine" in banner and "cortex-a76" in banner
+    assert "cross-compiled" not in banner
 
 
 def test_modelled_table_where_everything_was_rejected_still_renders():
