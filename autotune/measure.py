@@ -27,13 +27,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import toolchain
-from .toolchain import Target
+from .toolchain import Target, slowdown
 
 #: Seconds a native harness may stay silent inside one kernel before it is killed.
 DEFAULT_TIMEOUT = 60.0
-#: Emulation is one to two orders of magnitude slower than native execution.
-EMULATED_TIMEOUT_FACTOR = toolchain.EMULATION_SLOWDOWN
 
 #: ``progress(advance=1, description=kernel_name)`` once per finished kernel,
 #: as in :mod:`autotune.build`.
@@ -71,7 +68,7 @@ class ValidationResult:
 
 
 def default_timeout(target: Target) -> float:
-    return DEFAULT_TIMEOUT * toolchain.slowdown(target)
+    return DEFAULT_TIMEOUT * slowdown(target)
 
 
 # ---------------------------------------------------------------- running --
