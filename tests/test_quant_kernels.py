@@ -29,12 +29,17 @@ pytestmark = requires_isa("avx2")
 KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
 
 
+#: The forms the default suite compiles (the whole family takes a minute: see the slow test):
+#: GEMV and block kernels of one, two and four panels, per kind.
+FORMS = [quant_x86.QKernel(kind, "avx2", mr, nr) for kind in KINDS for mr, nr in ((1, 8), (1, 32), (2, 16), (4, 8))]
+
+
 @pytest.fixture(scope="session")
 def qlib(tmp_path_factory: pytest.TempPathFactory) -> loader.Runtime:
-    """A libautotune whose registry holds the whole AVX2 family (no float kernels)."""
+    """A libautotune whose registry holds FORMS (no float kernels)."""
     home = tmp_path_factory.mktemp("qhome")
     target = toolchain.target_for("avx2", host.detect())
-    names = [k.name for k in quant_x86.family("avx2")]
+    names = [k.name for k in FORMS]
     parts = qsuite.library_parts({"quant": {"selected": names}}, {"avx2": target}, home)
     table = emit_kernel_table_c([], default_params(provenance="model"), {})
     built = build_runtime(target, [], table, home / "lib" / "quant", quant=parts)
@@ -58,11 +63,11 @@ def _within(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights, bias=None, 
     assert problem is None, problem
 
 
-def test_the_registry_lists_the_family_in_order(qlib):
-    assert qapi.kernel_names(qlib.lib) == [k.name for k in quant_x86.family("avx2")]
+def test_the_registry_lists_the_kernels_in_order(qlib):
+    assert qapi.kernel_names(qlib.lib) == [k.name for k in FORMS]
 
 
-@pytest.mark.parametrize("name", [k.name for k in quant_x86.family("avx2")])
+@pytest.mark.parametrize("name", [k.name for k in FORMS])
 def test_every_kernel_matches_the_reference_on_adversarial_cases(qlib, name):
     kind = qsuite.parse_name(name).kind
     for description, A, w in qsuite._cases(kind):
@@ -143,7 +148,7 @@ def test_saved_weights_give_the_same_product(using, tmp_path):
         assert np.array_equal(autotune.qmatmul(A, loaded), autotune.qmatmul(A, w))
 
 
-def test_without_a_library_the_reference_computes_and_says_why(built):
+def test_without_a_library_the_reference_computes_and_says_why():
     before = api.current()
     api.use(None)
     try:
@@ -202,3 +207,12 @@ def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path,
     monkeypatch.setattr(quant_x86, "generate", real)
     registry, objects = qsuite.library_parts({"quant": stage.settings()}, {"avx2": target}, tmp_path)
     assert '"at_q4s_avx2_2x8"' in registry and "at_q4s_avx2_1x8" not in registry and objects[0].exists()
+
+
+@pytest.mark.slow
+def test_install_stage_validates_the_whole_family(tmp_path):
+    target = toolchain.target_for("avx2", host.detect())
+    stage = qsuite.run_stage(target, tmp_path)
+    family = [k.name for k in quant_x86.family("avx2")]
+    assert {n: stage.verdicts[n] for n in family} == {n: "validated" for n in family}
+    assert sorted(qsuite.parse_name(n).kind for n in stage.selected) == sorted(2 * list(quant_x86.KINDS))
