@@ -216,3 +216,18 @@ def test_install_stage_validates_the_whole_family(tmp_path):
     family = [k.name for k in quant_x86.family("avx2")]
     assert {n: stage.verdicts[n] for n in family} == {n: "validated" for n in family}
     assert sorted(qsuite.parse_name(n).kind for n in stage.selected) == sorted(2 * list(quant_x86.KINDS))
+
+
+def test_kernel_records_names_and_the_generated_unit():
+    k = quant_x86.QKernel("q4a", "avx2", 4, 16)
+    assert k.name == "at_q4a_avx2_4x16" and qsuite.parse_name(k.name) == k and k.panels == 2
+    for bad in (("q5", "avx2", 1, 8), ("q4s", "neon", 1, 8), ("q4s", "avx2", 9, 8), ("q4s", "avx2", 1, 12)):
+        with pytest.raises(ValueError):
+            quant_x86.QKernel(*bad)
+    with pytest.raises(ValueError, match="not a quantised kernel name"):
+        qsuite.parse_name("at_sgemm_avx2_nn_4x8")
+    text = quant_x86.generate([k])
+    assert "#error" in text and "Do not edit" in text and "void at_q4a_avx2_4x16(" in text
+    assert "const at_qkernel_entry at_qkernel_table[1] = {{0}};" in quant_x86.emit_registry([])
+    assert '{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16}' in quant_x86.emit_registry([k], ["fma", "avx2"])
+    assert all(quant_x86.fits(f) for f in quant_x86.family()) and not quant_x86.fits(quant_x86.QKernel("q8", "avx2", 8, 32))

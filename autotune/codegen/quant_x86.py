@@ -105,10 +105,10 @@ def _kernel(k: QKernel) -> str:
         out.append("    const __m256i low4 = _mm256_set1_epi8(0x0F);")
     if k.kind == "q4s":
         out.append("    const __m256 zero_point = _mm256_set1_ps(8.0f);")
-    if k.kind == "q4a":
-        out.append("    (void)sizeof(wz);")
-    else:
-        out.append("    (void)wz;")
+    if k.kind != "q4a":
+        out.append("    (void)wz; /* no zero points */")
+    if not four:
+        out.append("    (void)asum; /* symmetric 8-bit codes: no zero point to multiply it */")
     out.append("    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */")
     for r in rows:
         out.append("    " + " ".join(f"__m256 c{r}_{p} = load_c ? _mm256_loadu_ps(C + {r} * ldc + {p * PANEL}) "

@@ -21,13 +21,14 @@
 #define QSUB 32
 #define QPANEL 8
 
-/* Round to nearest, ties to even, for |x| < 2^51: rint without a libm call
- * (the baseline ISA has no rounding instruction) and without -ffast-math. */
+/* Round to nearest, ties to even, for |x| < 2^51: rint without a libm call (the
+ * baseline ISA has no rounding instruction).  Adding 1.5 * 2^52 leaves no fraction
+ * bits, so the addition rounds; C forbids folding (x + c) - c without -ffast-math,
+ * which the runtime is never built with, and SSE arithmetic has no excess precision. */
 static inline double round_even(double x)
 {
     const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
-    volatile double t = x + magic;           /* volatile: keep the two roundings apart */
-    return t - magic;
+    return (x + magic) - magic;
 }
 
 /* A[M, K] -> codes [M, Kp], scales and code sums [M, blocks]: per block
