@@ -88,7 +88,8 @@ def _torch_peers(A: np.ndarray, w, Wd: np.ndarray) -> dict[str, Callable[[], np.
         scale_zeros16 = scale_zeros.to(torch.bfloat16)
         peers["torch int4 bf16"] = lambda: int4(x.to(torch.bfloat16), packed, BLOCK, scale_zeros16).float().numpy()
     except Exception as exc:  # a shape or build it refuses: reported, not fatal
-        peers["torch int4"] = f"refused: {str(exc).splitlines()[0][:120]}"
+        for name in ("torch int4", "torch int4 bf16"):
+            peers.setdefault(name, f"refused: {str(exc).splitlines()[0][:120]}")
     try:
         linear = torch.nn.Linear(k, n, bias=False)
         with torch.no_grad():
