@@ -112,9 +112,9 @@ static void portable_1x8(int kind, int64_t blocks, int64_t sub, const int8_t *qa
     memcpy(C, c, sizeof c);
 }
 
-/* The calling thread's scratch for the quantised A, kept between calls: a fresh
- * allocation of this size is an mmap whose pages the kernel clears on every call
- * (a third of a 64 x 4096 x 4096 product's time, measured).  Freed at thread exit. */
+/* The calling thread's scratch for the quantised A, kept between calls: glibc
+ * serves an allocation of this size (256 KiB for 64 x 4096) with a fresh mmap,
+ * whose pages fault and are cleared on every call.  Freed at thread exit. */
 static _Thread_local struct { char *data; size_t size; } scratch;
 static pthread_key_t scratch_key;
 static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
