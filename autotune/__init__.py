@@ -1,8 +1,9 @@
 """autotune: install-time autotuned GEMM with input-aware kernel executing plans.
 
-``gemm``, ``gemm_batch`` and ``matmul`` are the whole numpy API; this module
-imports nothing until one of them is first called (then ``autotune.runtime`` and
-the installed library), so ``import autotune`` stays cheap.
+``gemm``, ``gemm_batch`` and ``matmul`` are the numpy API of the float path,
+``quantize_weights`` and ``qmatmul`` of the quantised one; this module imports
+nothing until one of them is first called (then ``autotune.runtime`` and the
+installed library), so ``import autotune`` stays cheap.
 """
 
 from __future__ import annotations
@@ -50,3 +51,26 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> Any:
     from . import runtime
 
     return runtime.matmul(a, b, out=out)
+
+
+def quantize_weights(W: ArrayLike, bits: int = 4, block: int = 32, symmetric: bool = True,
+                     scale_dtype: Any = "float32") -> Any:
+    """W[K, N] quantised (4 bits per block of K, or 8 bits per column) and packed for qmatmul.
+
+    Returns :class:`autotune.quant.QuantizedWeights` (``.save(path)`` / ``.load(path)``).
+    See :func:`autotune.quant.quantize_weights` for the formats and errors.
+    """
+    from . import quant
+
+    return quant.quantize_weights(W, bits=bits, block=block, symmetric=symmetric, scale_dtype=scale_dtype)
+
+
+def qmatmul(A: ArrayLike, w: Any, bias: ArrayLike | None = None,
+            clamp: tuple[float, float] | None = None) -> Any:
+    """C = A @ W for float32 A and weights from :func:`quantize_weights`, through libautotune.
+
+    See :func:`autotune.runtime.qapi.qmatmul` for the arithmetic, bias, clamp and errors.
+    """
+    from .runtime import qapi
+
+    return qapi.qmatmul(A, w, bias=bias, clamp=clamp)

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                            TimeRemainingColumn)
 
-from . import build, codegen, families, measure, table
+from . import build, codegen, families, measure, qsuite, table
 from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import KernelSpec
@@ -329,6 +329,14 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
                 frames.append(frame)
                 records[spec.name] = _measured_record(spec, objects[spec.name].hash, frame)
 
+    # The quantised kernels (qmatmul): validated and timed in their own subprocess.
+    quant: dict[str, Any] = {}
+    for target in targets.values():
+        stage = qsuite.run_stage(target, root, options.only, options.quick)
+        if stage is not None:
+            quant = stage.settings()
+            if not stage.selected:
+                notes.append(f"{target.isa}: no quantised kernel validated; qmatmul uses portable code")
     ordered = tuple(records[s.name] for s in kernel_specs if s.name in records)
     selection = table.select_kernels(ordered)
     chosen = [records[name] for name in selection]
@@ -345,7 +353,7 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
         params=default_params(host if provenance != "emulated" else None, main_kernels(chosen),
                               provenance=provenance),
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
-                  **({"svl_bits": list(svls)} if svls else {})},
+                  **({"svl_bits": list(svls)} if svls else {}), **({"quant": quant} if quant else {})},
     )
     # The library is built and tuned in a staging directory; the table and its
     # library then replace the previous pair together (commit), so an interrupted

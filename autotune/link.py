@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract
+from .codegen.quant_x86 import emit_registry
 from .families import ARM_ISAS
 from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
+from .qsuite import library_parts
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import library_name
 from .specs import KernelSpec
@@ -45,8 +47,10 @@ if TYPE_CHECKING:  # only for annotations: install imports this module
 
 #: The runtime's translation units, in kernels_src/runtime/.
 RUNTIME_SOURCES = ("plan.c", "cost.c", "cover.c", "threads.c", "params.c", "error.c", "exec.c",
-                   "pool.c", "cache.c", "blas.c", "cpu.c")
-RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h")
+                   "pool.c", "cache.c", "blas.c", "cpu.c", "qgemm.c")
+RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h", "at_qkernel.h")
+#: The quantised kernels' registry, generated (autotune.codegen.quant_x86.emit_registry).
+QTABLE = "at_qtable.c"
 EXTENSION_SOURCE = "pyfast.c"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h
 PROVENANCE_CODE = {"measured": 0, "model": 1, "emulated": 1}
@@ -285,8 +289,13 @@ def build_runtime(
     table_c: str,
     out_dir: Path,
     with_extension: bool = True,
+    quant: tuple[str, Sequence[Path]] | None = None,
 ) -> LibraryBuild:
     """Link ``libautotune.so`` from the runtime C, ``table_c`` and the kernels' objects.
+
+    ``quant`` is the quantised kernels' registry (``at_qtable.c``) and objects
+    (:func:`autotune.qsuite.library_parts`); without it at_qmatmul_f32 computes
+    with qgemm.c's portable code.
 
     Copies ``autotune.h`` beside it and builds the ``_atfast`` Python extension
     (not linked to the library: the loader hands it the library's entry points).  Nothing is compiled when the
@@ -304,7 +313,9 @@ def build_runtime(
     parts: list[bytes | str] = [target.compiler_id, *target.cc, "--", *cflags, "--", *target.ldflags]
     for name in (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE):
         parts += [name, (runtime_dir / name).read_bytes()]
-    parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, str(ext)]
+    qtable_c, quant_objects = quant or (emit_registry([]), ())
+    parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, str(ext), qtable_c]
+    parts += [part for obj in quant_objects for part in (str(obj), Path(obj).read_bytes())]
     # The build compiles kernels of one mr into one translation unit, so several
     # kernels may name the same object: it is linked (and hashed) once.
     object_paths = list(dict.fromkeys(str(obj) for _, obj in kernel_objects))
@@ -328,10 +339,11 @@ def build_runtime(
     with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "at_table.c").write_text(table_c)
+        (tmp / QTABLE).write_text(qtable_c)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}"]
-        objects = []
-        for name in (*RUNTIME_SOURCES, "at_table.c"):
-            path = tmp / name if name == "at_table.c" else runtime_dir / name
+        objects = [str(obj) for obj in quant_objects]
+        for name in (*RUNTIME_SOURCES, "at_table.c", QTABLE):
+            path = tmp / name if name in ("at_table.c", QTABLE) else runtime_dir / name
             obj = tmp / (Path(name).stem + ".o")
             _run([*target.cc, *cflags, *includes, "-c", str(path), "-o", str(obj)], target)
             objects.append(str(obj))
@@ -493,6 +505,7 @@ def build_arm_runtime(
     with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "at_table.c").write_text(table_c)
+        (tmp / QTABLE).write_text(emit_registry([]))  # no Arm quantised kernels yet: qgemm.c's portable code
         includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
         jobs: list[list[str]] = []
         objects: list[str] = []
@@ -505,6 +518,7 @@ def build_arm_runtime(
         for name in RUNTIME_SOURCES:
             compile_job(runtime_dir / name, [*base, *(defines if name == "exec.c" else [])])
         compile_job(tmp / "at_table.c", base)
+        compile_job(tmp / QTABLE, base)
         if sme2:
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)
@@ -560,4 +574,5 @@ def build_table_library(stored: "TunedTable", targets: Mapping[str, Target],
                                   stored.peak_gflops)
     kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
     runtime_target = next(iter(targets.values()))
-    return build_runtime(runtime_target, kernel_objects, table_c, out_dir or root / "lib" / stored.target)
+    return build_runtime(runtime_target, kernel_objects, table_c, out_dir or root / "lib" / stored.target,
+                         quant=library_parts(stored.settings, targets, root))

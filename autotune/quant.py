@@ -32,6 +32,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,10 @@ INT8_MAX = 127
 MAX_BLOCK = 4096
 #: What the arrays of a saved QuantizedWeights are called (see QuantizedWeights.arrays).
 FORMAT_VERSION = 1
+#: The packed format's panel width (columns) and depth unit (rows of K): at_qkernel.h.
+PANEL, SUB = 8, 32
+#: Packed columns are padded to a multiple of this (AT_QPAD_COLUMNS), so every kernel reads whole tiles.
+PAD_COLUMNS = 32
 
 
 class QuantizationError(ValueError):
@@ -100,6 +105,12 @@ class QuantizedWeights:
         """The shape of the W it stands for."""
         return (self.k, self.n)
 
+    @cached_property
+    def packed(self) -> PackedWeights:
+        """The weights in the kernels' qpanel8 format (made once, when first asked;
+        :func:`quantize_weights` and :meth:`load` ask at once)."""
+        return pack_panels(self)
+
     def signed_codes(self) -> np.ndarray:
         """int16 [N, Kp]: each weight's code minus its zero point, ``w ~ scale * code``."""
         if self.bits == 8:
@@ -132,15 +143,18 @@ class QuantizedWeights:
 
     @classmethod
     def from_arrays(cls, arrays: Mapping[str, Any]) -> QuantizedWeights:
-        """The weights :meth:`arrays` gave (``np.load`` of a saved file works as is)."""
+        """The weights :meth:`arrays` gave (``np.load`` of a saved file works as is).
+
+        The packed form is made again from the codes (it is a pure function of them).
+        """
         try:
             version = int(arrays["format_version"])
             if version != FORMAT_VERSION:
                 raise QuantizationError(f"quantised weights of format {version}; this autotune reads format "
                                         f"{FORMAT_VERSION}: quantise the weights again")
-            return cls(codes=np.asarray(arrays["codes"]), scales=np.asarray(arrays["scales"]),
+            return _packed_now(cls(codes=np.asarray(arrays["codes"]), scales=np.asarray(arrays["scales"]),
                        zero_points=np.asarray(arrays["zero_points"]) if "zero_points" in arrays else None,
-                       k=int(arrays["k"]), bits=int(arrays["bits"]), block=int(arrays["block"]))
+                       k=int(arrays["k"]), bits=int(arrays["bits"]), block=int(arrays["block"])))
         except KeyError as exc:
             raise QuantizationError(f"not quantised weights: no {exc} array") from exc
 
@@ -163,6 +177,62 @@ class QuantizedWeights:
     def load(cls, path: str | os.PathLike[str]) -> QuantizedWeights:
         with np.load(path, allow_pickle=False) as arrays:
             return cls.from_arrays(arrays)
+
+
+@dataclass(frozen=True, eq=False)
+class PackedWeights:
+    """W in the qpanel8 format the kernels read (kernels_src/runtime/at_qkernel.h).
+
+    Columns padded to a multiple of 32 with zero scales, then cut into panels of 8.
+    ``codes`` uint8 [panels, Kp/32 * bytes]: per sub-block of 32 rows of K, 4 bits:
+    4 vectors of 32 bytes, byte ``4c + j`` of vector ``v`` holding column c's
+    nibbles for ``k = 8v + j`` (low) and ``8v + 4 + j`` (high); 8 bits: 8 vectors,
+    byte ``4c + j`` of vector ``g`` holding column c's code for ``k = 4g + j``.
+    ``scales`` float32 [panels, blocks * 8] (8 bits: the column's scale in every
+    block); ``zeros`` the same for asymmetric 4-bit zero points, else None.
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    zeros: np.ndarray | None
+
+    @property
+    def panels(self) -> int:
+        return self.codes.shape[0]
+
+
+def pack_panels(w: QuantizedWeights) -> PackedWeights:
+    """``w`` in the qpanel8 format of :class:`PackedWeights`."""
+    n, kp, blocks = w.n, w.padded_k, w.blocks
+    n_pad = -(-n // PAD_COLUMNS) * PAD_COLUMNS
+    panels, subs = n_pad // PANEL, kp // SUB
+    scales = np.zeros((n_pad, blocks), np.float32)
+    scales[:n] = w.block_scales()
+    packed_scales = np.ascontiguousarray(scales.reshape(panels, PANEL, blocks).transpose(0, 2, 1).reshape(panels, -1))
+    if w.bits == 8:
+        codes = np.zeros((n_pad, kp), np.int8)
+        codes[:n] = w.codes
+        # [panel, c, sub, g, j] -> [panel, sub, g, c, j]
+        grid = codes.reshape(panels, PANEL, subs, 8, 4).transpose(0, 2, 3, 1, 4)
+        return PackedWeights(np.ascontiguousarray(grid).view(np.uint8).reshape(panels, -1), packed_scales, None)
+    nibbles = np.full((n_pad, kp), SYMMETRIC_ZERO_POINT, np.uint8)
+    nibbles[:n, 0::2] = w.codes & 0x0F
+    nibbles[:n, 1::2] = w.codes >> 4
+    # [panel, c, sub, v, half, j] -> low/high halves of [panel, sub, v, c, j]
+    grid = nibbles.reshape(panels, PANEL, subs, 4, 2, 4).transpose(0, 2, 3, 4, 1, 5)
+    codes = (grid[:, :, :, 0] | (grid[:, :, :, 1] << 4)).astype(np.uint8).reshape(panels, -1)
+    zeros = None
+    if w.zero_points is not None:
+        z = np.full((n_pad, blocks), SYMMETRIC_ZERO_POINT, np.float32)
+        z[:n] = w.zero_points
+        zeros = np.ascontiguousarray(z.reshape(panels, PANEL, blocks).transpose(0, 2, 1).reshape(panels, -1))
+    return PackedWeights(np.ascontiguousarray(codes), packed_scales, zeros)
+
+
+def _packed_now(w: QuantizedWeights) -> QuantizedWeights:
+    """``w`` with its packed form made: packing belongs to quantising, not to the first product."""
+    _ = w.packed
+    return w
 
 
 def _check_format(w: QuantizedWeights) -> None:
@@ -262,7 +332,7 @@ def quantize_weights(W: ArrayLike, bits: int = 4, block: int = 32, symmetric: bo
     if bits == 8:
         scales = stored(np.abs(columns).max(axis=1, keepdims=True) / INT8_MAX)
         codes = _scaled_codes(columns, scales.astype(np.float64), -INT8_MAX, INT8_MAX).astype(np.int8)
-        return QuantizedWeights(codes, scales, None, k, 8, block)
+        return _packed_now(QuantizedWeights(codes, scales, None, k, 8, block))
     if symmetric:
         scales = stored(np.abs(blocks).max(axis=2) / 7)
         zero = np.full(scales.shape, SYMMETRIC_ZERO_POINT, np.float64)
@@ -277,7 +347,7 @@ def quantize_weights(W: ArrayLike, bits: int = 4, block: int = 32, symmetric: bo
     signed = _scaled_codes(blocks, scales.astype(np.float64)[:, :, None], -15, 15)
     nibbles = np.clip(signed + zero[:, :, None], 0, 15).astype(np.uint8).reshape(n, kp)
     codes = (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).astype(np.uint8)
-    return QuantizedWeights(codes, scales, zero_points, k, 4, block)
+    return _packed_now(QuantizedWeights(codes, scales, zero_points, k, 4, block))
 
 
 def quantize_activations(A: ArrayLike, block: int = 32, k_padded: int | None = None) -> tuple[np.ndarray, np.ndarray]:

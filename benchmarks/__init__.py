@@ -313,6 +313,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for latest.csv/json (default $AUTOTUNE_HOME/benchmarks)")
     parser.add_argument("--no-save", action="store_true", help="do not write result files")
     parser.add_argument("--list-peers", action="store_true", help="print where each peer was found and exit")
+    parser.add_argument("--quantised", action="store_true",
+                        help="the quantised matmul instead: qmatmul against PyTorch's int4 and dynamic int8 "
+                             "matmuls and np.matmul on the dequantised f32 weights, one thread each "
+                             "(benchmarks/quantised.py; --quick, --shape M,N,K, --repeats, --min-time apply)")
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -337,6 +341,11 @@ def command(args: argparse.Namespace) -> int:
         home = _home(Options(home=args.home))
         display.show_peers(discover(home / "lib" / "host" / LIBRARY_NAME, home / "benchmarks" / "build"))
         return 0
+    if getattr(args, "quantised", False):
+        from . import quantised
+
+        shapes = tuple((s.M, s.K, s.N) for s in (args.shape or ()))
+        return quantised.run(args.quick, shapes, args.repeats, args.min_time)
     results = run(options_from_args(args))
     wrong = results.frame[results.frame["status"].eq("wrong")] if not results.frame.empty else results.frame
     return 1 if len(wrong) else 0

@@ -4,6 +4,8 @@
 #   OpenBLAS, BLIS, LIBXSMM   Debian packages libopenblas-dev, libblis-dev, libxsmm-dev
 #   MKL                       PyPI packages mkl, mkl-devel (libmkl_rt.so under the prefix's lib/)
 #   numpy, pandas, rich       PyPI
+#   torch==2.13.0 (optional)  PyPI, the CPU build: the peers of `--quantised` (int4 weight-only
+#                             and dynamic int8 matmuls); a wheel of it is on these machines' disk
 #
 # A peer that fails to install is listed at the end and the script goes on: the
 # benchmark then reports that peer as missing instead of dropping it silently.
@@ -41,6 +43,13 @@ for pkg in numpy pandas rich "mkl" "mkl-devel"; do
   pip_install "$pkg"
   python3 -m pip show -q "$name" >/dev/null 2>&1 || failed+=("$pkg (PyPI)")
 done
+
+# The quantised benchmark's peer; optional: without it `--quantised` reports PyTorch as missing.
+if ! python3 -m pip show -q torch >/dev/null 2>&1; then
+  echo "setup_bench: pip install torch==2.13.0 (optional peer of --quantised)"
+  pip_install "torch==2.13.0"
+  python3 -m pip show -q torch >/dev/null 2>&1 || failed+=("torch==2.13.0 (PyPI, optional)")
+fi
 
 # Where the benchmark will find each peer (the same search it does itself).
 python3 -m benchmarks --list-peers 2>/dev/null || true

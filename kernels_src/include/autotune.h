@@ -158,6 +158,32 @@ const char *at_required_features(void);
 void at_set_num_threads(int n);
 int at_get_num_threads(void);
 
+/* Quantised matmul: C[M,N] (f32, row-major) = A[M,K] (f32, row-major) x W[K,N],
+ * W quantised by autotune.quantize_weights and packed in its qpanel8 format
+ * (docs/quantised.md).  A is quantised to int8 per row and block of `block`
+ * values at call time; a NaN or Inf in a block of A makes its row of C NaN.
+ * bias (N floats) is added and clamp ({low, high}) applied when not NULL.
+ * Returns AT_OK, or AT_EINVAL / AT_ENOMEM with at_last_error() saying why. */
+typedef struct {
+    int32_t bits;          /* 4 or 8 */
+    int32_t symmetric;     /* 4 bits: 1 for zero point 8, 0 for a zero point per block */
+    int64_t k, n;          /* W is k x n */
+    int64_t block;         /* rows of K per scale: a multiple of 32 */
+    const uint8_t *codes;  /* ceil(n/32)*4 panels of 8 columns; 128 (4 bits) or 256 bytes per 32 rows of K */
+    const float *scales;   /* [panels][ceil(k/block)][8] */
+    const float *zeros;    /* asymmetric 4 bits: zero points as floats, laid out as scales; else NULL */
+} at_qweights;
+int at_qmatmul_f32(int64_t M, const float *A, int64_t lda, const at_qweights *w,
+                   const float *bias, const float *clamp, float *C, int64_t ldc);
+/* The same with one named kernel for its row blocks (the portable code does the
+ * other rows): for validation and benchmarks.  AT_ENOKERNEL for a name the
+ * library does not have, of another kind of weights, or that this CPU cannot run. */
+int at_qmatmul_f32_using(const char *kernel, int64_t M, const float *A, int64_t lda,
+                         const at_qweights *w, const float *bias, const float *clamp, float *C,
+                         int64_t ldc);
+/* The library's quantised kernels, preferred first: the name of number `index`, NULL past the end. */
+const char *at_qkernel_name(int index);
+
 /* BLAS interfaces. */
 #ifndef AT_NO_CBLAS_DECLS
 enum CBLAS_ORDER { CblasRowMajor = 101, CblasColMajor = 102 };

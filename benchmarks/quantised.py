@@ -1,0 +1,194 @@
+"""`autotune bench --quantised`: qmatmul against its peers, one thread each, in one run.
+
+For each shape (M, K, N) the same W is quantised once to 4 bits (blocks of 32,
+symmetric) and every peer multiplies the same f32 A by it:
+
+* **autotune**: :func:`autotune.qmatmul` (A quantised to int8 in C at each call);
+* **torch int4**: PyTorch's weight-only int4 matmul,
+  ``aten._weight_int4pack_mm_for_cpu`` with f32 activations, fed autotune's own
+  codes and scales (zero offsets 0), so it computes with the same weights;
+  **torch int4 bf16**: the same with bf16 activations and scales (its fast path);
+* **torch int8 dyn**: ``torch.ao.quantization.quantize_dynamic`` of an
+  ``nn.Linear`` holding the dequantised W (per-tensor int8 weights, A quantised per call);
+* **numpy f32**: ``np.matmul`` on the dequantised f32 W (its BLAS, pinned to one
+  thread through threadpoolctl).
+
+Each is timed best-of-``repeats`` after a warm-up, each repeat looping for at least
+``min_time`` seconds.  Ratios are peer time / autotune time (above 1: autotune is
+faster).  Every peer's C is checked against the f32 product on the dequantised W
+within :func:`autotune.quant.quantization_error_bound` (torch int4, which gets
+the dequantised W exactly, within a float tolerance of it), and a wrong one is
+reported, not timed.  A missing peer (PyTorch not installed, a shape it refuses)
+is reported with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: The issue's shapes (M = 1, 16, 64 with K = N = 4096) and odd ones.
+SHAPES = ((1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (1, 4000, 1000), (7, 1000, 333), (33, 2048, 1024))
+QUICK_SHAPES = ((1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096))
+#: Targets of issue 17 on x86, one thread: peer time / autotune time at least this.
+TARGETS = {"torch int4": 1.5, "torch int4 bf16": 1.5, "numpy f32": 2.0}
+BLOCK = 32
+
+
+@dataclass(frozen=True)
+class Row:
+    shape: tuple[int, int, int]
+    peer: str
+    seconds: float | None
+    note: str = ""
+
+
+def _best(fn: Callable[[], object], repeats: int, min_time: float) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        calls, start = 0, time.perf_counter()
+        while True:
+            fn()
+            calls += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= min_time:
+                break
+        best = min(best, elapsed / calls)
+    return best
+
+
+def _torch_peers(A: np.ndarray, w, Wd: np.ndarray) -> dict[str, Callable[[], np.ndarray] | str]:
+    """The PyTorch peers as callables returning C, or the reason one is missing."""
+    try:
+        import torch
+    except ImportError:
+        reason = "PyTorch not installed (pip install torch==2.13.0; scripts/setup_bench.sh)"
+        return {"torch int4": reason, "torch int8 dyn": reason}
+    torch.set_num_threads(1)
+    peers: dict[str, Callable[[], np.ndarray] | str] = {}
+    x = torch.from_numpy(A)
+    k, n = Wd.shape
+    try:
+        if w.padded_k != k:
+            raise ValueError(f"K={k} is not a multiple of the group size {BLOCK}")
+        nibbles = np.empty((w.n, w.padded_k), np.int32)
+        nibbles[:, 0::2] = w.codes & 0x0F
+        nibbles[:, 1::2] = w.codes >> 4
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(torch.from_numpy(nibbles), 2)
+        scales = torch.from_numpy(np.ascontiguousarray(w.block_scales().T))  # [K / group, N]
+        scale_zeros = torch.stack([scales, torch.zeros_like(scales)], dim=2).contiguous()
+        int4 = torch.ops.aten._weight_int4pack_mm_for_cpu
+        peers["torch int4"] = lambda: int4(x, packed, BLOCK, scale_zeros).numpy()
+        # Its fast path takes bf16 activations (the f32 one is far slower): timed too, with
+        # the conversions, so a user who would switch to bf16 sees that choice as well.
+        scale_zeros16 = scale_zeros.to(torch.bfloat16)
+        peers["torch int4 bf16"] = lambda: int4(x.to(torch.bfloat16), packed, BLOCK, scale_zeros16).float().numpy()
+    except Exception as exc:  # a shape or build it refuses: reported, not fatal
+        for name in ("torch int4", "torch int4 bf16"):
+            peers.setdefault(name, f"refused: {str(exc).splitlines()[0][:120]}")
+    try:
+        linear = torch.nn.Linear(k, n, bias=False)
+        with torch.no_grad():
+            linear.weight.copy_(torch.from_numpy(np.ascontiguousarray(Wd.T)))
+        dynamic = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
+                                                         dtype=torch.qint8)
+
+        def run_dynamic() -> np.ndarray:
+            with torch.no_grad():
+                return dynamic(x).numpy()
+
+        peers["torch int8 dyn"] = run_dynamic
+    except Exception as exc:
+        peers["torch int8 dyn"] = f"refused: {str(exc).splitlines()[0][:120]}"
+    return peers
+
+
+def _right(peer: str, C: np.ndarray, A: np.ndarray, w, Wd: np.ndarray) -> str | None:
+    """None when C is a right answer for this peer; else what is wrong."""
+    from autotune.quant import quantization_error_bound
+
+    exact = A.astype(np.float64) @ Wd.astype(np.float64)
+    magnitude = np.abs(A).astype(np.float64) @ np.abs(Wd).astype(np.float64)
+    if peer in ("torch int4", "numpy f32"):  # the dequantised W itself: float rounding only
+        bound = 8 * np.finfo(np.float32).eps * magnitude + 1e-30
+    elif peer == "torch int4 bf16":  # A and the scales rounded to bf16 (8 bits), products and sums too
+        bound = 4 * 2.0 ** -8 * magnitude + 1e-30
+    elif peer == "torch int8 dyn":  # its own (per-tensor) quantisation: twice ours is generous
+        bound = 4 * quantization_error_bound(A, w) + 1e-30
+    else:
+        bound = quantization_error_bound(A, w)
+    bad = np.argwhere(~(np.abs(C.astype(np.float64) - exact) <= bound))
+    if len(bad):
+        i, j = bad[0]
+        return f"wrong: C[{i},{j}] = {C[i, j]:.6g}, f32 product {exact[i, j]:.6g}, bound {bound[i, j]:.3g}"
+    return None
+
+
+def measure(shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 5, min_time: float = 0.05,
+            seed: int = 7) -> list[Row]:
+    """Time every peer on every shape; rows in shape order, autotune first."""
+    import autotune
+    from autotune.runtime import api
+
+    try:
+        from threadpoolctl import threadpool_limits
+        limits = threadpool_limits(1)
+    except ImportError:  # numpy's BLAS keeps its own thread count: said in its note
+        limits = None
+    rows: list[Row] = []
+    rng = np.random.default_rng(seed)
+    library = api.current()
+    for m, k, n in shapes:
+        A = rng.standard_normal((m, k)).astype(np.float32)
+        W = rng.standard_normal((k, n)).astype(np.float32)
+        w = autotune.quantize_weights(W, bits=4, block=BLOCK)
+        Wd = w.dequantize()
+        peers: dict[str, Callable[[], np.ndarray] | str] = {"autotune": lambda: autotune.qmatmul(A, w)}
+        if library is None:
+            peers["autotune"] = f"no libautotune: {api._state.reason}"
+        peers.update(_torch_peers(A, w, Wd))
+        peers["numpy f32"] = lambda: np.matmul(A, Wd)
+        for peer, fn in peers.items():
+            if isinstance(fn, str):
+                rows.append(Row((m, k, n), peer, None, fn))
+                continue
+            problem = _right(peer, fn(), A, w, Wd)
+            if problem:
+                rows.append(Row((m, k, n), peer, None, problem))
+                continue
+            note = "numpy threads not pinned (no threadpoolctl)" if peer == "numpy f32" and limits is None else ""
+            rows.append(Row((m, k, n), peer, _best(fn, repeats, min_time), note))
+    if limits is not None:
+        limits.restore_original_limits()
+    return rows
+
+
+def report(rows: Sequence[Row]) -> str:
+    """A text table: per shape, each peer's time and its ratio to autotune's; then the targets."""
+    lines = [f"{'M x K x N':>18}  {'peer':<15} {'ms':>9} {'x autotune':>11}  note"]
+    verdicts = []
+    for shape in dict.fromkeys(r.shape for r in rows):
+        mine = [r for r in rows if r.shape == shape]
+        ours = next((r.seconds for r in mine if r.peer == "autotune"), None)
+        for r in mine:
+            ms = f"{r.seconds * 1e3:9.3f}" if r.seconds else f"{'-':>9}"
+            ratio = f"{r.seconds / ours:11.2f}" if r.seconds and ours and r.peer != "autotune" else f"{'':>11}"
+            lines.append(f"{'x'.join(map(str, shape)):>18}  {r.peer:<15} {ms} {ratio}  {r.note}")
+            if r.peer in TARGETS and r.seconds and ours:
+                met = r.seconds / ours >= TARGETS[r.peer]
+                verdicts.append(f"{'x'.join(map(str, shape))}: {r.seconds / ours:.2f}x {r.peer} "
+                                f"(target {TARGETS[r.peer]}x) {'met' if met else 'NOT met'}")
+    return "\n".join(lines + ["", "targets (one thread):", *verdicts])
+
+
+def run(quick: bool = False, shapes: Sequence[tuple[int, int, int]] = (), repeats: int | None = None,
+        min_time: float | None = None) -> int:
+    """Measure and print; 1 when a peer computed a wrong answer."""
+    rows = measure(shapes or (QUICK_SHAPES if quick else SHAPES), repeats or (3 if quick else 5),
+                   min_time if min_time is not None else (0.02 if quick else 0.05))
+    print(report(rows))
+    return 1 if any(r.note.startswith("wrong") for r in rows) else 0

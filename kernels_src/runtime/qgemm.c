@@ -1,0 +1,324 @@
+/* qgemm.c: the quantised matmul's entry points (at_qmatmul_f32 of autotune.h).
+ *
+ * One call: quantise A per row and block (as autotune.quant.quantize_activations
+ * does, bit for bit), cover C with the registry's kernels (at_qkernel.h) - the
+ * preferred block kernel for whole groups of its mr rows, the preferred mr = 1
+ * kernel for the rest - then add the bias and clamp.  Where the library has no
+ * kernel of the weights' kind, or this CPU cannot run them, the portable code
+ * below computes with the same arithmetic: never a wrong answer, never SIGILL.
+ * Compiled with the baseline flags, like the rest of the runtime.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_internal.h"
+#include "at_qkernel.h"
+#include "autotune.h"
+
+#define QSUB 32
+#define QPANEL 8
+
+/* Round to nearest, ties to even, for |x| < 2^51: rint without a libm call (the
+ * baseline ISA has no rounding instruction).  Adding 1.5 * 2^52 leaves no fraction
+ * bits, so the addition rounds; C forbids folding (x + c) - c without -ffast-math,
+ * which the runtime is never built with, and SSE arithmetic has no excess precision. */
+static inline double round_even(double x)
+{
+    const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+    return (x + magic) - magic;
+}
+
+/* A[M, K] -> codes [M, Kp], scales and code sums [M, blocks]: per block
+ * sa = float(max|a| / 127) (divided in double, as numpy does), qa = rint(a / sa)
+ * clipped to [-127, 127]; a block with NaN or Inf gets sa = NaN and codes 0. */
+static void quantize_rows(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
+                          int8_t *qa, float *sa, float *asum)
+{
+    const int64_t kp = blocks * block;
+    for (int64_t m = 0; m < M; ++m) {
+        const float *a = A + m * lda;
+        int8_t *q = qa + m * kp;
+        for (int64_t b = 0; b < blocks; ++b) {
+            const int64_t k0 = b * block, k1 = k0 + block < K ? k0 + block : K;
+            float amax = 0.0f;
+            int finite = 1;
+            for (int64_t k = k0; k < k1; ++k) {
+                const float x = fabsf(a[k]);
+                if (!(x <= 3.4028234663852886e38f)) finite = 0; /* NaN or Inf */
+                else if (x > amax) amax = x;
+            }
+            int32_t sum = 0;
+            if (!finite) {
+                sa[m * blocks + b] = NAN;
+                memset(q + k0, 0, (size_t)block);
+            } else {
+                const float scale = (float)((double)amax / 127.0);
+                sa[m * blocks + b] = scale;
+                for (int64_t k = k0; k < k0 + block; ++k) {
+                    int32_t code = 0;
+                    if (k < k1 && scale > 0.0f) {
+                        double r = round_even((double)a[k] / (double)scale);
+                        code = r > 127.0 ? 127 : r < -127.0 ? -127 : (int32_t)r;
+                    }
+                    q[k] = (int8_t)code;
+                    sum += code;
+                }
+            }
+            asum[m * blocks + b] = (float)sum;
+        }
+    }
+}
+
+/* The portable kernel: one row, one panel, any kind; the kernels' arithmetic in C. */
+static void portable_1x8(int kind, int64_t blocks, int64_t sub, const int8_t *qa, const float *sa,
+                         const float *asum, const uint8_t *wq, const float *ws, const float *wz, float *C,
+                         int load_c)
+{
+    float c[QPANEL] = {0};
+    if (load_c) memcpy(c, C, sizeof c);
+    const int64_t bytes = kind == AT_Q8 ? 256 : 128;
+    for (int64_t b = 0; b < blocks; ++b) {
+        int32_t isum[QPANEL] = {0};
+        for (int64_t u = 0; u < sub; ++u) {
+            const int64_t t = b * sub + u;
+            const int8_t *a = qa + t * QSUB;
+            const uint8_t *w = wq + t * bytes;
+            for (int col = 0; col < QPANEL; ++col) {
+                int32_t s = 0;
+                if (kind == AT_Q8) {
+                    for (int g = 0; g < 8; ++g)
+                        for (int j = 0; j < 4; ++j) s += (int8_t)w[g * 32 + col * 4 + j] * a[4 * g + j];
+                } else {
+                    for (int v = 0; v < 4; ++v)
+                        for (int j = 0; j < 4; ++j) {
+                            const uint8_t byte = w[v * 32 + col * 4 + j];
+                            s += (byte & 0x0F) * a[8 * v + j] + (byte >> 4) * a[8 * v + 4 + j];
+                        }
+                }
+                isum[col] += s;
+            }
+        }
+        const float scale_a = sa[b];
+        for (int col = 0; col < QPANEL; ++col) {
+            float x = (float)isum[col];
+            if (kind == AT_Q4S) x -= 8.0f * asum[b];
+            else if (kind == AT_Q4A) x -= wz[b * QPANEL + col] * asum[b];
+            c[col] += x * (scale_a * ws[b * QPANEL + col]);
+        }
+    }
+    memcpy(C, c, sizeof c);
+}
+
+/* The calling thread's scratch for the quantised A, kept between calls: glibc
+ * serves an allocation of this size (256 KiB for 64 x 4096) with a fresh mmap,
+ * whose pages fault and are cleared on every call.  Freed at thread exit. */
+static _Thread_local struct { char *data; size_t size; } scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_key_init(void) { (void)pthread_key_create(&scratch_key, free); }
+
+static char *workspace(size_t size)
+{
+    if (size <= scratch.size) return scratch.data;
+    pthread_once(&scratch_once, scratch_key_init);
+    char *data = realloc(scratch.data, size);
+    if (!data) return NULL;
+    scratch.data = data, scratch.size = size;
+    (void)pthread_setspecific(scratch_key, data);
+    return data;
+}
+
+/* Whether this CPU has every feature of at_qkernel_features (asked once). */
+static int kernels_runnable(void)
+{
+    static _Atomic int known = -1;
+    int ok = atomic_load_explicit(&known, memory_order_relaxed);
+    if (ok >= 0) return ok;
+    ok = 1;
+    const char *p = at_qkernel_features;
+    while (*p) {
+        while (*p == ' ') p++;
+        const char *end = p;
+        while (*end && *end != ' ') end++;
+        const size_t len = (size_t)(end - p);
+        int has = 0;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_cpu_init();
+        if (len == 4 && memcmp(p, "avx2", 4) == 0) has = __builtin_cpu_supports("avx2");
+        else if (len == 3 && memcmp(p, "fma", 3) == 0) has = __builtin_cpu_supports("fma");
+#endif
+        if (len > 0 && !has) ok = 0;
+        p = end;
+    }
+    atomic_store_explicit(&known, ok, memory_order_relaxed);
+    return ok;
+}
+
+static int kind_of(const at_qweights *w) { return w->bits == 8 ? AT_Q8 : w->symmetric ? AT_Q4S : AT_Q4A; }
+
+static int check(int64_t M, const float *A, int64_t lda, const at_qweights *w, const float *clamp, float *C,
+                 int64_t ldc)
+{
+    if (!w) { at__set_error("at_qmatmul_f32: no weights"); return AT_EINVAL; }
+    if (w->bits != 4 && w->bits != 8) { at__set_error("at_qmatmul_f32: bits must be 4 or 8, not %d", w->bits); return AT_EINVAL; }
+    if (w->bits == 8 && !w->symmetric) { at__set_error("at_qmatmul_f32: 8-bit weights are symmetric"); return AT_EINVAL; }
+    if (w->block < QSUB || w->block % QSUB != 0) {
+        at__set_error("at_qmatmul_f32: block must be a positive multiple of 32, not %lld", (long long)w->block);
+        return AT_EINVAL;
+    }
+    if (w->k < 1 || w->n < 1 || M < 0) {
+        at__set_error("at_qmatmul_f32: M=%lld, K=%lld, N=%lld", (long long)M, (long long)w->k, (long long)w->n);
+        return AT_EINVAL;
+    }
+    if (lda < w->k || ldc < w->n) {
+        at__set_error("at_qmatmul_f32: lda=%lld < K=%lld or ldc=%lld < N=%lld", (long long)lda, (long long)w->k,
+                      (long long)ldc, (long long)w->n);
+        return AT_EINVAL;
+    }
+    if (M > 0 && (!A || !C || !w->codes || !w->scales || (w->bits == 4 && !w->symmetric && !w->zeros))) {
+        at__set_error("at_qmatmul_f32: a NULL operand");
+        return AT_EINVAL;
+    }
+    if (clamp && !(clamp[0] <= clamp[1])) {
+        at__set_error("at_qmatmul_f32: clamp must be {low, high} with low <= high");
+        return AT_EINVAL;
+    }
+    return AT_OK;
+}
+
+static void finish_rows(int64_t M, int64_t N, const float *bias, const float *clamp, float *C, int64_t ldc)
+{
+    if (!bias && !clamp) return;
+    for (int64_t m = 0; m < M; ++m) {
+        float *c = C + m * ldc;
+        for (int64_t n = 0; n < N; ++n) {
+            float v = c[n];
+            if (bias) v += bias[n];
+            if (clamp) v = v < clamp[0] ? clamp[0] : v > clamp[1] ? clamp[1] : v; /* NaN stays NaN */
+            c[n] = v;
+        }
+    }
+}
+
+/* How many blocks of K one slice covers: a group of panels' weights for a slice
+ * (about SLICE_BYTES) stay in L1 while every row passes over them; the slices of
+ * one group of panels follow each other, so its columns of C (M x nr) stay in L1
+ * too instead of going through L3 once per slice.  Measured on
+ * this Zen 3 VM (64 x 4096 x 4096, 4 bits, one thread, noisy): 17-22 GMAC/s with
+ * whole-K panels, 28-38 with 4 KiB slices; 16 KiB slices fell in between. */
+#define SLICE_BYTES 4096
+
+/* Rows [m0, m0 + rows) of C with kernel k (NULL: the portable kernel, a row at a
+ * time); rows is a multiple of k's mr.  Columns past N go to a tile on the stack. */
+static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind, const int8_t *qa, const float *sa,
+                  const float *asum, int64_t kp, int64_t blocks, int64_t sub, int64_t panels, int64_t wstride,
+                  int64_t sstride, const at_qweights *w, float *C, int64_t ldc)
+{
+    float tile[8 * AT_QPAD_COLUMNS] = {0};
+    const int64_t mr = k ? k->mr : 1, step = k ? k->nr / QPANEL : 1;
+    const int64_t block_bytes = sub * (kind == AT_Q8 ? 256 : 128) * step;
+    const int64_t slice = block_bytes >= SLICE_BYTES ? 1 : SLICE_BYTES / block_bytes;
+    for (int64_t p = 0; p < panels; p += step) {
+        const int64_t n0 = p * QPANEL, width = step * QPANEL;
+        const int whole = n0 + width <= w->n;
+        const int64_t cols = w->n - n0 < width ? w->n - n0 : width;
+        for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
+            const int64_t nb = blocks - b0 < slice ? blocks - b0 : slice;
+            const int64_t code_offset = b0 * sub * (kind == AT_Q8 ? 256 : 128);
+            const uint8_t *wq = w->codes + p * wstride + code_offset;
+            const float *ws = w->scales + p * sstride + b0 * QPANEL;
+            const float *wz = w->zeros ? w->zeros + p * sstride + b0 * QPANEL : NULL;
+            for (int64_t m = m0; m < m0 + rows; m += mr) {
+                float *out = whole ? C + m * ldc + n0 : tile;
+                const int64_t ldo = whole ? ldc : width;
+                if (!whole && b0 > 0)
+                    for (int64_t r = 0; r < mr && cols > 0; ++r)
+                        memcpy(tile + r * width, C + (m + r) * ldc + n0, sizeof(float) * (size_t)cols);
+                const int64_t a_off = m * kp + b0 * sub * QSUB, s_off = m * blocks + b0;
+                if (k) {
+                    k->fn(nb, sub, qa + a_off, kp, sa + s_off, asum + s_off, blocks, wq, wstride, ws, wz, sstride,
+                          out, ldo, b0 > 0);
+                } else {
+                    portable_1x8(kind, nb, sub, qa + a_off, sa + s_off, asum + s_off, wq, ws, wz, out, b0 > 0);
+                }
+                if (!whole)
+                    for (int64_t r = 0; r < mr && cols > 0; ++r)
+                        memcpy(C + (m + r) * ldc + n0, tile + r * width, sizeof(float) * (size_t)cols);
+            }
+        }
+    }
+}
+
+/* C with `main` on whole groups of its rows and `one` (mr = 1) on the rest;
+ * either may be NULL (the portable kernel then does its rows). */
+static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_t M, const float *A, int64_t lda,
+               const at_qweights *w, const float *bias, const float *clamp, float *C, int64_t ldc)
+{
+    int status = check(M, A, lda, w, clamp, C, ldc);
+    if (status != AT_OK || M == 0) return status;
+    const int kind = kind_of(w);
+    const int64_t blocks = (w->k + w->block - 1) / w->block, kp = blocks * w->block, sub = w->block / QSUB;
+    const int64_t panels = (w->n + AT_QPAD_COLUMNS - 1) / AT_QPAD_COLUMNS * (AT_QPAD_COLUMNS / QPANEL);
+    const int64_t wstride = kp / QSUB * (kind == AT_Q8 ? 256 : 128), sstride = blocks * QPANEL;
+    const size_t scale_bytes = sizeof(float) * (size_t)(M * blocks);
+    char *space = workspace((size_t)(M * kp) + 2 * scale_bytes);
+    if (!space) {
+        at__set_error("at_qmatmul_f32: no memory for the quantised A (%lld bytes)", (long long)(M * kp));
+        return AT_ENOMEM;
+    }
+    float *sa = (float *)space, *asum = (float *)(space + scale_bytes);
+    int8_t *qa = (int8_t *)(space + 2 * scale_bytes);
+    quantize_rows(M, w->k, A, lda, w->block, blocks, qa, sa, asum);
+
+    /* Whole groups of the main kernel's rows, then the rest one row at a time.  A
+     * group of panels is the outer loop: its weights (nr/8 * K/2 bytes for 4 bits)
+     * stay in cache while every row passes over them, and are read from memory once. */
+    const int64_t rows_main = main ? M / main->mr * main->mr : 0;
+    cover(main, 0, rows_main, kind, qa, sa, asum, kp, blocks, sub, panels, wstride, sstride, w, C, ldc);
+    cover(one, rows_main, M - rows_main, kind, qa, sa, asum, kp, blocks, sub, panels, wstride, sstride, w, C, ldc);
+    finish_rows(M, w->n, bias, clamp, C, ldc);
+    return AT_OK;
+}
+
+/* The first kernel of `kind` with mr > 1 (rows > 1) or mr == 1 (rows == 1). */
+static const at_qkernel_entry *preferred(int kind, int rows)
+{
+    if (!kernels_runnable()) return NULL;
+    for (int i = 0; i < at_qkernel_count; ++i) {
+        const at_qkernel_entry *e = &at_qkernel_table[i];
+        if (e->kind == kind && (rows > 1 ? e->mr > 1 : e->mr == 1)) return e;
+    }
+    return NULL;
+}
+
+int at_qmatmul_f32(int64_t M, const float *A, int64_t lda, const at_qweights *w, const float *bias,
+                   const float *clamp, float *C, int64_t ldc)
+{
+    if (!w) return check(M, A, lda, w, clamp, C, ldc);
+    const int kind = kind_of(w);
+    return run(M > 1 ? preferred(kind, 2) : NULL, preferred(kind, 1), M, A, lda, w, bias, clamp, C, ldc);
+}
+
+int at_qmatmul_f32_using(const char *kernel, int64_t M, const float *A, int64_t lda, const at_qweights *w,
+                         const float *bias, const float *clamp, float *C, int64_t ldc)
+{
+    if (!w) return check(M, A, lda, w, clamp, C, ldc);
+    for (int i = 0; kernel && i < at_qkernel_count; ++i) {
+        const at_qkernel_entry *e = &at_qkernel_table[i];
+        if (strcmp(e->name, kernel) != 0) continue;
+        if (e->kind != kind_of(w) || !kernels_runnable()) break;
+        return e->mr > 1 ? run(e, NULL, M, A, lda, w, bias, clamp, C, ldc)
+                         : run(NULL, e, M, A, lda, w, bias, clamp, C, ldc);
+    }
+    at__set_error("at_qmatmul_f32_using: no runnable kernel %s for %d-bit %s weights", kernel ? kernel : "(null)",
+                  w->bits, w->symmetric ? "symmetric" : "asymmetric");
+    return AT_ENOKERNEL;
+}
+
+const char *at_qkernel_name(int index)
+{
+    return index >= 0 && index < at_qkernel_count ? at_qkernel_table[index].name : NULL;
+}

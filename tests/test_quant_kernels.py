@@ -1,0 +1,233 @@
+"""The quantised kernels and qmatmul end to end: generated AVX2 kernels, the library's
+entry point, the Python API, and the install stage that validates them.
+
+Every product is compared with :func:`autotune.quant.reference_qmatmul` within
+:func:`autotune.quant.scaling_error_bound` (the only rounding a correct kernel may
+add), over odd shapes and adversarial scales.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import autotune
+from autotune import host, quant, qsuite, toolchain
+from autotune.codegen import quant_x86
+from autotune.link import build_runtime, default_params, emit_kernel_table_c
+from autotune.runtime import api, loader, qapi
+import autotune.runtime as rt
+
+from .isa import requires_isa
+
+pytestmark = requires_isa("avx2")
+
+KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
+
+
+#: The forms the default suite compiles (the whole family takes a minute: see the slow test):
+#: GEMV and block kernels of one, two and four panels, per kind.
+FORMS = [quant_x86.QKernel(kind, "avx2", mr, nr) for kind in KINDS for mr, nr in ((1, 8), (1, 32), (2, 16), (4, 8))]
+
+
+@pytest.fixture(scope="session")
+def qlib(tmp_path_factory: pytest.TempPathFactory) -> loader.Runtime:
+    """A libautotune whose registry holds FORMS (no float kernels)."""
+    home = tmp_path_factory.mktemp("qhome")
+    target = toolchain.target_for("avx2", host.detect())
+    names = [k.name for k in FORMS]
+    parts = qsuite.library_parts({"quant": {"selected": names}}, {"avx2": target}, home)
+    table = emit_kernel_table_c([], default_params(provenance="model"), {})
+    built = build_runtime(target, [], table, home / "lib" / "quant", quant=parts)
+    runtime = loader.load(built.library)
+    assert runtime is not None and qapi.prototypes(runtime.lib)
+    return runtime
+
+
+@pytest.fixture
+def using(qlib):
+    """qlib behind autotune.qmatmul for one test, then whatever was there before."""
+    before = api.current()
+    rt.use_library(qlib.path)
+    yield qlib
+    rt.use_library(before.path if before is not None else None)
+
+
+def _within(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights, bias=None, clamp=None) -> None:
+    want = quant.reference_qmatmul(A, w, bias, clamp)
+    problem = qsuite._check(C, want, quant.scaling_error_bound(A, w).astype(np.float64))
+    assert problem is None, problem
+
+
+def test_the_registry_lists_the_kernels_in_order(qlib):
+    assert qapi.kernel_names(qlib.lib) == [k.name for k in FORMS]
+
+
+@pytest.mark.parametrize("name", [k.name for k in FORMS])
+def test_every_kernel_matches_the_reference_on_adversarial_cases(qlib, name):
+    kind = qsuite.parse_name(name).kind
+    for description, A, w in qsuite._cases(kind):
+        C = qapi.call(qlib.lib, A, w, None, None, name)
+        want = quant.reference_qmatmul(A, w)
+        problem = qsuite._check(C, want, quant.scaling_error_bound(A, w).astype(np.float64))
+        assert problem is None, f"{name} at {description}: {problem}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 19), k=st.integers(1, 300), n=st.integers(1, 75), block=st.sampled_from([32, 64, 96]),
+       kind=st.sampled_from(sorted(KINDS)), scale=st.sampled_from([1.0, 1e-30, 1e30]), seed=st.integers(0, 2**16))
+def test_library_choice_matches_the_reference(qlib, m, k, n, block, kind, scale, seed):
+    rng = np.random.default_rng(seed)
+    A = (rng.standard_normal((m, k)) * scale).astype(np.float32)
+    W = rng.standard_normal((k, n)).astype(np.float32)
+    bits, symmetric = KINDS[kind]
+    w = quant.quantize_weights(W, bits, block, symmetric)
+    _within(qapi.call(qlib.lib, A, w, None, None), A, w)
+
+
+def test_portable_code_when_the_library_has_no_quantised_kernel(built):
+    """The session library has no quantised kernels: qgemm.c's portable code computes."""
+    runtime = loader.load(built.library)
+    assert qapi.prototypes(runtime.lib) and qapi.kernel_names(runtime.lib) == []
+    rng = np.random.default_rng(3)
+    for kind, (bits, symmetric) in KINDS.items():
+        A = rng.standard_normal((5, 77)).astype(np.float32)
+        w = quant.quantize_weights(rng.standard_normal((77, 13)), bits, 32, symmetric)
+        _within(qapi.call(runtime.lib, A, w, None, None), A, w)
+        with pytest.raises(quant.QuantizationError, match="AT_ENOKERNEL"):
+            qapi.call(runtime.lib, A, w, None, None, f"at_{kind}_avx2_1x8")
+
+
+def test_qmatmul_bias_clamp_and_nan_rows(using):
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((6, 130)).astype(np.float32)
+    A[2, 7] = np.nan
+    W = rng.standard_normal((130, 45)).astype(np.float32)
+    bias = rng.standard_normal(45).astype(np.float32)
+    for kind, (bits, symmetric) in KINDS.items():
+        w = autotune.quantize_weights(W, bits=bits, symmetric=symmetric)
+        C = autotune.qmatmul(A, w, bias=bias, clamp=(-3.0, 2.5))
+        _within(C, A, w, bias, (-3.0, 2.5))
+        assert np.isnan(C[2]).all() and not np.isnan(np.delete(C, 2, axis=0)).any()
+        rows = np.delete(C, 2, axis=0)
+        assert rows.min() >= -3.0 and rows.max() <= 2.5
+        # and near the float product: the quantisation error bound, stated in quant.py
+        good = np.delete(np.arange(6), 2)
+        exact = A[good].astype(np.float64) @ W.astype(np.float64)
+        plain = autotune.qmatmul(A[good], w)
+        assert (np.abs(plain - exact) <= quant.quantization_error_bound(A[good], w)).all()
+
+
+def test_qmatmul_errors_are_clear(using):
+    w = autotune.quantize_weights(np.ones((40, 3), np.float32))
+    A = np.ones((2, 40), np.float32)
+    with pytest.raises(TypeError, match="float32"):
+        autotune.qmatmul(A.astype(np.float64), w)
+    with pytest.raises(ValueError, match="2-D"):
+        autotune.qmatmul(A[0], w)
+    with pytest.raises(ValueError, match="K=41 columns"):
+        autotune.qmatmul(np.ones((2, 41), np.float32), w)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        autotune.qmatmul(A, w, bias=np.ones(4))
+    with pytest.raises(ValueError, match="low <= high"):
+        autotune.qmatmul(A, w, clamp=(1.0, -1.0))
+    with pytest.raises(TypeError, match="QuantizedWeights"):
+        autotune.qmatmul(A, np.ones((40, 3), np.float32))
+
+
+def test_saved_weights_give_the_same_product(using, tmp_path):
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((3, 100)).astype(np.float32)
+    for kind, (bits, symmetric) in KINDS.items():
+        w = autotune.quantize_weights(rng.standard_normal((100, 20)), bits=bits, symmetric=symmetric)
+        loaded = quant.QuantizedWeights.load(w.save(tmp_path / kind))
+        assert np.array_equal(autotune.qmatmul(A, loaded), autotune.qmatmul(A, w))
+
+
+def test_without_a_library_the_reference_computes_and_says_why():
+    before = api.current()
+    api.use(None)
+    try:
+        w = autotune.quantize_weights(np.ones((33, 2), np.float32))
+        A = np.ones((1, 33), np.float32)
+        api._warned.clear()
+        with pytest.warns(RuntimeWarning, match="numpy computes qmatmul"):
+            C = autotune.qmatmul(A, w)
+        assert np.array_equal(C, quant.reference_qmatmul(A, w))
+    finally:
+        rt.use_library(before.path if before is not None else None)
+
+
+def test_packed_format_places_every_weight_where_at_qkernel_h_says():
+    rng = np.random.default_rng(6)
+    for bits, symmetric in KINDS.values():
+        w = quant.quantize_weights(rng.standard_normal((70, 11)), bits, 64, symmetric)
+        p = w.packed
+        signed = w.signed_codes()
+        zero = 0 if bits == 8 else (8 if symmetric else None)
+        assert p.codes.shape[0] == 32 // 8 and p.scales.shape == (4, w.blocks * 8)
+        for n in range(w.n):
+            panel, c = divmod(n, 8)
+            for k in range(w.padded_k):
+                sub, r = divmod(k, 32)
+                if bits == 8:
+                    g, j = divmod(r, 4)
+                    code = int(p.codes[panel, sub * 256 + g * 32 + c * 4 + j].astype(np.int8))
+                else:
+                    v, rest = divmod(r, 8)
+                    half, j = divmod(rest, 4)
+                    code = int(p.codes[panel, sub * 128 + v * 32 + c * 4 + j] >> (4 * half) & 0xF)
+                    z = zero if zero is not None else int(p.zeros[panel, (k // 64) * 8 + c])
+                    code -= z
+                assert code == signed[n, k], (bits, symmetric, n, k)
+            assert np.array_equal(p.scales[panel, c::8], w.block_scales()[n])
+        columns = p.scales.reshape(4, w.blocks, 8).transpose(0, 2, 1).reshape(32, w.blocks)
+        assert not columns[w.n:].any()  # padded columns have zero scales
+
+
+def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path, monkeypatch):
+    target = toolchain.target_for("avx2", host.detect())
+    real = quant_x86.generate
+
+    def broken(kernels):  # the 1x8 form forgets the zero point: a wrong answer the checks must see
+        text = real(kernels)
+        head, _, tail = text.partition("void at_q4s_avx2_1x8(")
+        return head + "void at_q4s_avx2_1x8(" + tail.replace("_mm256_fnmadd_ps(zero_point", "_mm256_fmadd_ps(zero_point", 1)
+
+    monkeypatch.setattr(quant_x86, "generate", broken)
+    stage = qsuite.run_stage(target, tmp_path, patterns=["at_q4s_avx2_1x8", "at_q4s_avx2_2x8"])
+    assert stage.verdicts["at_q4s_avx2_2x8"] == "validated"
+    assert stage.verdicts["at_q4s_avx2_1x8"].startswith("wrong answer")
+    assert stage.selected == ("at_q4s_avx2_2x8",)
+    assert set(stage.seconds["at_q4s_avx2_2x8"]) == set(qsuite.MEASURE_M)
+    monkeypatch.setattr(quant_x86, "generate", real)
+    registry, objects = qsuite.library_parts({"quant": stage.settings()}, {"avx2": target}, tmp_path)
+    assert '"at_q4s_avx2_2x8"' in registry and "at_q4s_avx2_1x8" not in registry and objects[0].exists()
+
+
+@pytest.mark.slow
+def test_install_stage_validates_the_whole_family(tmp_path):
+    target = toolchain.target_for("avx2", host.detect())
+    stage = qsuite.run_stage(target, tmp_path)
+    family = [k.name for k in quant_x86.family("avx2")]
+    assert {n: stage.verdicts[n] for n in family} == {n: "validated" for n in family}
+    assert sorted(qsuite.parse_name(n).kind for n in stage.selected) == sorted(2 * list(quant_x86.KINDS))
+
+
+def test_kernel_records_names_and_the_generated_unit():
+    k = quant_x86.QKernel("q4a", "avx2", 4, 16)
+    assert k.name == "at_q4a_avx2_4x16" and qsuite.parse_name(k.name) == k and k.panels == 2
+    for bad in (("q5", "avx2", 1, 8), ("q4s", "neon", 1, 8), ("q4s", "avx2", 9, 8), ("q4s", "avx2", 1, 12)):
+        with pytest.raises(ValueError):
+            quant_x86.QKernel(*bad)
+    with pytest.raises(ValueError, match="not a quantised kernel name"):
+        qsuite.parse_name("at_sgemm_avx2_nn_4x8")
+    text = quant_x86.generate([k])
+    assert "#error" in text and "Do not edit" in text and "void at_q4a_avx2_4x16(" in text
+    assert "const at_qkernel_entry at_qkernel_table[1] = {{0}};" in quant_x86.emit_registry([])
+    assert '{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16}' in quant_x86.emit_registry([k], ["fma", "avx2"])
+    assert all(quant_x86.fits(f) for f in quant_x86.family()) and not quant_x86.fits(quant_x86.QKernel("q8", "avx2", 8, 32))
