@@ -307,6 +307,21 @@ def test_a_thread_that_changes_its_svl_stays_right(built):
 
 
 @pytest.mark.arm
+@pytest.mark.parametrize("built", ["sme2"], indirect=True)
+def test_sme2_without_sve(built):
+    """SME2 does not imply SVE (Apple's M4 has none): the executor's normal-mode
+    code, compiled under armv9-a, was vectorised with SVE and died of SIGILL at
+    the first SME2 plan on such a CPU."""
+    target, lib, work = built
+    exe = rt.build_sequence_program(target, lib.archive, lib.header.parent, work)
+    rc, events, stderr = _run([*target.runner[:-1], "max,sve=off,sme512=on"], exe, "--seed", "8", "--calls", "150")
+    assert not [e for e in events if e["event"] == "fail"], events[:5]
+    summary = [e for e in events if e["event"] == "summary"]
+    assert rc == 0 and summary and summary[0]["failures"] == 0, f"rc={rc} (-4: SIGILL) {stderr[-500:]}"
+    assert summary[0]["cpu_check"] == 0 and "sme2" in summary[0]["families"]
+
+
+@pytest.mark.arm
 @pytest.mark.slow
 @pytest.mark.parametrize("svl", [128, 256])
 def test_sme2_library_for_another_svl_is_right_at_it(svl, tmp_path):

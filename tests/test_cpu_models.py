@@ -11,7 +11,7 @@ thread counts, the packed path) and reports which kernel families its plans use.
   ``sme2_install``, shared with tests/test_arm_netlib.py), NEON and SME2 sets for
   SVL 128, 256 and 512, under every CPU model qemu-aarch64 lists: ARMv8.0 cores
   (no LSE atomics, fp16, dotprod or SVE), SVE without SME (a64fx, neoverse-v1),
-  SME2 at each SVL, SVLs the library has no set for (1024, 2048), and a thread
+  SME2 without SVE (max,sve=off, as Apple's M4), SME2 at each SVL, SVLs the library has no set for (1024, 2048), and a thread
   that changes its SVL with prctl() after the first call.  QEMU cannot express
   SME without SME2 (no sme2 property), nor a neoverse-v2.
 * x86-64: a library as a bigger machine builds it, with AVX-512, AVX2+FMA and
@@ -57,6 +57,7 @@ ARM_MODELS = {
     "cortex-a76": 0, "cortex-a78ae": 0, "cortex-a710": 0, "neoverse-n1": 0, "neoverse-n2": 0,
     "neoverse-v1": 0, "a64fx": 0, "max,sve=off,sme=off": 0, "max,sme=off": 0,
     "max,sme128=on": 128, "max,sme256=on": 256, "max,sme512=on": 512, "max,sme_fa64=off": 256,
+    "max,sve=off": 256,  # SME2 without SVE, as Apple's M4
     "max,sme1024=on": 0, "max,sme2048=on": 0,
 }
 #: qemu-x86_64 models ("host": this CPU, natively).
