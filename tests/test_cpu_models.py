@@ -11,8 +11,9 @@ thread counts, the packed path) and reports which kernel families its plans use.
   ``sme2_install``, shared with tests/test_arm_netlib.py), NEON and SME2 sets for
   SVL 128, 256 and 512, under every CPU model qemu-aarch64 lists: ARMv8.0 cores
   (no LSE atomics, fp16, dotprod or SVE), SVE without SME (a64fx, neoverse-v1),
-  SME2 without SVE (max,sve=off, as Apple's M4), SME2 at each SVL, SVLs the library has no set for (1024, 2048), and a thread
-  that changes its SVL with prctl() after the first call.  QEMU cannot express
+  SME2 without SVE (max,sve=off, as Apple's M4), SME2 at each SVL, SVLs the
+  library has no set for (1024, 2048), and a thread that changes its SVL with
+  prctl() after the first call.  QEMU cannot express
   SME without SME2 (no sme2 property), nor a neoverse-v2.
 * x86-64: a library as a bigger machine builds it, with AVX-512, AVX2+FMA and
   portable kernels (compiled here, never run here), under qemu-x86_64 at CPU
@@ -237,7 +238,7 @@ with warnings.catch_warnings(record=True) as seen:
     runtime = rt.use_library(sys.argv[1])
 assert runtime is not None
 from tests.test_sequence import _call
-names = [runtime.lib.at_kernel_usable(i) for i in range(runtime.lib.at_kernel_count())]
+usable = [runtime.lib.at_kernel_usable(i) for i in range(runtime.lib.at_kernel_count())]
 rng = np.random.default_rng(5)
 calls = 0
 for dtype in (np.float32, np.float64):
@@ -246,7 +247,7 @@ for dtype in (np.float32, np.float64):
             for tb in (False, True):
                 _call(rng, dtype, M, N, K, ta, tb, [1, 0, 17], ["F", "C", "F"], 1.5, 0.0 if calls % 2 else -2.0)
                 calls += 1
-print(sum(names), calls, runtime.fast is not None)
+print(sum(usable), calls, runtime.fast is not None)
 print("WARN", " | ".join(str(w.message) for w in seen))
 """
 

@@ -14,8 +14,9 @@
  * 1000 above the operand, operands one element off their allocation's alignment,
  * A and B in one buffer (both read-only: BLAS allows it), alpha 0 (A and B full of
  * NaN: never read), beta 0 (C full of NaN or Inf: never read), -0.0 as either,
- * a NaN alpha or beta, an infinite beta, a NaN in A (must reach exactly its row).  A quarter of the calls repeat an earlier product with
- * other leading dimensions, scalars and entry; an eighth repeat the previous call
+ * a NaN alpha or beta, an infinite beta, a NaN in A (must reach exactly its
+ * row).  A quarter of the calls repeat an earlier product with other leading
+ * dimensions, scalars and entry; an eighth repeat the previous call
  * exactly (the front cache's one-kernel shortcut); the thread count changes every
  * few dozen calls, and the middle third runs with the packed path forced.  Now
  * and then a call with a bad argument must reach xerbla_ / cblas_xerbla (this
@@ -61,7 +62,8 @@ static double urand(void) { return (double)(next() >> 11) * (2.0 / 9007199254740
 #define PICK(v) (v)[below((int)(sizeof(v) / sizeof(v)[0]))]
 
 /* Around the kernels' blocks (NEON 8x12, AVX2 6x16/8x8, SME2 tiles of 16..64 rows). */
-static const int sides[] = {0, 1, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 15, 16, 17, 24, 31, 32, 33, 47, 48, 63, 64, 65, 97, 130};
+static const int sides[] = {0,  1,  1,  2,  3,  4,  5,  7,  8,  9,  12, 13, 15,
+                            16, 17, 24, 31, 32, 33, 47, 48, 63, 64, 65, 97, 130};
 static const int depths[] = {0, 1, 1, 2, 3, 4, 7, 8, 16, 17, 31, 64, 65, 129};
 static const int pads[] = {0, 0, 0, 1, 3, 17, 1000};
 /* -0.0 is zero to BLAS (A, B or C not read); a NaN alpha or beta gives NaN
