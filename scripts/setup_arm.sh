@@ -2,7 +2,8 @@
 # Set up the Arm cross toolchain of autotune on a Debian 12 x86-64 machine:
 #   - clang-19, lld-19, the aarch64 C library and libgcc from the machine's own suites;
 #   - a QEMU >= 10.1 (the first that executes SME2) from Debian's trixie-backports,
-#     unpacked into the tools folder without touching the machine's apt configuration;
+#     unpacked into the tools folder without touching the machine's apt configuration:
+#     qemu-aarch64, and qemu-x86_64 for the host library under smaller x86 CPU models;
 #   - Debian's arm64 netlib BLAS testers (libblas-test:arm64) and what they load at run
 #     time, unpacked into <tools>/arm64-netlib as a sysroot for `qemu-aarch64 -L`.
 #
@@ -150,12 +151,22 @@ machine_mirror() {
     say "Debian mirror from the machine's apt sources: $MIRROR"
 }
 
-# 2. QEMU >= 10.1 from trixie-backports, unpacked into the tools folder.
+# 2. QEMU >= 10.1 from trixie-backports, unpacked into the tools folder: qemu-aarch64 runs
+# the Arm builds, and qemu-x86_64 of the same package runs the host's own x86 library under
+# smaller x86 CPU models (-cpu Nehalem, SandyBridge, Haswell) than this machine's, to check
+# that a library meeting a CPU without some of its kernels' instructions leaves them out.
 QEMU_ROOT="$TOOLS/qemu"
 QEMU_BIN="$QEMU_ROOT/usr/bin/qemu-aarch64"
+QEMU_TARGETS=(aarch64 x86_64)
+qemu_unpacked() {
+    local t
+    for t in "${QEMU_TARGETS[@]}"; do
+        [[ -x "$QEMU_ROOT/usr/bin/qemu-$t" ]] && qemu_is_recent "$QEMU_ROOT/usr/bin/qemu-$t" || return 1
+    done
+}
 install_qemu() {
-    if [[ -x "$QEMU_BIN" ]] && qemu_is_recent "$QEMU_BIN"; then
-        say "QEMU already unpacked: $("$QEMU_BIN" --version | head -n1) at $QEMU_BIN"
+    if qemu_unpacked; then
+        say "QEMU already unpacked: $("$QEMU_BIN" --version | head -n1) at $QEMU_ROOT/usr/bin (${QEMU_TARGETS[*]})"
         return 0
     fi
     machine_mirror
@@ -165,27 +176,36 @@ install_qemu() {
     apt-get "${APT_OPTS[@]}" -qq update
 
     # trixie's qemu-user carries static binaries (qemu-user-static became a transitional
-    # package); take the first of the two whose unpacked qemu-aarch64 runs here.
-    local pkg deb candidate
+    # package); take the first of the two whose unpacked emulators all run here.
+    local pkg deb t candidate ok
     for pkg in qemu-user qemu-user-static; do
         (cd "$WORK" && apt-get "${APT_OPTS[@]}" -qq download "$pkg/$BACKPORTS_SUITE") || continue
         deb=$(ls "$WORK"/"${pkg}"_*.deb 2>/dev/null | head -n1)
         [[ -n "$deb" ]] || continue
         rm -rf "$WORK/root"
         dpkg -x "$deb" "$WORK/root"
-        candidate="$WORK/root/usr/bin/qemu-aarch64"
-        [[ -x "$candidate" ]] || candidate="$WORK/root/usr/bin/qemu-aarch64-static"
-        if [[ -x "$candidate" ]] && qemu_is_recent "$candidate"; then
-            rm -rf "$QEMU_ROOT"
+        ok=1
+        for t in "${QEMU_TARGETS[@]}"; do
+            candidate="$WORK/root/usr/bin/qemu-$t"
+            [[ -x "$candidate" ]] || candidate="$WORK/root/usr/bin/qemu-$t-static"
+            [[ -x "$candidate" ]] && qemu_is_recent "$candidate" || ok=0
+        done
+        if ((ok)); then
             mkdir -p "$QEMU_ROOT/usr/bin"
-            cp "$candidate" "$QEMU_BIN"
-            say "unpacked $(basename "$deb") -> $QEMU_BIN"
+            for t in "${QEMU_TARGETS[@]}"; do
+                candidate="$WORK/root/usr/bin/qemu-$t"
+                [[ -x "$candidate" ]] || candidate="$WORK/root/usr/bin/qemu-$t-static"
+                # Renamed into place: a run of the old emulator meanwhile keeps its copy.
+                cp "$candidate" "$QEMU_ROOT/usr/bin/.qemu-$t.new"
+                mv -f "$QEMU_ROOT/usr/bin/.qemu-$t.new" "$QEMU_ROOT/usr/bin/qemu-$t"
+                say "unpacked $(basename "$deb") -> $QEMU_ROOT/usr/bin/qemu-$t"
+            done
             say "$("$QEMU_BIN" --version | head -n1)"
             return 0
         fi
-        say "$(basename "$deb") has no usable qemu-aarch64 >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR; trying the next package"
+        say "$(basename "$deb") lacks qemu-${QEMU_TARGETS[*]} >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR; trying the next package"
     done
-    die "could not obtain qemu-aarch64 >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR from $MIRROR $BACKPORTS_SUITE"
+    die "could not obtain qemu-${QEMU_TARGETS[*]} >= $QEMU_MIN_MAJOR.$QEMU_MIN_MINOR from $MIRROR $BACKPORTS_SUITE"
 }
 install_qemu
 

@@ -288,6 +288,40 @@ def test_sme2_library_is_right_on_every_arm_cpu(built):
 
 
 @pytest.mark.arm
+@pytest.mark.parametrize("built", ["sme2"], indirect=True)
+def test_a_thread_that_changes_its_svl_stays_right(built):
+    """A program may give itself another streaming vector length (prctl
+    PR_SME_SET_VL) after its first call, when the kernels were chosen for the
+    first; this ran them at the wrong extents (wrong answers, writes outside C,
+    SIGILL, heap corruption).  That thread's shares now take the portable code."""
+    target, lib, work = built
+    exe = rt.build_sequence_program(target, lib.archive, lib.header.parent, work)
+    qemu = target.runner[:-1]
+    for svl_bytes in (16, 64):  # "max" starts at SVL 256
+        rc, events, stderr = _run([*qemu, "max"], exe, "--seed", "2", "--calls", "150", "--set-svl", str(svl_bytes))
+        assert not [e for e in events if e["event"] == "fail"], events[:5]
+        (summary,) = [e for e in events if e["event"] == "summary"]
+        assert rc == 0 and summary["failures"] == 0 and summary["svl_after"] == svl_bytes * 8, stderr[-500:]
+        assert summary["cpu_check_after"] == -4 and "not the 256 its SME2 kernels" in summary["cpu_error_after"]
+        assert "sme2" in summary["families"]  # the SVL-256 set ran before the change
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("built", ["sme2"], indirect=True)
+def test_sme2_without_sve(built):
+    """SME2 does not imply SVE (Apple's M4 has none): the executor's normal-mode
+    code, compiled under armv9-a, was vectorised with SVE and died of SIGILL at
+    the first SME2 plan on such a CPU."""
+    target, lib, work = built
+    exe = rt.build_sequence_program(target, lib.archive, lib.header.parent, work)
+    rc, events, stderr = _run([*target.runner[:-1], "max,sve=off,sme512=on"], exe, "--seed", "8", "--calls", "150")
+    assert not [e for e in events if e["event"] == "fail"], events[:5]
+    summary = [e for e in events if e["event"] == "summary"]
+    assert rc == 0 and summary and summary[0]["failures"] == 0, f"rc={rc} (-4: SIGILL) {stderr[-500:]}"
+    assert summary[0]["cpu_check"] == 0 and "sme2" in summary[0]["families"]
+
+
+@pytest.mark.arm
 @pytest.mark.slow
 @pytest.mark.parametrize("svl", [128, 256])
 def test_sme2_library_for_another_svl_is_right_at_it(svl, tmp_path):

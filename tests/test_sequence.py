@@ -13,8 +13,14 @@ dimensions so that plans keyed on them are told apart.
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+from autotune.toolchain import find_cc
 
 import autotune.runtime as rt
 
@@ -76,3 +82,24 @@ def test_k_one_after_deeper_calls_of_the_same_block(lib):
     for dtype in (np.float32, np.float64):
         for K in (64, 17, 1, 2, 1):
             _call(rng, dtype, 16, 16, K, False, False, (1, 1, 1), ("F", "F", "F"), 1.0, 0.0)
+
+
+def test_a_c_program_s_long_sequence_through_every_entry(built, tmp_path):
+    """tests/c/sequence.c on this CPU: the same kind of run through the C entries
+    (cblas, Fortran, at_*, the strided batch), with aliased operands, bad calls
+    that must reach xerbla, thread counts and the packed path forced for a third
+    (tests/test_cpu_models.py runs it under other CPU models)."""
+    exe = tmp_path / "sequence"
+    lib = Path(built.library)
+    subprocess.run([*find_cc(), "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{lib.parent}",
+                    str(Path(__file__).parent / "c" / "sequence.c"), f"-L{lib.parent}", "-l:libautotune.so",
+                    f"-Wl,-rpath,{lib.parent}", "-pthread", "-lm", "-o", str(exe)], check=True)
+    done = subprocess.run([str(exe), "--seed", "9", "--calls", "800"], capture_output=True, text=True, timeout=300)
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert not [e for e in events if e["event"] == "fail"], events[:5]
+    (summary,) = [e for e in events if e["event"] == "summary"]
+    assert done.returncode == 0 and summary["failures"] == 0, done.stderr[-500:]
+    assert min(summary[k] for k in ("cblas", "fortran", "at_typed", "at_gemm", "batch_strided")) > 50
+    assert summary["bad_calls"] > 10 and summary["refused_steps"] == 0
+    assert summary["cpu_check"] == 0 and summary["usable"] == summary["kernels"]
+    assert set(summary["families"]) - {"edge"}, summary  # the library's kernels ran

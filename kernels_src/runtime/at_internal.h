@@ -70,6 +70,8 @@ int at__kernel_usable(int index);
 /* This CPU's streaming vector length in bytes (0 without SME): the SVL of the
  * SME2 kernels at__kernel_usable() lets plans use. */
 int32_t at__svl_bytes(void);
+/* Whether the calling thread's SVL is still at__svl_bytes() (SME CPUs only). */
+int at__svl_unchanged(void);
 
 /* params.c */
 /* fork(): the planner's parameter lock, taken before the fork and released

@@ -67,13 +67,12 @@ static int has_feature(const char *name, size_t len)
 }
 #undef IS
 
-/* The streaming vector length in bytes; 0 without SME.  RDSVL is an SME
- * instruction that runs outside streaming mode; it is spelled as its encoding
- * so this file keeps the baseline flags. */
-static int32_t streaming_vector_bytes(void)
+/* This thread's streaming vector length in bytes, read now; only on a CPU with
+ * SME.  RDSVL is an SME instruction that runs outside streaming mode; it is
+ * spelled as its encoding so this file keeps the baseline flags. */
+static int32_t rdsvl(void)
 {
 #if defined(__aarch64__)
-    if (!has_feature("sme", 3)) return 0;
     register uint64_t x0 __asm__("x0");
     __asm__ volatile(".inst 0x04bf5820" : "=r"(x0)); /* rdsvl x0, #1 */
     return (int32_t)x0;
@@ -82,8 +81,12 @@ static int32_t streaming_vector_bytes(void)
 #endif
 }
 
+/* The streaming vector length in bytes; 0 without SME. */
+static int32_t streaming_vector_bytes(void) { return has_feature("sme", 3) ? rdsvl() : 0; }
+
 /* Asked once, like the usable mask: kernels are chosen for the SVL of the first
- * call (a program that sets its own with prctl(PR_SME_SET_VL) does so first). */
+ * call.  Linux keeps one SVL per thread, and prctl(PR_SME_SET_VL) changes it at
+ * any time, so at__svl_unchanged() checks it again where SME2 kernels run. */
 int32_t at__svl_bytes(void)
 {
     static _Atomic int32_t known = -1;
@@ -94,6 +97,13 @@ int32_t at__svl_bytes(void)
     }
     return svl;
 }
+
+/* Whether the calling thread's SVL is still the one the SME2 kernels were chosen
+ * for: a thread that set another one after the first call (or was created with
+ * another) would run them at the wrong extents -- wrong answers, or writes past
+ * a panel (both seen under QEMU).  One instruction: cheap beside the streaming
+ * region it guards.  Only for a CPU with SME (a plan with SME2 steps implies it). */
+int at__svl_unchanged(void) { return rdsvl() == at__svl_bytes(); }
 
 /* Calls fn(feature, length, ctx) for every feature the space-separated list names. */
 static void each_feature(const char *list, void (*fn)(const char *, size_t, void *), void *ctx)
@@ -188,6 +198,13 @@ static void list_svls(char *text, size_t size)
 int at_cpu_check(void)
 {
     int32_t svl = at__svl_bytes();
+    if (svl > 0 && !at__svl_unchanged()) {
+        at__set_error("this thread's streaming vector length is %d bits, not the %d its SME2 kernels "
+                      "were chosen for: it computes with portable code (right answers, less speed); "
+                      "set it with prctl(PR_SME_SET_VL) before the first call",
+                      (int)rdsvl() * 8, (int)svl * 8);
+        return AT_ENOCPU;
+    }
     int own_set = 0, sets = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
         int32_t bytes = at_kernel_table[i].kernel.svl_bytes;

@@ -311,6 +311,29 @@ static inline __attribute__((always_inline)) void AT_FN(run_panels)(
     }
 }
 
+#ifdef AT_SME2_EXEC
+/* Thread t's share with the portable code alone: every step (no-pack path) or
+ * block (packed path) of the share over all of K, straight from the operands.
+ * For a thread whose streaming vector length is no longer the one the plan's
+ * SME2 kernels were made for: right answers at the portable code's speed. */
+static int AT_FN(run_part_portable)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
+                                    AT_T alpha, AT_T beta)
+{
+    for (int64_t s = p->thread_start[t]; s < p->thread_start[t + 1]; s++) {
+        int64_t i0, j0, mb, nb;
+        if (p->info.path == 0) {
+            i0 = p->steps[s].i0, j0 = p->steps[s].j0, mb = p->steps[s].mb, nb = p->steps[s].nb;
+        } else {
+            i0 = p->blocks[s].i0, j0 = p->blocks[s].j0, mb = p->blocks[s].mb, nb = p->blocks[s].nb;
+        }
+        AT_FN(edge)(p->K, p->ta ? A + i0 * p->lda : A + i0, p->lda, p->ta,
+                    p->tb ? B + j0 : B + j0 * p->ldb, p->ldb, p->tb, C + i0 + j0 * p->ldc, p->ldc,
+                    mb, nb, alpha, beta);
+    }
+    return AT_OK;
+}
+#endif
+
 /* Thread t's share of one problem.  Returns AT_ENOMEM if its panels cannot be had. */
 static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
                            AT_T alpha, AT_T beta)
@@ -319,6 +342,7 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
     /* An SME2 library runs each share that calls SME2 kernels in one streaming
      * region (sme2_exec.c); a share without any stays in normal mode, here. */
     if (p->streaming) {
+        if (!at__svl_unchanged()) return AT_FN(run_part_portable)(p, t, A, B, C, alpha, beta);
         int sme = AT_FN(at__sme2_part)(p, t, A, B, C, alpha, beta);
         if (sme != AT_SME2_DECLINED) return sme;
     }

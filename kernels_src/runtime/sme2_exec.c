@@ -43,6 +43,15 @@ void at__sme2_pack_t_f64_s(int64_t K, int64_t n, const double *src, int64_t ld, 
 
 static int64_t round_up(int64_t v, int64_t q) { return (v + q - 1) / q * q; }
 
+/* This file's normal-mode functions (the share's set-up before the region).  The
+ * sme2 flags' armv9-a turns SVE on, and the compiler vectorised these with it
+ * (ptrue/st1w filling the panel index): SIGILL on a CPU with SME2 and no SVE
+ * (Apple's M4 has none; QEMU's -cpu max,sve=off) at its first SME2 plan.  The
+ * streaming functions keep SME's streaming SVE; turning SVE off for the whole
+ * file instead makes clang save VG through __arm_get_current_vg, which libgcc
+ * does not have. */
+#define AT_NORMAL_MODE __attribute__((target("+nosve")))
+
 /* One kernel panel of a no-pack share: op(A)'s rows x0..x0+n (side 0) or op(B)'s
  * columns x0..x0+n (side 1) over all of K, in a kernel format of leading dim ld. */
 typedef struct {
@@ -57,7 +66,7 @@ typedef struct {
  * panels.  Returns the elements they need together.  head[x0] (M + 1 or N + 1
  * entries) lists the panels starting at row (column) x0, so a step finds its
  * panel in a few instructions whatever the number of panels. */
-static int64_t at__sme2_panels(const at_plan *p, int64_t s0, int64_t s1, int side, int32_t *slot,
+AT_NORMAL_MODE static int64_t at__sme2_panels(const at_plan *p, int64_t s0, int64_t s1, int side, int32_t *slot,
                                at_panel *pan, int32_t *head)
 {
     int64_t npan = 0, total = 0, dim = side ? p->N : p->M;
@@ -84,7 +93,7 @@ static int64_t at__sme2_panels(const at_plan *p, int64_t s0, int64_t s1, int sid
 }
 
 /* 64-byte aligned, whole cache lines; NULL for zero elements is fine. */
-static void *panel_alloc(int64_t elems, size_t es)
+AT_NORMAL_MODE static void *panel_alloc(int64_t elems, size_t es)
 {
     if (elems <= 0) return NULL;
     size_t bytes = (size_t)elems * es;

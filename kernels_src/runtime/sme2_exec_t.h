@@ -183,7 +183,7 @@ static void AT_FN(sme2_body)(void *ctx) __arm_streaming
     }
 }
 
-int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
+AT_NORMAL_MODE int AT_FN(at__sme2_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B, AT_T *C,
                          AT_T alpha, AT_T beta)
 {
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];

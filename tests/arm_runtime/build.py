@@ -1,6 +1,6 @@
 """Build an aarch64 libautotune from generated kernels and link the test programs.
 
-Used by tests/test_arm_runtime.py.  The kernels go through the same path as an
+Used by tests/test_arm_runtime.py and tests/test_cpu_models.py.  The kernels go through the same path as an
 install (autotune.build, cached under the given home); the library through
 autotune.link.build_arm_runtime; the driver (driver.c, rt_abi.S) and
 tests/c/blas_entry.c are cross-built and linked with the library in place of a
@@ -109,4 +109,15 @@ def build_blas_program(target: Target, lib: ArmLibraryBuild, workdir: Path, stat
         [f"-L{lib.library.parent}", "-l:libautotune.so", *[f for f in target.ldflags if f != "-static"]]
     _run([*target.cc, *_strict(target), *(["-DOWN_XERBLA"] if own_xerbla else []), f"-I{lib.header.parent}",
           str(ROOT / "tests" / "c" / "blas_entry.c"), *link, "-pthread", "-lm", "-o", str(exe)])
+    return exe
+
+
+def build_sequence_program(target: Target, archive: Path, header_dir: Path, workdir: Path) -> Path:
+    """tests/c/sequence.c (a long run of varied BLAS calls, each checked) linked
+    statically with an aarch64 ``libautotune.a``, for any aarch64 CPU."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    exe = workdir / f"sequence-{target.isa}"
+    _run([*target.cc, *_strict(target), f"-I{header_dir}", str(ROOT / "tests" / "c" / "sequence.c"),
+          str(archive), *target.ldflags,
+          "-pthread", "-lm", "-o", str(exe)])
     return exe
