@@ -183,22 +183,30 @@ static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int
         }
         int64_t bound = each < (best - 1) * widest ? each : (best - 1) * widest;
         /* The excess bound.  At r, the best part's seconds per element, a cover
-         * costs n r plus its other parts' excess, c_p - r p each, at least u p with
-         * u the least excess per element of a part other than the best.  So the
-         * other parts of every optimum add up to at most E / u, where E is the
-         * excess of any one cover: n / best copies of the best part and the
-         * remainder as one part, when it is one.  A 32-row band of width 256 then
-         * runs no programme at all, where the bound above leaves 256 columns. */
+         * costs n r plus its other parts' excess, c_p - r p each: at least u p
+         * (u the least excess per element of a part other than the best) and at
+         * least e (the least excess of one).  Every optimum's excess is at most E,
+         * that of any one cover (here n / best copies of the best part and the
+         * remainder as one part, when it is one), so its other parts add up to at
+         * most E / u, and number at most E / e, each at most `widest`.  A 32-row
+         * band of width 256 then runs no programme at all, where the bound above
+         * leaves 256 columns. */
         int64_t x = n % best;
-        double r = cost[best - 1] / best, excess = x ? INFINITY : 0, u = INFINITY;
+        double r = cost[best - 1] / best, excess = x ? INFINITY : 0, u = INFINITY, e = INFINITY;
         for (int i = 0; i < nparts; i++) {
             int p = parts[i];
             if (p == x) excess = cost[p - 1] - r * p;
-            if (p != best && cost[p - 1] / p - r < u) u = cost[p - 1] / p - r;
+            if (p == best) continue;
+            if (cost[p - 1] / p - r < u) u = cost[p - 1] / p - r;
+            if (cost[p - 1] - r * p < e) e = cost[p - 1] - r * p;
         }
-        if (isfinite(excess) && u > 0) {
-            /* The margin: rounding in r, u and the excess, relative. */
+        if (excess <= 0) {
+            bound = 0; /* n / best copies of the best part: no other part can do better */
+        } else if (isfinite(excess) && u > 0) {
+            /* The margins: rounding in r, u, e and the excess, relative. */
             double most = floor(excess / u * (1 + 1e-9)) + 1;
+            double count = floor(excess / e * (1 + 1e-9)) + 1;
+            if (count * (double)widest < most) most = count * (double)widest;
             if (most < (double)bound) bound = (int64_t)most;
         }
         /* Some optimum's other parts add up to at most bound: leave at least that. */
