@@ -210,7 +210,7 @@ static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int
             if (most < (double)bound) bound = (int64_t)most;
         }
         /* Some optimum's other parts add up to at most bound: leave at least that. */
-        if (n > bound + best) {
+        if (n - bound >= best) {
             reps = (n - bound) / best;
             rem = n - reps * best;
         }
@@ -375,6 +375,7 @@ struct at_tiler {
     double *f2;
     int32_t *kept;   /* [H]: the band heights a tiling uses */
     int64_t n;       /* the width rows[] and band[] are for; -1: none */
+    int last;        /* the height covered last at width n (0: none) */
     at_cover *rows;  /* [H] */
     double *band;    /* [H]: rows[h-1].cost once known[h-1], until then a lower bound;
                       * INFINITY for a height left out */
@@ -440,6 +441,45 @@ static int cover_row(at_tiler *t, int h)
          * a wider one: a narrower block reuses them. */
         int P = t->n < g->W ? (int)t->n : g->W;
         parts = &t->parts[(size_t)(h - 1) * g->W];
+        /* The row covered last (l) lends its cover when this one costs the same
+         * at l's widths and no less at the others: any cover of this row costs at
+         * least as much in row l, whose optimum costs the same here, and the
+         * widths this row keeps are l's (none cheaper here, none dearer at l's).
+         * Such are the heights one variable block serves, whose edge blocks grow
+         * with the height (17-31, 33-47 and 49-63 at SVL 512). */
+        int l = t->last, same = l && t->plim[l - 1] >= P;
+        if (same) {
+            const double *lrow = &g->sec[(size_t)(l - 1) * g->W];
+            const int32_t *lp = &t->parts[(size_t)(l - 1) * g->W];
+            for (int w = 1, k = 0; w <= P && same; w++) {
+                int kept = k < t->nparts[l - 1] && lp[k] == w;
+                k += kept;
+                same = kept ? row[w - 1] == lrow[w - 1] : row[w - 1] >= lrow[w - 1];
+            }
+        }
+        if (same) {
+            const at_cover *src = &t->rows[l - 1];
+            int32_t *tail = NULL;
+            if (src->ntail) {
+                tail = malloc(sizeof *tail * (size_t)src->ntail);
+                if (!tail) return AT_ENOMEM;
+                memcpy(tail, src->tail, sizeof *tail * (size_t)src->ntail);
+            }
+            free(rc->tail);
+            *rc = *src;
+            rc->tail = tail;
+            /* Its widths up to P (beyond, the rows may differ). */
+            const int32_t *lp = &t->parts[(size_t)(l - 1) * g->W];
+            int np = 0;
+            while (np < t->nparts[l - 1] && lp[np] <= P) np++;
+            memcpy(parts, lp, sizeof *parts * (size_t)np);
+            t->nparts[h - 1] = np;
+            t->plim[h - 1] = P;
+            t->band[h - 1] = rc->cost;
+            t->known[h - 1] = 1;
+            t->last = h;
+            return AT_OK;
+        }
         if (t->plim[h - 1] < P) {
             t->nparts[h - 1] = useful_parts(P, row, parts, t->f2);
             t->plim[h - 1] = P;
@@ -452,6 +492,7 @@ static int cover_row(at_tiler *t, int h)
     if (rc_) return rc_;
     t->band[h - 1] = rc->cost;
     t->known[h - 1] = 1;
+    t->last = h;
     return AT_OK;
 }
 
@@ -476,6 +517,7 @@ static int rows_for(at_tiler *t, int64_t n)
         t->band[h - 1] = r * (double)n * (1 - 1e-12);
     }
     t->n = n;
+    t->last = 0;
     if (t->exhaustive)
         for (int h = 1; h <= g->H; h++) {
             int rc = cover_row(t, h);
