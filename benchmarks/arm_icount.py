@@ -25,7 +25,8 @@ between the markers per symbol.  Phase "first" includes planning the shape,
 matmul: a BLAS call must pack both operands.  Both results are checked against a
 double-precision reference; a wrong one is reported, never counted.
 
-Prints, per shape: autotune's first and cached calls, instructions per FLOP,
+Prints, per shape: autotune's first and cached calls and their difference (what
+planning a new shape costs), instructions per FLOP,
 KleidiAI's count and the ratio cached / KleidiAI, measured in this run (or "not
 measured" without ``--kleidiai``), and the symbols taking most of the cached call.
 """
@@ -181,6 +182,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             "isa": args.isa,
             "autotune_first": at.phases.get("first"),
             "autotune_cached": cached,
+            # What planning the shape costs (issue 15: under a million for 256^3).
+            "autotune_extra": at.phases["first"] - cached if cached and at.phases.get("first") else None,
             "autotune_per_flop": cached / flops if cached else None,
             "autotune_wrong": at.check.get("wrong"),
             "kleidiai": kc.phases.get("cached") if kc else None,
@@ -206,6 +209,7 @@ def _print_row(r: dict) -> None:
     ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "not measured"
     kpf = f" ({r['kleidiai_per_flop']:.4f}/flop)" if r.get("kleidiai_per_flop") else ""
     print(f"{r['shape']:>14}  first {_fmt(r['autotune_first']):>12}  cached {_fmt(r['autotune_cached']):>10}{wrong}"
+          f"  first - cached {_fmt(r.get('autotune_extra')):>10}"
           f"  ({r['autotune_per_flop']:.4f}/flop)  KleidiAI {_fmt(r['kleidiai']):>10}{kpf}{kwrong}  ratio {ratio}")
     total = r["autotune_cached"] or 1
     print("                " + ", ".join(f"{s} {100 * n / total:.0f}%" for s, n in r["top"]))

@@ -180,3 +180,38 @@ def test_bounded_search_matches_exhaustive_on_runs(checker: Path):
                     key=lambda s: (s[1], s[0]))
         problems.append((H, W, cells, qs))
     assert_searches_agree(checker, problems)
+
+
+def random_variable_grid(rng: random.Random) -> tuple[int, int, list]:
+    """A grid as cost.c builds one for SME2 beside NEON: edge blocks whose cost grows
+    with their area, a few fixed kernels, and variable blocks that offer one cost to
+    every block up to their size.  Many heights then share a variable block's row
+    costs, so the lazy search leaves most rows uncovered, falls back to covering
+    them all when it keeps asking for more, and rows lend their covers to the next."""
+    H, W = rng.randint(8, 40), rng.randint(8, 40)
+    edge, call = rng.uniform(0.5, 2.0), rng.uniform(0.0, 30.0)
+    cells = [[(-1, h * w * edge + call) for w in range(1, W + 1)] for h in range(1, H + 1)]
+    kernels = [(rng.randint(1, H), rng.randint(1, W), False) for _ in range(rng.randint(0, 6))]
+    kernels += [(rng.randint(1, H), rng.randint(1, W), True) for _ in range(rng.randint(1, 4))]
+    for i, (mr, nr, variable) in enumerate(sorted(kernels, key=lambda k: k[2])):
+        sec = mr * nr * edge * rng.uniform(0.05, 0.6) + call + (rng.uniform(0.0, 200.0) if variable else 0.0)
+        for h in range(1 if variable else mr, mr + 1):
+            for w in range(1 if variable else nr, nr + 1):
+                if sec < cells[h - 1][w - 1][1]:
+                    cells[h - 1][w - 1] = (i, sec)
+    return H, W, cells
+
+
+def test_bounded_search_matches_exhaustive_on_variable_blocks(checker: Path):
+    """Grids of variable blocks over edge code, blocks of every kind of width and
+    height (one tiler per grid, so rows covered for one block serve the next of its
+    width), against the exhaustive search."""
+    rng = random.Random("variable")
+    problems = []
+    for _ in range(120):
+        H, W, cells = random_variable_grid(rng)
+        qs = {(rng.randint(1, 4 * H), rng.randint(1, 4 * W)) for _ in range(6)}
+        qs |= {(rng.randint(1, 300), n) for n in (1, W - 1, W, W + 1, 2 * W + 3)}
+        qs |= {(H * H + H + 1, rng.randint(1, 9)), (rng.randint(1, 9), W * W + W + 1)}
+        problems.append((H, W, cells, sorted(qs, key=lambda s: (s[1], s[0]))))
+    assert_searches_agree(checker, problems)

@@ -182,8 +182,35 @@ static int cover(int64_t n, int P, const double *cost, const int32_t *parts, int
             if ((hi != best ? hi : hi - 1) > widest) widest = hi != best ? hi : hi - 1;
         }
         int64_t bound = each < (best - 1) * widest ? each : (best - 1) * widest;
+        /* The excess bound.  At r, the best part's seconds per element, a cover
+         * costs n r plus its other parts' excess, c_p - r p each: at least u p
+         * (u the least excess per element of a part other than the best) and at
+         * least e (the least excess of one).  Every optimum's excess is at most E,
+         * that of any one cover (here n / best copies of the best part and the
+         * remainder as one part, when it is one), so its other parts add up to at
+         * most E / u, and number at most E / e, each at most `widest`.  A 32-row
+         * band of width 256 then runs no programme at all, where the bound above
+         * leaves 256 columns. */
+        int64_t x = n % best;
+        double r = cost[best - 1] / best, excess = x ? INFINITY : 0, u = INFINITY, e = INFINITY;
+        for (int i = 0; i < nparts; i++) {
+            int p = parts[i];
+            if (p == x) excess = cost[p - 1] - r * p;
+            if (p == best) continue;
+            if (cost[p - 1] / p - r < u) u = cost[p - 1] / p - r;
+            if (cost[p - 1] - r * p < e) e = cost[p - 1] - r * p;
+        }
+        if (excess <= 0) {
+            bound = 0; /* n / best copies of the best part: no other part can do better */
+        } else if (isfinite(excess) && u > 0) {
+            /* The margins: rounding in r, u, e and the excess, relative. */
+            double most = floor(excess / u * (1 + 1e-9)) + 1;
+            double count = floor(excess / e * (1 + 1e-9)) + 1;
+            if (count * (double)widest < most) most = count * (double)widest;
+            if (most < (double)bound) bound = (int64_t)most;
+        }
         /* Some optimum's other parts add up to at most bound: leave at least that. */
-        if (n > bound + best) {
+        if (n - bound >= best) {
             reps = (n - bound) / best;
             rem = n - reps * best;
         }
@@ -324,23 +351,35 @@ static int useful_parts(int P, const double *cost, int32_t *parts, double *f)
     return k;
 }
 
-/* What a grid's searches share: per row, its cheapest seconds per column and its
- * undominated widths (computed when a row is first covered), and the rows'
- * covers of the last width n (a packed plan's blocks of one column of blocks
- * share it). */
+/* What a grid's searches share: per row, its undominated widths (found when a row
+ * is first covered, up to the widest size asked for so far), and the rows' covers
+ * of the last width n (a packed plan's blocks of one column of blocks share it).
+ *
+ * Rows are covered lazily.  Until its cover is known, a band of height h is
+ * bounded below by n times its cheapest seconds per column (widths up to n), and
+ * the cover of the block's height runs over those bounds; the heights it then
+ * uses whose bands are only bounded are covered and the height cover runs again.
+ * When it uses known bands alone it is optimal: any other cover costs at least its
+ * bounds' sum, which is at least this one's.  A block of 32-row bands covers only
+ * the rows it uses (two of 64 for a 256^3 block at SVL 512), not every height whose
+ * band no pair of smaller ones beats (the 16 below 17, where one variable block
+ * makes every band the same price). */
 struct at_tiler {
     const at_grid *g;
     int exhaustive;
-    double *rate;    /* [H] */
-    int32_t *parts;  /* [H * W]: row h's widths from (h-1) * W */
-    int32_t *nparts; /* [H]: -1 until known */
+    int32_t *parts;  /* [H * W]: row h's undominated widths from (h-1) * W */
+    int32_t *nparts; /* [H]: how many */
+    int32_t *plim;   /* [H]: up to which width they were looked for (0: not yet) */
     int32_t *all;    /* [max(H, W)]: 1, 2, ... (the exhaustive search's parts) */
     double *f;       /* scratch [max(H, W) + 1], twice */
     double *f2;
     int32_t *kept;   /* [H]: the band heights a tiling uses */
     int64_t n;       /* the width rows[] and band[] are for; -1: none */
+    int last;        /* the height covered last at width n (0: none) */
     at_cover *rows;  /* [H] */
-    double *band;    /* [H]: rows[h-1].cost, or INFINITY for a height left out */
+    double *band;    /* [H]: rows[h-1].cost once known[h-1], until then a lower bound;
+                      * INFINITY for a height left out */
+    unsigned char *known; /* [H] */
 };
 
 void at__tiler_free(at_tiler *t)
@@ -350,9 +389,10 @@ void at__tiler_free(at_tiler *t)
         for (int h = 0; h < t->g->H; h++) free(t->rows[h].tail);
     free(t->rows);
     free(t->band);
-    free(t->rate);
+    free(t->known);
     free(t->parts);
     free(t->nparts);
+    free(t->plim);
     free(t->all);
     free(t->f);
     free(t->f2);
@@ -370,64 +410,154 @@ at_tiler *at__tiler_new(const at_grid *g, int exhaustive)
     t->n = -1;
     t->rows = calloc((size_t)H, sizeof *t->rows);
     t->band = malloc(sizeof *t->band * (size_t)H);
-    t->rate = malloc(sizeof *t->rate * (size_t)H);
+    t->known = calloc((size_t)H, 1);
     t->parts = malloc(sizeof *t->parts * (size_t)H * (size_t)W);
-    t->nparts = malloc(sizeof *t->nparts * (size_t)H);
+    t->nparts = calloc((size_t)H, sizeof *t->nparts);
+    t->plim = calloc((size_t)H, sizeof *t->plim);
     t->all = malloc(sizeof *t->all * (size_t)P);
     t->f = malloc(sizeof *t->f * (size_t)(P + 1));
     t->f2 = malloc(sizeof *t->f2 * (size_t)(P + 1));
     t->kept = malloc(sizeof *t->kept * (size_t)H);
-    if (!t->rows || !t->band || !t->rate || !t->parts || !t->nparts || !t->all || !t->f || !t->f2 ||
-        !t->kept) {
+    if (!t->rows || !t->band || !t->known || !t->parts || !t->nparts || !t->plim || !t->all || !t->f ||
+        !t->f2 || !t->kept) {
         at__tiler_free(t);
         return NULL;
     }
     for (int p = 1; p <= P; p++) t->all[p - 1] = p;
-    for (int h = 1; h <= H; h++) {
-        const double *row = &g->sec[(size_t)(h - 1) * W];
-        double r = INFINITY;
-        for (int w = 1; w <= W; w++)
-            if (row[w - 1] < r * w) r = row[w - 1] / w;
-        t->rate[h - 1] = r;
-        t->nparts[h - 1] = -1;
-    }
     return t;
 }
 
-/* The covers of width n of every band height the search keeps (band[h-1]). */
-static int cover_rows(at_tiler *t, int64_t n)
+/* Cover width t->n with band height h: rows[h-1], band[h-1], known. */
+static int cover_row(at_tiler *t, int h)
+{
+    const at_grid *g = t->g;
+    const double *row = &g->sec[(size_t)(h - 1) * g->W];
+    at_cover *rc = &t->rows[h - 1];
+    int32_t *parts = t->all;
+    int np = g->W;
+    if (!t->exhaustive) {
+        /* Widths past n never fit.  A size's dominance depends on smaller sizes
+         * only, so the widths kept up to a limit are a prefix of those kept up to
+         * a wider one: a narrower block reuses them. */
+        int P = t->n < g->W ? (int)t->n : g->W;
+        parts = &t->parts[(size_t)(h - 1) * g->W];
+        /* The row covered last (l) lends its cover when this one costs the same
+         * at l's widths and no less at the others: any cover of this row costs at
+         * least as much in row l, whose optimum costs the same here, and the
+         * widths this row keeps are l's (none cheaper here, none dearer at l's).
+         * Such are the heights one variable block serves, whose edge blocks grow
+         * with the height (17-31, 33-47 and 49-63 at SVL 512). */
+        int l = t->last, same = l && t->plim[l - 1] >= P;
+        if (same) {
+            const double *lrow = &g->sec[(size_t)(l - 1) * g->W];
+            const int32_t *lp = &t->parts[(size_t)(l - 1) * g->W];
+            for (int w = 1, k = 0; w <= P && same; w++) {
+                int kept = k < t->nparts[l - 1] && lp[k] == w;
+                k += kept;
+                same = kept ? row[w - 1] == lrow[w - 1] : row[w - 1] >= lrow[w - 1];
+            }
+        }
+        if (same) {
+            const at_cover *src = &t->rows[l - 1];
+            int32_t *tail = NULL;
+            if (src->ntail) {
+                tail = malloc(sizeof *tail * (size_t)src->ntail);
+                if (!tail) return AT_ENOMEM;
+                memcpy(tail, src->tail, sizeof *tail * (size_t)src->ntail);
+            }
+            free(rc->tail);
+            *rc = *src;
+            rc->tail = tail;
+            /* Its widths up to P (beyond, the rows may differ). */
+            const int32_t *lp = &t->parts[(size_t)(l - 1) * g->W];
+            int np = 0;
+            while (np < t->nparts[l - 1] && lp[np] <= P) np++;
+            memcpy(parts, lp, sizeof *parts * (size_t)np);
+            t->nparts[h - 1] = np;
+            t->plim[h - 1] = P;
+            t->band[h - 1] = rc->cost;
+            t->known[h - 1] = 1;
+            t->last = h;
+            return AT_OK;
+        }
+        if (t->plim[h - 1] < P) {
+            t->nparts[h - 1] = useful_parts(P, row, parts, t->f2);
+            t->plim[h - 1] = P;
+        }
+        np = t->nparts[h - 1];
+        while (np && parts[np - 1] > P) np--;
+    }
+    free(rc->tail);
+    int rc_ = cover(t->n, g->W, row, parts, np, !t->exhaustive, rc);
+    if (rc_) return rc_;
+    t->band[h - 1] = rc->cost;
+    t->known[h - 1] = 1;
+    t->last = h;
+    return AT_OK;
+}
+
+/* Start the rows over for width n: each band's lower bound, or (exhaustive) its
+ * cover. */
+static int rows_for(at_tiler *t, int64_t n)
 {
     const at_grid *g = t->g;
     if (t->n == n) return AT_OK;
-    t->n = -1;
-    double *best = t->f; /* best[h]: cheapest known cover of h rows of width n */
+    int W = n < g->W ? (int)n : g->W;
+    for (int h = 1; h <= g->H; h++) {
+        free(t->rows[h - 1].tail);
+        memset(&t->rows[h - 1], 0, sizeof t->rows[h - 1]);
+        t->known[h - 1] = 0;
+        const double *row = &g->sec[(size_t)(h - 1) * g->W];
+        double r = INFINITY;
+        for (int w = 1; w <= W; w++)
+            if (row[w - 1] < r * w) r = row[w - 1] / w;
+        /* Any cover's parts cost at least r per column.  The margin covers the
+         * rounding of the products and sums (a bound a few ulps above the cover
+         * could only cost as much, relatively, as the ulps). */
+        t->band[h - 1] = r * (double)n * (1 - 1e-12);
+    }
+    t->n = n;
+    t->last = 0;
+    if (t->exhaustive)
+        for (int h = 1; h <= g->H; h++) {
+            int rc = cover_row(t, h);
+            if (rc) {
+                t->n = -1;
+                return rc;
+            }
+        }
+    return AT_OK;
+}
+
+/* Every band not yet known: covered, or left out when two smaller bands already
+ * meet its lower bound (best[h]: the cheapest known way to cover h rows, one band
+ * or two of smaller heights, themselves bands or splits).  The fallback when the
+ * lazy search keeps asking for more rows. */
+static int cover_all_rows(at_tiler *t)
+{
+    const at_grid *g = t->g;
+    double *best = t->f;
     best[0] = 0;
     for (int h = 1; h <= g->H; h++) {
-        const double *row = &g->sec[(size_t)(h - 1) * g->W];
-        at_cover *rc = &t->rows[h - 1];
-        free(rc->tail);
-        memset(rc, 0, sizeof *rc);
-        t->band[h - 1] = INFINITY;
         double split = INFINITY;
         for (int q = 1; q + q <= h; q++)
             if (best[q] + best[h - q] < split) split = best[q] + best[h - q];
-        best[h] = split;
-        if (!t->exhaustive && split <= t->rate[h - 1] * (double)n) continue;
-        int32_t *parts = t->exhaustive ? t->all : &t->parts[(size_t)(h - 1) * g->W];
-        int np = g->W;
-        if (!t->exhaustive) {
-            /* best[] lives in f: useful_parts takes f2. */
-            if (t->nparts[h - 1] < 0) t->nparts[h - 1] = useful_parts(g->W, row, parts, t->f2);
-            np = t->nparts[h - 1];
+        if (!t->known[h - 1]) {
+            if (split <= t->band[h - 1]) {
+                t->band[h - 1] = INFINITY;
+                t->known[h - 1] = 1;
+            } else {
+                int rc = cover_row(t, h);
+                if (rc) return rc;
+            }
         }
-        int rc_ = cover(n, g->W, row, parts, np, !t->exhaustive, rc);
-        if (rc_) return rc_;
-        t->band[h - 1] = rc->cost;
-        if (rc->cost < best[h]) best[h] = rc->cost;
+        best[h] = t->band[h - 1] < split ? t->band[h - 1] : split;
     }
-    t->n = n;
     return AT_OK;
 }
+
+/* Rounds of the lazy search before every row is covered: a 256^3 block takes two. */
+#define AT_LAZY_ROUNDS 4
 
 /* Tile an m x n block with the tiler's grid: append its steps (relative
  * coordinates). */
@@ -436,12 +566,27 @@ int at__tiler_tile(at_tiler *t, int64_t m, int64_t n, at_steps *out, double *sec
     const at_grid *g = t->g;
     at_cover mc;
     memset(&mc, 0, sizeof mc);
-    int rc = cover_rows(t, n);
+    int rc = rows_for(t, n);
     if (rc) return rc;
-    int32_t *parts = t->exhaustive ? t->all : t->kept;
-    int np = t->exhaustive ? g->H : useful_parts(g->H, t->band, t->kept, t->f);
-    rc = cover(m, g->H, t->band, parts, np, !t->exhaustive, &mc);
-    if (rc) goto done;
+    int PH = m < g->H ? (int)m : g->H;
+    for (int round = 0;; round++) {
+        int32_t *parts = t->exhaustive ? t->all : t->kept;
+        int np = t->exhaustive ? g->H : useful_parts(PH, t->band, t->kept, t->f);
+        rc = cover(m, g->H, t->band, parts, np, !t->exhaustive, &mc);
+        if (rc) goto done;
+        /* The heights it uses whose bands are only bounded. */
+        int pending = 0;
+        for (int64_t k = mc.reps ? -1 : 0; k < mc.ntail; k++) {
+            int h = k < 0 ? mc.rep : mc.tail[k];
+            if (t->known[h - 1]) continue;
+            if ((rc = cover_row(t, h))) goto done;
+            pending = 1;
+        }
+        if (!pending) break;
+        free(mc.tail);
+        memset(&mc, 0, sizeof mc);
+        if (round + 1 == AT_LAZY_ROUNDS && (rc = cover_all_rows(t))) goto done;
+    }
     *seconds = mc.cost;
     int64_t i0 = 0;
     for (int64_t bi = 0; bi < cover_count(&mc); bi++) {

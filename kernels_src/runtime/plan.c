@@ -131,44 +131,65 @@ static int group_by_thread(at_plan *p, at_item *it, int64_t n, size_t elem, void
     return AT_OK;
 }
 
-static int build_nopack(at_plan *p, int T)
-{
+/* A no-pack tiling of the whole C: its grid, steps and predicted seconds. */
+typedef struct {
     at_grid g;
-    int rc = at__grid_build(&g, p->info.dtype, p->ta, p->tb, p->K, p->lda, p->ldb);
+    at_steps st;
+    double seconds;
+    int built;
+} at_nopack;
+
+static void nopack_free(at_nopack *o)
+{
+    if (o->built) at__grid_free(&o->g);
+    free(o->st.v);
+    memset(o, 0, sizeof *o);
+}
+
+static int nopack_tile(at_nopack *o, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t K,
+                       int64_t lda, int64_t ldb)
+{
+    memset(o, 0, sizeof *o);
+    int rc = at__grid_build(&o->g, dtype, ta, tb, K, lda, ldb);
     if (rc) return rc;
-    at_steps st = {0};
-    double seconds = 0;
-    rc = at__tile_block(&g, p->M, p->N, &st, &seconds);
-    if (rc) goto done;
+    o->built = 1;
+    return at__tile_block(&o->g, m, n, &o->st, &o->seconds);
+}
+
+/* `pre`: the tiling choose_vector_flags already made for the plan's own flags
+ * and leading dimensions, or one not built. */
+static int build_nopack(at_plan *p, int T, at_nopack *pre)
+{
+    int rc = AT_OK;
+    if (!pre->built)
+        rc = nopack_tile(pre, p->info.dtype, p->ta, p->tb, p->M, p->N, p->K, p->lda, p->ldb);
+    if (rc) return rc;
+    const at_grid *g = &pre->g;
     p->ktrans_a = p->ta;
     p->ktrans_b = p->tb;
-    p->steps = st.v;
-    p->nsteps = st.n;
-    st.v = NULL;
+    p->steps = pre->st.v;
+    p->nsteps = pre->st.n;
+    pre->st.v = NULL;
     double memops = 0;
     at_item *it = malloc(sizeof *it * (size_t)(p->nsteps ? p->nsteps : 1));
-    if (!it) {
-        rc = AT_ENOMEM;
-        goto done;
-    }
+    if (!it) return AT_ENOMEM;
     for (int64_t k = 0; k < p->nsteps; k++) {
         const at_step *s = &p->steps[k];
         it[k].i0 = s->i0;
         it[k].j0 = s->j0;
-        it[k].sec = g.sec[(size_t)(s->mb - 1) * g.W + (s->nb - 1)];
+        it[k].sec = g->sec[(size_t)(s->mb - 1) * g->W + (s->nb - 1)];
         it[k].thread = 0;
         memops += (double)(s->mb + s->nb) * (double)p->K;
     }
     if (T > p->nsteps) T = (int)(p->nsteps ? p->nsteps : 1);
     p->info.threads = T;
-    double load = seconds;
+    double load = pre->seconds;
     if (T > 1)
         load = at__split_threads(it, p->nsteps, p->M, p->N, p->steps[0].mb, p->steps[0].nb, T,
                                  at__tp->grid[p->info.dtype]);
     if (!isfinite(load)) {
         free(it);
-        rc = AT_ENOMEM;
-        goto done;
+        return AT_ENOMEM;
     }
     for (int64_t k = 0; k < p->nsteps; k++) p->steps[k].thread = it[k].thread;
     rc = group_by_thread(p, it, p->nsteps, sizeof *p->steps, p->steps);
@@ -187,9 +208,6 @@ static int build_nopack(at_plan *p, int T)
         const at_kernel *k = &at_kernel_table[p->steps[0].kernel].kernel;
         if (k->pack_a_ld == 0 && k->pack_b_ld == 0 && k->fn_s == NULL) p->single = k->fn;
     }
-done:
-    free(st.v);
-    at__grid_free(&g);
     return rc;
 }
 
@@ -321,23 +339,16 @@ done:
     return rc;
 }
 
-/* Predicted seconds of the no-pack tiling of an m x n C in family (ta, tb), or
- * INFINITY when the family has no kernels. */
-static int nopack_seconds(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t K,
-                          int64_t lda, int64_t ldb, double *seconds)
+/* The no-pack tiling of an m x n C in family (ta, tb); none built (o->built == 0)
+ * when the family has no kernels. */
+static int nopack_family(at_nopack *o, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t K,
+                         int64_t lda, int64_t ldb)
 {
-    *seconds = INFINITY;
+    memset(o, 0, sizeof *o);
     at_family fam[4];
     families(dtype, -1, fam);
     if (!fam[ta * 2 + tb].count) return AT_OK;
-    at_grid g;
-    int rc = at__grid_build(&g, dtype, ta, tb, K, lda, ldb);
-    if (rc) return rc;
-    at_steps st = {0};
-    rc = at__tile_block(&g, m, n, &st, seconds);
-    free(st.v);
-    at__grid_free(&g);
-    return rc;
+    return nopack_tile(o, dtype, ta, tb, m, n, K, lda, ldb);
 }
 
 /* The leading dimension of a vector operand read with a flipped flag: 1 when the
@@ -360,8 +371,9 @@ static int64_t vector_ld(int64_t ld, int flipped, int walks_ld, int64_t K)
  * (vectorised along M, of which there is one row) leaves a portable kernel.  Of
  * the equivalent families the one the tiler predicts fastest is kept, so a table
  * without the flipped family, or where it measures slower, plans as before. */
-static int choose_vector_flags(at_plan *p, int dtype)
+static int choose_vector_flags(at_plan *p, int dtype, at_nopack *kept)
 {
+    memset(kept, 0, sizeof *kept);
     int free_a = p->M == 1 && (p->ta == 1 || p->lda == 1);
     int free_b = p->N == 1 && (p->tb == 0 || p->ldb == 1);
     if (!free_a && !free_b) return AT_OK;
@@ -370,15 +382,24 @@ static int choose_vector_flags(at_plan *p, int dtype)
     for (int fa = 0; fa <= free_a; fa++)
         for (int fb = 0; fb <= free_b; fb++) {
             int ta = fa ? !p->ta : p->ta, tb = fb ? !p->tb : p->tb;
-            double s;
-            int rc = nopack_seconds(dtype, ta, tb, p->M, p->N, p->K, vector_ld(p->lda, fa, !ta, p->K),
-                                    vector_ld(p->ldb, fb, tb, p->K), &s);
-            if (rc) return rc;
-            /* The caller's own flags win ties: they are tried first. */
-            if (s < best * (1 - 1e-9)) {
-                best = s;
+            at_nopack o;
+            int rc = nopack_family(&o, dtype, ta, tb, p->M, p->N, p->K, vector_ld(p->lda, fa, !ta, p->K),
+                                   vector_ld(p->ldb, fb, tb, p->K));
+            if (rc) {
+                nopack_free(&o);
+                return rc;
+            }
+            /* The caller's own flags win ties: they are tried first.  The winner's
+             * tiling is kept: a no-pack plan is that tiling (its grid was built
+             * for the same flags and leading dimensions). */
+            if (o.built && o.seconds < best * (1 - 1e-9)) {
+                best = o.seconds;
                 best_a = ta;
                 best_b = tb;
+                nopack_free(kept);
+                *kept = o;
+            } else {
+                nopack_free(&o);
             }
         }
     p->lda = vector_ld(p->lda, best_a != p->ta, !best_a, p->K);
@@ -440,13 +461,17 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         in->threads = 1;
         p->thread_start = calloc(2, sizeof *p->thread_start);
         if (!p->thread_start) rc = AT_ENOMEM;
-    } else if (!(rc = choose_vector_flags(p, dtype))) {
-        at_family fam[4];
-        families(dtype, -1, fam);
-        int have_exact = fam[p->ta * 2 + p->tb].count > 0;
-        int have_any = fam[0].count || fam[1].count || fam[2].count || fam[3].count;
-        int packed = have_any && (!have_exact || flops >= at__tp->pack_flops[dtype]);
-        rc = packed ? build_packed(p, threads) : build_nopack(p, threads);
+    } else {
+        at_nopack kept;
+        if (!(rc = choose_vector_flags(p, dtype, &kept))) {
+            at_family fam[4];
+            families(dtype, -1, fam);
+            int have_exact = fam[p->ta * 2 + p->tb].count > 0;
+            int have_any = fam[0].count || fam[1].count || fam[2].count || fam[3].count;
+            int packed = have_any && (!have_exact || flops >= at__tp->pack_flops[dtype]);
+            rc = packed ? build_packed(p, threads) : build_nopack(p, threads, &kept);
+        }
+        nopack_free(&kept);
     }
     in->kernel_trans = p->ktrans_a * 2 + p->ktrans_b;
     for (int64_t s = 0; s < p->nsteps && !p->streaming; s++)

@@ -38,6 +38,53 @@ static int lpt_order(const void *x, const void *y)
     return (a->idx > b->idx) - (a->idx < b->idx);
 }
 
+/* The items by decreasing predicted time, ties by index: the order LPT takes
+ * them.  A plan's items take few distinct times (a tiling repeats a handful of
+ * block sizes; 512 x 512 x 64 on NEON has some 4,000 steps of three), so with at
+ * most AT_LPT_KINDS of them the items are counted into one bucket per time, in
+ * O(n x kinds), instead of sorted (glibc's merge sort over them cost 2 million
+ * guest instructions of that plan's first call under QEMU).  The same order. */
+#define AT_LPT_KINDS 16
+
+static void lpt_sort(at_lpt *ord, const at_item *it, int64_t n, int32_t *kind)
+{
+    double sec[AT_LPT_KINDS];
+    int64_t start[AT_LPT_KINDS + 1];
+    int kinds = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int c = 0;
+        while (c < kinds && sec[c] != it[k].sec) c++;
+        if (c == kinds) {
+            /* Too many times, or one that equals nothing (NaN): sort. */
+            if (kinds == AT_LPT_KINDS || it[k].sec != it[k].sec) {
+                for (int64_t q = 0; q < n; q++) {
+                    ord[q].sec = it[q].sec;
+                    ord[q].idx = q;
+                }
+                qsort(ord, (size_t)n, sizeof *ord, lpt_order);
+                return;
+            }
+            sec[kinds++] = it[k].sec;
+        }
+        kind[k] = c;
+    }
+    /* rank[c]: the place of time c among the kinds, the longest first. */
+    int rank[AT_LPT_KINDS];
+    for (int c = 0; c < kinds; c++) {
+        rank[c] = 0;
+        for (int d = 0; d < kinds; d++) rank[c] += sec[d] > sec[c];
+        start[rank[c] + 1] = 0;
+    }
+    start[0] = 0;
+    for (int64_t k = 0; k < n; k++) start[rank[kind[k]] + 1]++;
+    for (int r = 0; r < kinds; r++) start[r + 1] += start[r];
+    for (int64_t k = 0; k < n; k++) {
+        int64_t at = start[rank[kind[k]]]++;
+        ord[at].sec = it[k].sec;
+        ord[at].idx = k;
+    }
+}
+
 static double max_load(const double *load, int T)
 {
     double mx = 0;
@@ -99,11 +146,7 @@ double at__split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m
         memcpy(best_own, own, sizeof *own * (size_t)n);
     }
     /* 3. Longest processing time first; ties by item index, so the plan is reproducible. */
-    for (int64_t k = 0; k < n; k++) {
-        ord[k].sec = it[k].sec;
-        ord[k].idx = k;
-    }
-    qsort(ord, (size_t)n, sizeof *ord, lpt_order);
+    lpt_sort(ord, it, n, own);
     memset(load, 0, sizeof *load * (size_t)T);
     for (int64_t k = 0; k < n; k++) {
         int lt = 0;

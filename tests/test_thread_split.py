@@ -1,0 +1,33 @@
+"""The thread split's longest-processing-time order (threads.c).
+
+LPT takes the items by decreasing predicted time, ties by index.  threads.c
+buckets them by time when a plan has few distinct times (a tiling repeats a
+handful of block sizes) instead of sorting thousands of steps; the order must be
+the one qsort gives with LPT's comparator, or plans would change with the
+number of distinct times.  tests/c/lpt_check.c compares the two over random
+item sets: few times, more than the buckets hold, ties, NaNs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIME = ROOT / "kernels_src" / "runtime"
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_bucketed_lpt_order_is_qsorts(tmp_path: Path, seed: int):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("needs a host C compiler (cc, gcc or clang)")
+    out = tmp_path / "lpt_check"
+    subprocess.run([cc, "-O2", "-std=c11", "-I", str(ROOT / "kernels_src" / "include"), "-I", str(RUNTIME),
+                    str(ROOT / "tests" / "c" / "lpt_check.c"), "-lm", "-o", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    done = subprocess.run([str(out), str(seed)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
