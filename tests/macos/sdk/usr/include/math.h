@@ -17,6 +17,7 @@ double log2(double x);
 double exp(double x);
 double pow(double x, double y);
 double fabs(double x);
+float fabsf(float x);
 double fmin(double x, double y);
 double fmax(double x, double y);
 #endif
