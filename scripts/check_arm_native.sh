@@ -141,9 +141,15 @@ if [[ -f "$TARBALL" ]]; then
     tar -xf "$TARBALL" -C "$ROOT"
     say "userland unpacked in $((SECONDS - start)) s"
 else
+    missing=()
     for tool in mmdebstrap arch-test; do
-        command -v "$tool" >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$tool"
+        command -v "$tool" >/dev/null || missing+=("$tool")
     done
+    if ((${#missing[@]})); then
+        # A fresh machine's package lists may be stale: refresh them once if the install fails.
+        apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"; }
+        apt_install || { apt-get update -qq && apt_install; }
+    fi
     mirror=$(bash scripts/setup_arm.sh --mirror-from /etc/apt/sources.list /etc/apt/sources.list.d/*.list \
              /etc/apt/sources.list.d/*.sources 2>/dev/null) || mirror=http://deb.debian.org/debian
     mkdir -p "$(dirname "$TARBALL")"
