@@ -20,7 +20,7 @@ import os
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from . import contract, home as home_mod
 from .specs import KernelSpec
-from .toolchain import Target, slowdown
+from .toolchain import Target, compiler_identity, slowdown
 
 #: Seconds one compiler or linker run may take before it counts as failed.
 COMPILE_TIMEOUT = 300.0
@@ -176,10 +176,11 @@ def _compile(
     home: Path | None,
     extra_hash: str = "",
     force: bool = False,
+    root: Path | None = None,
 ) -> ObjectResult:
     if language not in _SUFFIX:
         return ObjectResult(name, None, "", False, f"unknown source language {language!r}")
-    root = build_dir(target, home)
+    root = root or build_dir(target, home)
     objects, sources = root / "objects", root / "src"
     objects.mkdir(parents=True, exist_ok=True)
     sources.mkdir(parents=True, exist_ok=True)
@@ -212,6 +213,41 @@ def _compile(
     os.replace(tmp, obj)
     failed.unlink(missing_ok=True)
     return ObjectResult(name, obj, digest, False)
+
+
+def shared_dir(home: Path | None = None) -> Path:
+    """Objects every ISA of a host may link (the harness driver, the runtime library's C).
+
+    Their key holds the compiler and the flags, which the ISAs of one host share for
+    portable code, so each is compiled once rather than once per family.
+    """
+    return (home or home_mod.home()) / "build" / "shared"
+
+
+def compile_file(cc: Sequence[str], args: Sequence[str], source: Path, headers: Iterable[Path],
+                 cache: Path, timeout: float, *, link: bool = False) -> tuple[Path, bool]:
+    """``cc args -c source`` (``link``: ``cc args source``, a shared object) once per content.
+
+    Returns (the output in ``cache``, whether it was there already).  The key is the
+    compiler's identity, the whole argv, the source's text and the text of every
+    header it may include (``headers``, a superset is fine): the same file under the
+    same flags is never compiled twice, whichever table or library it goes into.
+    Raises :class:`BuildError` with the compiler's output when it fails.
+    """
+    digest = _digest(compiler_identity(tuple(cc)), *cc, "--", *args, "--", str(link), source.name,
+                     source.read_text(), *(part for h in sorted(headers) for part in (h.name, h.read_text())))
+    suffix = ".so" if link else ".o"
+    out = cache / f"{digest}{suffix}"
+    if out.exists():
+        return out, True
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".{digest}.{os.getpid()}.{threading.get_ident()}.tmp{suffix}"
+    ok, output = _run([*cc, *args, *(() if link else ("-c",)), str(source), "-o", str(tmp)], timeout)
+    if not ok:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(f"cannot compile {source.name}:\n{output}")
+    os.replace(tmp, out)
+    return out, False
 
 
 def language_includes(language: str) -> tuple[str, ...]:
@@ -401,7 +437,8 @@ def build_harness(
     base = (*target.base_cflags, *include)
 
     parts = [
-        _compile(target, (harness_dir / "harness.c").read_text(), "harness", "c", base, home, header),
+        _compile(target, (harness_dir / "harness.c").read_text(), "harness", "c", base, home, header,
+                 root=shared_dir(home)),
         _compile(target, registry_source(target.isa, specs), "registry", "c", base, home,
                  header),
         _compile(target, _peak_file(target).read_text(), f"peak_{target.isa}", "c",

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract
+from .build import BuildError, compile_file, shared_dir
 from .codegen.quant_x86 import emit_registry
 from .families import ARM_ISAS
 from .home import kernels_src
@@ -41,7 +42,7 @@ from .runtime.loader import library_name
 from .specs import KernelSpec
 from .toolchain import Target, compiler_identity, slowdown
 
-if TYPE_CHECKING:  # only for annotations: install imports this module
+if TYPE_CHECKING:  # only for annotations
     from .build import ObjectResult
     from .table import TunedTable
 
@@ -192,6 +193,35 @@ def _run(argv: Sequence[str], target: Target) -> None:
         raise LibraryError(f"{' '.join(argv)}\n{(proc.stdout + proc.stderr).strip()}")
 
 
+def _compile_all(jobs: Sequence[tuple[Sequence[str], Sequence[str], Path, Path]], headers: Sequence[Path],
+                 cache: Path | None, target: Target) -> None:
+    """Compile each (cc, args, source, object) job, four at a time.
+
+    With a ``cache`` (the install's build folder) an object comes from it when its
+    source, headers, compiler and flags are unchanged: tuning rebuilds a library
+    that differs from the first in its table alone, and a host's libraries share
+    their runtime C, so only the table is compiled again.
+    """
+    def one(job: tuple[Sequence[str], Sequence[str], Path, Path]) -> None:
+        cc, args, source, obj = job
+        if cache is None:
+            _run([*cc, *args, "-c", str(source), "-o", str(obj)], target)
+            return
+        try:
+            cached, _ = compile_file(cc, args, source, headers, cache, _COMPILE_TIMEOUT * slowdown(target))
+        except BuildError as exc:
+            raise LibraryError(str(exc)) from exc
+        shutil.copyfile(cached, obj)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(one, jobs))
+
+
+def _headers(*folders: Path) -> list[Path]:
+    """Every header a runtime source may include from these folders."""
+    return sorted(h for folder in folders for h in folder.glob("*.h"))
+
+
 def _replace_atomic(src: Path, dst: Path) -> None:
     """Move a finished file into place: a process that loaded the old one keeps its mapping."""
     os.replace(src, dst)
@@ -290,6 +320,7 @@ def build_runtime(
     out_dir: Path,
     with_extension: bool = True,
     quant: tuple[str, Sequence[Path]] | None = None,
+    cache: Path | None = None,
 ) -> LibraryBuild:
     """Link ``libautotune.so`` from the runtime C, ``table_c`` and the kernels' objects.
 
@@ -299,7 +330,8 @@ def build_runtime(
 
     Copies ``autotune.h`` beside it and builds the ``_atfast`` Python extension
     (not linked to the library: the loader hands it the library's entry points).  Nothing is compiled when the
-    hash of the sources, the objects, the compiler and the flags is unchanged.
+    hash of the sources, the objects, the compiler and the flags is unchanged;
+    with a ``cache`` folder, a changed table recompiles the table alone.
     Raises :class:`LibraryError` with the compiler's output on failure.
     """
     out_dir = Path(out_dir)
@@ -341,29 +373,45 @@ def build_runtime(
         (tmp / "at_table.c").write_text(table_c)
         (tmp / QTABLE).write_text(qtable_c)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}"]
-        objects = [str(obj) for obj in quant_objects]
+        jobs = []
         for name in (*RUNTIME_SOURCES, "at_table.c", QTABLE):
             path = tmp / name if name in ("at_table.c", QTABLE) else runtime_dir / name
-            obj = tmp / (Path(name).stem + ".o")
-            _run([*target.cc, *cflags, *includes, "-c", str(path), "-o", str(obj)], target)
-            objects.append(str(obj))
+            jobs.append((target.cc, [*cflags, *includes], path, tmp / (Path(name).stem + ".o")))
+        headers = _headers(include_dir, runtime_dir)
+        _compile_all(jobs, headers, cache, target)
+        objects = [*(str(obj) for obj in quant_objects), *(str(job[3]) for job in jobs)]
         lib_tmp = tmp / lib_name
         _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *target.ldflags,
               *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
         outputs = [(lib_tmp, library)]
-        outputs += _build_extension([*target.cc, *cflags, *includes], ext, extension, tmp, target)
+        outputs += _build_extension(target.cc, [*cflags, *includes], ext, extension, tmp, target, headers, cache)
         _publish(tmp, out_dir, outputs, header, digest, stamp)
     return LibraryBuild(library, out_dir / "autotune.h", extension, digest, False)
 
 
-def _build_extension(compile_argv: Sequence[str], ext: tuple[list[str], str] | None,
-                     extension: Path | None, tmp: Path, target: Target) -> list[tuple[Path, Path]]:
-    """The _atfast extension built in ``tmp``: [(built, destination)], or [] without Python headers."""
+def _build_extension(cc: Sequence[str], args: Sequence[str], ext: tuple[list[str], str] | None,
+                     extension: Path | None, tmp: Path, target: Target, headers: Sequence[Path] = (),
+                     cache: Path | None = None) -> list[tuple[Path, Path]]:
+    """The _atfast extension built in ``tmp``: [(built, destination)], or [] without Python headers.
+
+    It does not depend on the table: with a ``cache`` it is built once per source,
+    headers (Python's version among them), compiler and flags.
+    """
     if not ext or extension is None:
         return []
     built = tmp / extension.name
-    _run([*compile_argv, *ext[0], *extension_link_flags(target),
-          str(kernels_src() / "runtime" / EXTENSION_SOURCE), "-o", str(built)], target)
+    source = kernels_src() / "runtime" / EXTENSION_SOURCE
+    argv = [*args, *ext[0], *extension_link_flags(target)]
+    if cache is None:
+        _run([*cc, *argv, str(source), "-o", str(built)], target)
+        return [(built, extension)]
+    python = [Path(flag[2:]) / "patchlevel.h" for flag in ext[0] if flag.startswith("-I")]
+    try:
+        cached, _ = compile_file(cc, argv, source, [*headers, *(h for h in python if h.exists())], cache,
+                                 _COMPILE_TIMEOUT * slowdown(target), link=True)
+    except BuildError as exc:
+        raise LibraryError(str(exc)) from exc
+    shutil.copyfile(cached, built)
     return [(built, extension)]
 
 
@@ -453,13 +501,14 @@ def build_arm_runtime(
     peak_gflops: Mapping[str, float],
     out_dir: Path,
     with_extension: bool | None = None,
+    cache: Path | None = None,
 ) -> ArmLibraryBuild:
     """Link the aarch64 ``libautotune.so`` (``.dylib`` for macOS) and ``libautotune.a`` into ``out_dir``.
 
     ``kernels`` pairs every selected kernel with its GFLOPS by K (empty under
     emulation), ``kernel_objects`` gives their compiled objects.  The Python
     extension is built only natively (default) since an emulated library cannot
-    be loaded by this Python.
+    be loaded by this Python.  ``cache`` as for :func:`build_runtime`.
     """
     if target.isa not in ARM_ISAS:
         raise LibraryError(f"{target.isa} is not an Arm target ({', '.join(ARM_ISAS)})")
@@ -507,13 +556,10 @@ def build_arm_runtime(
         (tmp / "at_table.c").write_text(table_c)
         (tmp / QTABLE).write_text(emit_registry([]))  # no Arm quantised kernels yet: qgemm.c's portable code
         includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
-        jobs: list[list[str]] = []
-        objects: list[str] = []
+        jobs: list[tuple[Sequence[str], Sequence[str], Path, Path]] = []
 
         def compile_job(path: Path, flags: Sequence[str], cc: Sequence[str] = target.cc) -> None:
-            obj = tmp / (path.name.replace(".", "_") + ".o")
-            jobs.append([*cc, *flags, *includes, "-c", str(path), "-o", str(obj)])
-            objects.append(str(obj))
+            jobs.append((cc, [*flags, *includes], path, tmp / (path.name.replace(".", "_") + ".o")))
 
         for name in RUNTIME_SOURCES:
             compile_job(runtime_dir / name, [*base, *(defines if name == "exec.c" else [])])
@@ -522,15 +568,16 @@ def build_arm_runtime(
         if sme2:
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            list(pool.map(lambda argv: _run(argv, target), jobs))
+        headers = _headers(include_dir, runtime_dir, arm_dir)
+        _compile_all(jobs, headers, cache, target)
+        objects = [str(job[3]) for job in jobs]
 
         lib_tmp, ar_tmp = tmp / lib_name, tmp / ARCHIVE_NAME
         _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *shared_ldflags,
               *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
         _run([*_archiver(target), "rcs", str(ar_tmp), *objects, *object_paths], target)
         outputs = [(lib_tmp, library), (ar_tmp, archive)]
-        outputs += _build_extension([*target.cc, *base, *includes], ext, extension, tmp, target)
+        outputs += _build_extension(target.cc, [*base, *includes], ext, extension, tmp, target, headers, cache)
         _publish(tmp, out_dir, outputs, header, digest, stamp)
     return ArmLibraryBuild(library, out_dir / "autotune.h", extension, digest, False, archive)
 
@@ -554,7 +601,7 @@ def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],
             raise LibraryError(f"{record.name} is selected but has no compiled object")
         kernel_objects.append((record.spec, path))
     return build_arm_runtime(runtime_target, kernels, kernel_objects, stored.params, stored.peak_gflops,
-                             out_dir or root / "lib" / stored.target)
+                             out_dir or root / "lib" / stored.target, cache=shared_dir(root) / "runtime")
 
 
 def build_table_library(stored: "TunedTable", targets: Mapping[str, Target],
@@ -575,4 +622,5 @@ def build_table_library(stored: "TunedTable", targets: Mapping[str, Target],
     kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
     runtime_target = next(iter(targets.values()))
     return build_runtime(runtime_target, kernel_objects, table_c, out_dir or root / "lib" / stored.target,
-                         quant=library_parts(stored.settings, targets, root))
+                         quant=library_parts(stored.settings, targets, root),
+                         cache=shared_dir(root) / "runtime")

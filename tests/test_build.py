@@ -209,3 +209,69 @@ def test_a_compile_error_is_cached_until_forced(home, target, monkeypatch):
     assert calls == [] and again.failures == first.failures
     build.build_kernels(target, [broken], force=True)
     assert len(calls) == 1
+
+
+def test_the_harness_driver_is_compiled_once_for_every_isa(home, target, monkeypatch):
+    # The x86 families (and NEON with SME2 on Arm) share the portable flags: the
+    # driver they link is one object, not one per family.
+    generic = type(target)(**{**target.__dict__, "isa": "generic", "cflags": target.base_cflags})
+    build.build_harness(target, list(build.build_kernels(target, tk.naive_sources(target.isa)).objects.values()))
+    calls = _count_compiler_runs(monkeypatch)
+    exe = build.build_harness(generic, [])
+    compiled = [next(a for a in argv if a.endswith(".c")) for argv in calls if "-c" in argv]
+    assert [Path(c).name for c in compiled] == ["registry.c", f"peak_{generic.isa}.c"]
+    out = subprocess.run([str(exe), "list"], capture_output=True, text=True, timeout=30, check=True)
+    assert '"event":"kernel"' not in out.stdout
+
+
+def test_compile_file_compiles_once_per_content(tmp_path, target, monkeypatch):
+    include = tmp_path / "include"
+    include.mkdir()
+    header = include / "value.h"
+    header.write_text("#define VALUE 41\n")
+    source = tmp_path / "one.c"
+    source.write_text('#include "value.h"\nint one(void) { return VALUE + 1; }\n')
+    cache = tmp_path / "cache"
+    args = [*target.base_cflags, f"-I{include}"]
+    calls = _count_compiler_runs(monkeypatch)
+
+    first, cached = build.compile_file(target.cc, args, source, [header], cache, 60)
+    assert not cached and first.parent == cache and first.suffix == ".o" and len(calls) == 1
+    assert build.compile_file(target.cc, args, source, [header], cache, 60) == (first, True)
+    assert len(calls) == 1
+    # The header's text, the flags and the source's text each make another object.
+    header.write_text("#define VALUE 42\n")
+    by_header, cached = build.compile_file(target.cc, args, source, [header], cache, 60)
+    by_flags, _ = build.compile_file(target.cc, [*args, "-DOTHER"], source, [header], cache, 60)
+    source.write_text(source.read_text() + "/* another text */\n")
+    by_text, _ = build.compile_file(target.cc, args, source, [header], cache, 60)
+    assert not cached and len({first, by_header, by_flags, by_text}) == 4 and len(calls) == 4
+    assert all(p.stat().st_size > 0 for p in (first, by_header, by_flags, by_text))
+
+    source.write_text("int one(void) { this is not C; }\n")
+    with pytest.raises(build.BuildError, match="one.c"):
+        build.compile_file(target.cc, args, source, [header], cache, 60)
+    assert sorted(p.name for p in cache.iterdir()) == sorted(p.name for p in (first, by_header, by_flags, by_text))
+
+
+def test_a_library_with_another_table_compiles_the_table_alone(home, target, monkeypatch):
+    # What tuning does (the same runtime, new parameters in the table), and what two
+    # CPUs of one architecture do with one cache: only at_table.c is compiled again.
+    from autotune import link
+
+    objects = build.build_kernels(target, tk.naive_sources(target.isa)[:2]).objects.values()
+    kernels = [(obj.spec, obj.path) for obj in objects]
+    table = [(spec, {}) for spec, _ in kernels]
+    cache = build.shared_dir(home) / "runtime"
+    first = link.build_runtime(target, kernels, link.emit_kernel_table_c(table, {"provenance": "model"}, {}),
+                               home / "lib" / "a", cache=cache)
+    calls = _count_compiler_runs(monkeypatch)
+    second = link.build_runtime(target, kernels,
+                                link.emit_kernel_table_c(table, {"provenance": "model", "blk_k": 128}, {}),
+                                home / "lib" / "b", cache=cache)
+    assert not second.cached and second.hash != first.hash
+    assert [Path(argv[argv.index("-c") + 1]).name for argv in calls] == ["at_table.c"]
+    assert (first.extension is None) == (second.extension is None)
+    if second.extension is not None:
+        assert second.extension.read_bytes() == first.extension.read_bytes()
+    assert second.library.stat().st_size > 0 and second.library.read_bytes() != first.library.read_bytes()
