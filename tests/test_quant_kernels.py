@@ -8,9 +8,6 @@ add), over odd shapes and adversarial scales.
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st

@@ -41,15 +41,7 @@ uint64_t rt_lazy_za_call(void (*fn)(void), const uint64_t x[8], double d0, doubl
                          uint64_t slices);
 #endif
 
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static uint64_t next(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 2685821657736338717ULL;
-}
-static double urand(void) { return (double)(next() >> 11) * (2.0 / 9007199254740992.0) - 1.0; }
+#include "../c/test_rng.h"
 static int64_t pick(const int64_t *v, int n) { return v[next() % (uint64_t)n]; }
 
 static const int64_t dims[] = {0, 1, 2, 3, 5, 7, 8, 13, 16, 17, 19, 31, 32, 33, 47, 48, 64, 65, 97, 130};

@@ -49,16 +49,8 @@
 #endif
 #endif
 
-static uint64_t rng = 0x9e3779b97f4a7c15ULL;
-static uint64_t next(void)
-{
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 2685821657736338717ULL;
-}
+#include "test_rng.h"
 static int below(int n) { return (int)(next() % (uint64_t)n); }
-static double urand(void) { return (double)(next() >> 11) * (2.0 / 9007199254740992.0) - 1.0; }
 #define PICK(v) (v)[below((int)(sizeof(v) / sizeof(v)[0]))]
 
 /* Around the kernels' blocks (NEON 8x12, AVX2 6x16/8x8, SME2 tiles of 16..64 rows). */
