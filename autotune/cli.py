@@ -439,9 +439,34 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
             listing.add_row(record.name, f"{score:.1f}" if score else "-",
                             f"{record.best_gflops:.1f}" if record.best_gflops else "-", share)
         out.print(listing)
+    print_quantised(table.settings.get("quant"), out)
     if table.rejected:
         out.print(f"[yellow]{len(table.rejected)} rejected[/], e.g. {table.rejected[0].name}: "
                   f"{table.rejected[0].reason}", soft_wrap=True)
+
+
+def print_quantised(quant: dict | None, out: Console) -> None:
+    """The quantised kernels install validated (``settings["quant"]``, autotune.qsuite):
+    each one's verdict, whether qmatmul uses it, and its time per product at each timed M."""
+    if not quant or not quant.get("verdicts"):
+        return
+    from .qsuite import MEASURE_KN
+
+    seconds = quant.get("seconds", {})
+    ms = sorted({int(m) for times in seconds.values() for m in times})
+    listing = Table(title=f"quantised kernels (qmatmul; microseconds at K = N = {MEASURE_KN})",
+                    title_justify="left")
+    listing.add_column("kernel", overflow="fold")
+    listing.add_column("verdict")
+    listing.add_column("used", justify="center")
+    for m in ms:
+        listing.add_column(f"M={m}", justify="right")
+    selected = set(quant.get("selected", ()))
+    for name, verdict in sorted(quant["verdicts"].items()):
+        times = seconds.get(name, {})
+        listing.add_row(name, verdict, "*" if name in selected else "",
+                        *(f"{1e6 * times[str(m)]:.0f}" if str(m) in times else "-" for m in ms))
+    out.print(listing)
 
 
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:

@@ -92,6 +92,27 @@ def test_emulated_table_says_so():
     assert "EMULATED" in buffer.getvalue()
 
 
+def test_show_lists_the_quantised_kernels_qmatmul_uses():
+    """A table with the quantised stage's settings shows each kernel's verdict, the
+    ones qmatmul uses and their times; a table without them shows no such section."""
+    import dataclasses
+
+    quant = {"selected": ["at_q4s_avx2_4x8"],
+             "verdicts": {"at_q4s_avx2_4x8": "validated", "at_q8_avx2_2x16": "wrong answer"},
+             "seconds": {"at_q4s_avx2_4x8": {"1": 8.6e-4, "64": 2.0e-3}}}
+    plain = make_table("avx2", "measured")
+    with_quant = dataclasses.replace(plain, settings={**plain.settings, "quant": quant})
+    buffer = io.StringIO()
+    cli.print_table(with_quant, Console(file=buffer, width=100))
+    lines = [line for line in buffer.getvalue().splitlines() if "at_q" in line]
+    assert "quantised kernels" in buffer.getvalue()
+    assert any("at_q4s_avx2_4x8" in line and "*" in line and "860" in line and "2000" in line for line in lines)
+    assert any("at_q8_avx2_2x16" in line and "wrong answer" in line and "*" not in line for line in lines)
+    buffer = io.StringIO()
+    cli.print_table(plain, Console(file=buffer, width=100))
+    assert "quantised" not in buffer.getvalue()
+
+
 @pytest.mark.parametrize("command", [["clean"], ["report"]])
 def test_an_unwritable_home_is_one_line(tmp_path, monkeypatch, capsys, command):
     import autotune.reports
