@@ -41,19 +41,13 @@ uint64_t rt_lazy_za_call(void (*fn)(void), const uint64_t x[8], double d0, doubl
                          uint64_t slices);
 #endif
 
-#include "../c/test_rng.h"
+#include "../c/test_gemm.h"
 static int64_t pick(const int64_t *v, int n) { return v[next() % (uint64_t)n]; }
 
 static const int64_t dims[] = {0, 1, 2, 3, 5, 7, 8, 13, 16, 17, 19, 31, 32, 33, 47, 48, 64, 65, 97, 130};
 static const double alphas[] = {1.0, -0.75, 0.5, 0.0, 2.0};
 static const double betas[] = {0.0, 1.0, 2.5, -1.0};
 
-/* Offset of element (r, c) of an r x c operand stored with (layout, trans). */
-static int64_t at(int row, int trans, int64_t r, int64_t c, int64_t ld)
-{
-    int64_t a = trans ? c : r, b = trans ? r : c; /* (a, b) as stored */
-    return row ? a * ld + b : a + b * ld;
-}
 
 typedef struct {
     int dt, row, ta, tb;
@@ -62,20 +56,7 @@ typedef struct {
     int nan_row; /* -1, or the row of op(A) holding a NaN */
 } gcase;
 
-static int64_t extent(int row, int trans, int64_t r, int64_t c, int64_t ld)
-{
-    int64_t outer = row ? (trans ? c : r) : (trans ? r : c);
-    return ld * (outer > 0 ? outer : 1);
-}
 
-static double get(const void *p, int dt, int64_t i) { return dt ? ((const double *)p)[i] : ((const float *)p)[i]; }
-static void set(void *p, int dt, int64_t i, double v)
-{
-    if (dt)
-        ((double *)p)[i] = v;
-    else
-        ((float *)p)[i] = (float)v;
-}
 
 static long checks, failures, kernel_steps, edge_steps, split_plans, packed_plans;
 /* Steps by SME2 operand format (from the kernel's name): A panel, B panel, hybrid;
@@ -137,14 +118,8 @@ static void run_case(const gcase *c)
     for (int64_t i = 0; i < nc; i++) ref[i] = get(C0, c->dt, i), mag[i] = 0;
     for (int64_t i = 0; i < c->M; i++)
         for (int64_t j = 0; j < c->N; j++) {
-            double s = 0, m = 0;
-            if (c->alpha != 0)
-                for (int64_t p = 0; p < c->K; p++) {
-                    double a = get(A, c->dt, at(c->row, c->ta, i, p, c->lda));
-                    double b = get(B, c->dt, at(c->row, c->tb, p, j, c->ldb));
-                    s += a * b;
-                    m += fabs(a * b);
-                }
+            double m = 0;
+            double s = c->alpha != 0 ? ref_entry(c->dt, c->row, c->ta, c->tb, A, c->lda, B, c->ldb, c->K, i, j, &m) : 0;
             int64_t o = at(c->row, 0, i, j, c->ldc);
             double old = ref[o];
             ref[o] = c->alpha * s + (c->beta == 0 ? 0 : c->beta * old);

@@ -49,7 +49,7 @@
 #endif
 #endif
 
-#include "test_rng.h"
+#include "test_gemm.h"
 static int below(int n) { return (int)(next() % (uint64_t)n); }
 #define PICK(v) (v)[below((int)(sizeof(v) / sizeof(v)[0]))]
 
@@ -108,27 +108,7 @@ static void report(const call *c, long index, const char *what, double detail)
     fflush(stdout);
 }
 
-static double get(const void *p, int dt, int64_t i) { return dt ? ((const double *)p)[i] : ((const float *)p)[i]; }
-static void set(void *p, int dt, int64_t i, double v)
-{
-    if (dt)
-        ((double *)p)[i] = v;
-    else
-        ((float *)p)[i] = (float)v;
-}
 
-/* Offset of element (r, c) of an operand stored (layout, trans) with leading dim ld. */
-static int64_t at(int row, int trans, int64_t r, int64_t c, int64_t ld)
-{
-    int64_t a = trans ? c : r, b = trans ? r : c;
-    return row ? a * ld + b : a + b * ld;
-}
-/* Elements an r x c operand spans: ld times its outer extent. */
-static int64_t span(int row, int trans, int64_t r, int64_t c, int64_t ld)
-{
-    int64_t outer = row ? (trans ? c : r) : (trans ? r : c);
-    return ld * (outer > 0 ? outer : 1);
-}
 static int inner(int row, int trans, int r, int c) { return row ? (trans ? r : c) : (trans ? c : r); }
 
 /* Fills in everything but the product (dtype, layout, shape, transpositions). */
@@ -206,8 +186,8 @@ enum { GUARD = 16 };
 static void run(const call *c, long index)
 {
     size_t es = c->dt ? sizeof(double) : sizeof(float);
-    int64_t na = span(c->row, c->ta, c->M, c->K, c->lda), nb = span(c->row, c->tb, c->K, c->N, c->ldb);
-    int64_t nc = span(c->row, 0, c->M, c->N, c->ldc);
+    int64_t na = extent(c->row, c->ta, c->M, c->K, c->lda), nb = extent(c->row, c->tb, c->K, c->N, c->ldb);
+    int64_t nc = extent(c->row, 0, c->M, c->N, c->ldc);
     /* Batch items: A shared (stride 0) every other call, B and C one after another. */
     int64_t sa = c->batch > 1 && index % 2 ? 0 : na, sb = nb, sc = nc;
     int64_t total_a = sa * (c->batch - 1) + na, total_b = sb * (c->batch - 1) + nb;
@@ -242,14 +222,9 @@ static void run(const call *c, long index)
         int64_t o0 = sc * b;
         for (int64_t i = 0; i < c->M; i++)
             for (int64_t j = 0; j < c->N; j++) {
-                double s = 0, m = 0;
-                if (c->alpha != 0)
-                    for (int64_t p = 0; p < c->K; p++) {
-                        double x = get(a, c->dt, at(c->row, c->ta, i, p, c->lda));
-                        double y = get(bb, c->dt, at(c->row, c->tb, p, j, c->ldb));
-                        s += x * y;
-                        m += fabs(x * y);
-                    }
+                double m = 0;
+                double s = c->alpha != 0 ? ref_entry(c->dt, c->row, c->ta, c->tb, a, c->lda, bb, c->ldb, c->K, i, j, &m)
+                                         : 0;
                 int64_t o = o0 + at(c->row, 0, i, j, c->ldc);
                 double old = get(C, c->dt, o);
                 /* The reference BLAS: no product term for alpha == 0 or K == 0, no C term for beta == 0. */
