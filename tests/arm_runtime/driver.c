@@ -207,16 +207,7 @@ static int suite(int cases)
     at_params_get(&saved);
     for (int phase = 0; phase < 2; phase++) {
         if (phase == 1) {
-            /* Every problem packed, small blocks (several blocks and K slices even
-             * for small shapes), every problem split over the threads. */
-            at_tune_params p = saved;
-            for (int d = 0; d < 2; d++) {
-                p.pack_flops[d] = 0;
-                p.blk_m[d] = 40;
-                p.blk_n[d] = 36;
-                p.blk_k[d] = 29;
-            }
-            p.thread_flops = 0;
+            at_tune_params p = packed_everywhere(saved);
             at_params_set(&p);
         }
         long before = failures;

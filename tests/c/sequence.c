@@ -415,14 +415,7 @@ int main(int argc, char **argv)
 
     at_tune_params saved, packed;
     at_params_get(&saved);
-    packed = saved;
-    for (int d = 0; d < 2; d++) {
-        packed.pack_flops[d] = 0;
-        packed.blk_m[d] = 40;
-        packed.blk_n[d] = 36;
-        packed.blk_k[d] = 29;
-    }
-    packed.thread_flops = 0;
+    packed = packed_everywhere(saved);
 
     enum { REMEMBER = 64 };
     call seen[REMEMBER], last = {0};

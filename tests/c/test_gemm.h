@@ -6,6 +6,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "autotune.h"
+
 /* xorshift64*, seeded the same in every run so a failing case is found again by
  * running the driver again. */
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
@@ -59,5 +61,20 @@ static inline double ref_entry(int dt, int row, int ta, int tb, const void *A, i
     }
     *magnitude = m;
     return s;
+}
+
+/* Planner parameters that send every problem down the packed path in small blocks
+ * (several blocks and K slices even for small shapes) and split every one over the
+ * threads: the paths a tuned table may choose only for large shapes, on small ones. */
+static inline at_tune_params packed_everywhere(at_tune_params p)
+{
+    for (int d = 0; d < 2; d++) {
+        p.pack_flops[d] = 0;
+        p.blk_m[d] = 40;
+        p.blk_n[d] = 36;
+        p.blk_k[d] = 29;
+    }
+    p.thread_flops = 0;
+    return p;
 }
 #endif
