@@ -12,7 +12,9 @@
 
 #include "at_internal.h"
 
-#define AT_ERROR_TEXT 256
+/* at_cpu_check names every missing feature and the library's vector lengths,
+ * which passed 256 bytes on CPUs that lack several; messages stay one allocation. */
+#define AT_ERROR_TEXT 1024
 
 static _Thread_local char *at_error_text;
 static pthread_key_t error_key;
