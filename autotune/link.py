@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract
 from .build import BuildError, compile_file, shared_dir
-from .codegen.quant_x86 import emit_registry
+from .codegen.quant_registry import emit_registry
 from .families import ARM_ISAS
 from .home import kernels_src
 from .host import HostInfo
@@ -50,7 +50,7 @@ if TYPE_CHECKING:  # only for annotations
 RUNTIME_SOURCES = ("plan.c", "cost.c", "cover.c", "threads.c", "params.c", "error.c", "exec.c",
                    "pool.c", "cache.c", "blas.c", "cpu.c", "qgemm.c")
 RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h", "at_qkernel.h")
-#: The quantised kernels' registry, generated (autotune.codegen.quant_x86.emit_registry).
+#: The quantised kernels' registry, generated (autotune.codegen.quant_registry.emit_registry).
 QTABLE = "at_qtable.c"
 EXTENSION_SOURCE = "pyfast.c"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h
