@@ -201,3 +201,43 @@ def test_library_choice_per_cpu_model(qdriver, tmp_path, model):
 @pytest.mark.parametrize("model", [m for m in MODELS if m not in QUICK_MODELS])
 def test_library_choice_on_more_cpu_models(qdriver, tmp_path, model):
     _library_choice_on(model, qdriver, tmp_path)
+
+
+# --------------------------------------------------------------------------- the instruction-count benchmark
+
+
+def test_kleidiai_native_weights_hold_the_same_codes():
+    """benchmarks/arm_qicount.py hands KleidiAI the weights autotune uses, in its
+    qsu4c32s16s0 layout: per column and block an f16 scale, then per 32 values of K
+    16 bytes, byte i holding k = i (low nibble) and k = i + 16 (high), zero point 8."""
+    from benchmarks.arm_qicount import kleidiai_native
+
+    rng = np.random.default_rng(4)
+    w = quant.quantize_weights(rng.standard_normal((96, 5)).astype(np.float32), 4, 64, True)
+    raw = np.frombuffer(kleidiai_native(w), np.uint8).reshape(5, w.blocks, 2 + 32)
+    codes, scales = w.signed_codes(), w.block_scales()
+    for n in range(5):
+        for b in range(w.blocks):
+            assert raw[n, b, :2].view(np.float16)[0] == np.float16(scales[n, b])
+            for i in range(32):
+                sub, j = divmod(i, 16)
+                byte = int(raw[n, b, 2 + 16 * sub + j])
+                k0 = b * 64 + 32 * sub + j
+                assert (byte & 0x0F) - 8 == codes[n, k0] and (byte >> 4) - 8 == codes[n, k0 + 16]
+
+
+@pytest.mark.arm
+def test_instruction_count_benchmark_counts_checked_calls(tmp_path, capsys):
+    from benchmarks import arm_qicount
+
+    _target()
+    rows = arm_qicount.run(arm_qicount.argparse.Namespace(home=str(tmp_path), kleidiai=None, top=20,
+                                                          shapes=[(5, 40, 64)]))
+    (row,) = rows
+    for who in ("autotune", "autotune:at_q4s_dotprod_4x8"):
+        assert row[who]["ok"] and row[who]["cached"] > 0
+    # The library's choice on -cpu max (i8mm): the i8mm block for 4 rows, the dotprod GEMV for the fifth.
+    ran = {symbol for symbol, _ in row["autotune"]["top"]}
+    assert {"at_q4s_i8mm_4x8", "at_q4s_dotprod_1x16"} <= ran
+    assert "at_q4s_dotprod_4x8" in {symbol for symbol, _ in row["autotune:at_q4s_dotprod_4x8"]["top"]}
+    assert "5x40x64" in capsys.readouterr().out
