@@ -72,7 +72,8 @@ def test_units_are_one_per_level_with_its_guard_and_flag():
         assert "Do not edit" in u.source
         mine = [k for k in KERNELS if k.level == u.level]
         assert all(f"void {k.name}(" in u.source for k in mine)
-        assert ("vmmlaq_s32" in u.source) == (u.level == "i8mm") and ("vdotq_laneq_s32" in u.source) == (u.level == "dotprod")
+        assert ("vmmlaq_s32" in u.source) == (u.level == "i8mm")
+        assert ("vdotq_laneq_s32" in u.source) == (u.level == "dotprod")
     with pytest.raises(ValueError):
         quant_neon.generate(KERNELS)
 
@@ -187,7 +188,8 @@ def _library_choice_on(model: str, qdriver, work: Path) -> None:
     for (name, A, w), (status, C) in zip(calls, results):
         if status == AT_OK:
             problem = _check(C, A, w)
-            assert problem is None, f"{model}, {name or 'the library choice'} at M={A.shape[0]} K={A.shape[1]}: {problem}"
+            who = name or "the library's choice"
+            assert problem is None, f"{model}, {who} at M={A.shape[0]} K={A.shape[1]}: {problem}"
 
 
 @pytest.mark.arm
@@ -207,10 +209,10 @@ def test_library_choice_on_more_cpu_models(qdriver, tmp_path, model):
 
 
 def test_kleidiai_native_weights_hold_the_same_codes():
-    """benchmarks/arm_qicount.py hands KleidiAI the weights autotune uses, in its
+    """benchmarks/arm_neon_qicount.py hands KleidiAI the weights autotune uses, in its
     qsu4c32s16s0 layout: per column and block an f16 scale, then per 32 values of K
     16 bytes, byte i holding k = i (low nibble) and k = i + 16 (high), zero point 8."""
-    from benchmarks.arm_qicount import kleidiai_native
+    from benchmarks.arm_neon_qicount import kleidiai_native
 
     rng = np.random.default_rng(4)
     w = quant.quantize_weights(rng.standard_normal((96, 5)).astype(np.float32), 4, 64, True)
@@ -228,11 +230,11 @@ def test_kleidiai_native_weights_hold_the_same_codes():
 
 @pytest.mark.arm
 def test_instruction_count_benchmark_counts_checked_calls(tmp_path, capsys):
-    from benchmarks import arm_qicount
+    from benchmarks import arm_neon_qicount
 
     _target()
-    rows = arm_qicount.run(arm_qicount.argparse.Namespace(home=str(tmp_path), kleidiai=None, top=20,
-                                                          shapes=[(5, 40, 64)]))
+    options = arm_neon_qicount.argparse.Namespace(home=str(tmp_path), kleidiai=None, top=20, shapes=[(5, 40, 64)])
+    rows = arm_neon_qicount.run(options)
     (row,) = rows
     for who in ("autotune", "autotune:at_q4s_dotprod_4x8"):
         assert row[who]["ok"] and row[who]["cached"] > 0

@@ -8,13 +8,13 @@ under emulation, not timings**: deterministic, and for kernels made of
 
 ::
 
-    python -m benchmarks.arm_qicount --kleidiai /path/to/kleidiai [MxNxK ...]
+    python -m benchmarks.arm_neon_qicount --kleidiai /path/to/kleidiai [MxNxK ...]
 
-``arm_qicount.c`` (beside this file) is linked statically with an aarch64
+``arm_neon_qicount.c`` (beside this file) is linked statically with an aarch64
 ``libautotune.a`` built here by :func:`autotune.link.build_arm_runtime` (no float
 kernels; every NEON quantised kernel) and with KleidiAI's LHS quantise-and-pack,
 RHS pack and two matmul kernels compiled from the given checkout, all under
-``$AUTOTUNE_HOME/benchmarks/qicount`` (never inside the project).  QEMU runs it
+``$AUTOTUNE_HOME/benchmarks/neon_qicount`` (never inside the project).  QEMU runs it
 on ``-cpu max`` (dotprod and i8mm) with ``-one-insn-per-tb -d exec,nochain``;
 :func:`benchmarks.arm_icount.tally` counts the instructions between the markers,
 per symbol.  Phase "cached" (the second of two identical calls) is reported.
@@ -50,7 +50,7 @@ from autotune.toolchain import arm_target
 from .arm_icount import Count, tally
 
 HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "arm_qicount.c"
+DRIVER = HERE / "arm_neon_qicount.c"
 SHAPES = ((1, 4096, 4096), (16, 1024, 1024), (64, 512, 512), (33, 1000, 512))
 KAI_DIR = "kai/ukernels/matmul/"
 KAI_SOURCES = (
@@ -73,7 +73,7 @@ def build(work: Path, kleidiai: Path | None) -> tuple[tuple[str, ...], Path]:
     """(QEMU runner on -cpu max, the counting program)."""
     target = arm_target("neon", X86)
     lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, work / "lib")
-    exe = work / ("arm_qicount_kai" if kleidiai else "arm_qicount")
+    exe = work / ("arm_neon_qicount_kai" if kleidiai else "arm_neon_qicount")
     argv = [*target.cc, "-O2", "-std=c11", "-march=armv8.6-a+dotprod+i8mm", f"-I{lib.header.parent}", str(DRIVER)]
     if kleidiai is not None:
         argv += ["-DAT_KLEIDIAI", f"-I{kleidiai}", *[str(kleidiai / s) for s in KAI_SOURCES]]
@@ -103,7 +103,7 @@ def _counted(array: np.ndarray) -> bytes:
 def count(runner: tuple[str, ...], exe: Path, inp: Path, who: str, out: Path) -> Count:
     """Instructions per phase and symbol of one run (the log goes through a FIFO)."""
     result = Count()
-    with tempfile.TemporaryDirectory(prefix="at-qicount-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="at-neon-qicount-") as tmp:
         fifo = Path(tmp) / "log"
         os.mkfifo(fifo)
         argv = [*runner, "-one-insn-per-tb", "-d", "exec,nochain", "-D", str(fifo), str(exe), str(inp), who, str(out)]
@@ -117,7 +117,7 @@ def count(runner: tuple[str, ...], exe: Path, inp: Path, who: str, out: Path) ->
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    work = Path(args.home or at_home.home()) / "benchmarks" / "qicount"
+    work = Path(args.home or at_home.home()) / "benchmarks" / "neon_qicount"
     work.mkdir(parents=True, exist_ok=True)
     kai = Path(args.kleidiai).resolve() if args.kleidiai else None
     if kai is not None and not all((kai / s).exists() for s in KAI_SOURCES):
@@ -179,7 +179,8 @@ def _shape(text: str) -> tuple[int, int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.arm_qicount", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.arm_neon_qicount",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("shapes", nargs="*", type=_shape, help="MxNxK (K a multiple of 32)")
     parser.add_argument("--home", help="where to build (default: $AUTOTUNE_HOME)")
     parser.add_argument("--kleidiai", help="a KleidiAI source checkout to compare with (built beside, not copied)")

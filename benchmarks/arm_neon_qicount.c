@@ -1,8 +1,8 @@
-/* arm_qicount.c: one quantised matmul (f32 A x symmetric 4-bit W, blocks of 32),
+/* arm_neon_qicount.c: one quantised matmul (f32 A x symmetric 4-bit W, blocks of 32),
  * autotune's or KleidiAI's, between two marker functions, for counting guest
- * instructions under QEMU (benchmarks/arm_qicount.py drives it).
+ * instructions under QEMU (benchmarks/arm_neon_qicount.py drives it).
  *
- *   arm_qicount IN WHO OUT
+ *   arm_neon_qicount IN WHO OUT
  *
  * IN (written by the Python side): int64 M, N, K, block; A (M x K f32); autotune's
  * packed weights (int64 byte count, then the qpanel8 codes; int64 count, then
@@ -40,7 +40,7 @@ static void *take(FILE *f, size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
     if (!p || fread(p, 1, bytes, f) != bytes) {
-        fprintf(stderr, "arm_qicount: truncated input\n");
+        fprintf(stderr, "arm_neon_qicount: truncated input\n");
         exit(2);
     }
     return p;
@@ -50,7 +50,7 @@ static void *take_counted(FILE *f, size_t *bytes)
 {
     int64_t n = 0;
     if (fread(&n, sizeof n, 1, f) != 1) {
-        fprintf(stderr, "arm_qicount: truncated input\n");
+        fprintf(stderr, "arm_neon_qicount: truncated input\n");
         exit(2);
     }
     *bytes = (size_t)n;
@@ -91,7 +91,7 @@ static const kai_kernel KAI_I8MM = {
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: arm_qicount IN WHO OUT\n");
+        fprintf(stderr, "usage: arm_neon_qicount IN WHO OUT\n");
         return 2;
     }
     FILE *in = fopen(argv[1], "rb");
@@ -129,7 +129,7 @@ int main(int argc, char **argv)
 #else
     const void *kai = NULL;
     if (strncmp(who, "kai", 3) == 0) {
-        fprintf(stderr, "arm_qicount: built without KleidiAI\n");
+        fprintf(stderr, "arm_neon_qicount: built without KleidiAI\n");
         return 2;
     }
 #endif
@@ -152,7 +152,7 @@ int main(int argc, char **argv)
         icount_end(phase);
     }
     if (status != 0) {
-        fprintf(stderr, "arm_qicount: %s returned %d: %s\n", who, status, at_last_error());
+        fprintf(stderr, "arm_neon_qicount: %s returned %d: %s\n", who, status, at_last_error());
         return 1;
     }
     FILE *out = fopen(argv[3], "wb");
