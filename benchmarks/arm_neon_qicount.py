@@ -116,6 +116,13 @@ def unlogged(exe: Path) -> list[str]:
     return []
 
 
+def write_input(path: Path, A: np.ndarray, w: quant.QuantizedWeights) -> None:
+    """The program's input: the shape, A, autotune's and KleidiAI's forms of ``w``."""
+    native = np.frombuffer(kleidiai_native(w), np.uint8)
+    path.write_bytes(struct.pack("<4q", A.shape[0], w.n, w.k, w.block) + np.ascontiguousarray(A).tobytes()
+                     + _counted(w.packed.codes) + _counted(w.packed.scales) + _counted(native))
+
+
 def count(runner: tuple[str, ...], exe: Path, inp: Path, who: str, out: Path) -> Count:
     """Instructions per phase and symbol of one run (the log goes through a FIFO)."""
     result = Count()
@@ -146,9 +153,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         A = rng.standard_normal((m, k)).astype(np.float32)
         w = quant.quantize_weights(rng.standard_normal((k, n)).astype(np.float32), 4, 32, True)
         inp, out = work / "in.bin", work / "out.bin"
-        native = np.frombuffer(kleidiai_native(w), np.uint8)
-        inp.write_bytes(struct.pack("<4q", m, n, k, 32) + A.tobytes() + _counted(w.packed.codes)
-                        + _counted(w.packed.scales) + _counted(native))
+        write_input(inp, A, w)
         want, bound = quant.reference_qmatmul(A, w), quant.scaling_error_bound(A, w).astype(np.float64)
         f32 = A.astype(np.float64) @ w.dequantize().astype(np.float64)
         row: dict = {"shape": f"{m}x{n}x{k}"}

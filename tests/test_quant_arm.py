@@ -11,7 +11,9 @@ qemu-aarch64 on cases written here, and the host compares each C with
   float32, NaN in A), on a CPU with both dotprod and i8mm (``max``);
 * the library's own choice on CPU models without dotprod (cortex-a53, a72: the
   portable code, no SIGILL), with dotprod (cortex-a76, neoverse-n1) and with
-  i8mm (neoverse-n2, max), where a forced kernel the CPU cannot run is refused.
+  i8mm (neoverse-n2, max), where a forced kernel the CPU cannot run is refused;
+  and which kernels it executes there, by symbol, under QEMU's instruction log
+  (benchmarks/arm_neon_qicount.py's counter).
 
 Nothing here times anything.
 """
@@ -229,17 +231,38 @@ def test_kleidiai_native_weights_hold_the_same_codes():
 
 
 @pytest.mark.arm
+@pytest.mark.slow
 def test_instruction_count_benchmark_counts_checked_calls(tmp_path, capsys):
     from benchmarks import arm_neon_qicount
 
     _target()
     options = arm_neon_qicount.argparse.Namespace(home=str(tmp_path), kleidiai=None, top=20, shapes=[(5, 40, 64)])
-    rows = arm_neon_qicount.run(options)
-    (row,) = rows
+    (row,) = arm_neon_qicount.run(options)
     for who in ("autotune", "autotune:at_q4s_dotprod_4x8"):
         assert row[who]["ok"] and row[who]["cached"] > 0
-    # The library's choice on -cpu max (i8mm): the i8mm block for 4 rows, the dotprod GEMV for the fifth.
-    ran = {symbol for symbol, _ in row["autotune"]["top"]}
-    assert {"at_q4s_i8mm_4x8", "at_q4s_dotprod_1x16"} <= ran
     assert "at_q4s_dotprod_4x8" in {symbol for symbol, _ in row["autotune:at_q4s_dotprod_4x8"]["top"]}
     assert "5x40x64" in capsys.readouterr().out
+
+
+@pytest.mark.arm
+def test_the_library_runs_the_kernels_of_the_cpus_level(tmp_path):
+    """Which kernels the library's own choice executes, by symbol, on each level's CPU
+    model: none on cortex-a53 (no dotprod), the dotprod block and GEMV on
+    cortex-a76, the i8mm block and the dotprod GEMV on neoverse-n2."""
+    from benchmarks import arm_neon_qicount
+
+    _target()
+    runner, exe = arm_neon_qicount.build(tmp_path, None)
+    rng = np.random.default_rng(8)
+    A = rng.standard_normal((5, 64)).astype(np.float32)
+    w = quant.quantize_weights(rng.standard_normal((64, 40)).astype(np.float32), 4, 32, True)
+    arm_neon_qicount.write_input(tmp_path / "in.bin", A, w)
+    expected = {"cortex-a53": set(), "cortex-a76": {"at_q4s_dotprod_4x8", "at_q4s_dotprod_1x16"},
+                "neoverse-n2": {"at_q4s_i8mm_4x8", "at_q4s_dotprod_1x16"}}
+    for model, kernels in expected.items():
+        cpu = [*runner[:-1], model]
+        counted = arm_neon_qicount.count(tuple(cpu), exe, tmp_path / "in.bin", "autotune", tmp_path / "out.bin")
+        ran = {s for s in counted.symbols["cached"] if s.startswith(("at_q4s_", "at_q4a_", "at_q8_"))}
+        assert ran == kernels, model
+        C = np.fromfile(tmp_path / "out.bin", np.float32).reshape(5, 40)
+        assert _check(C, A, w) is None, model
