@@ -160,8 +160,10 @@ static int has_feature(const char *name, size_t len)
     if (IS("avx2")) return __builtin_cpu_supports("avx2");
     if (IS("fma")) return __builtin_cpu_supports("fma");
     if (IS("avx512f")) return __builtin_cpu_supports("avx512f");
+    if (IS("avx512vl")) return __builtin_cpu_supports("avx512vl");
     if (IS("avx512bw")) return __builtin_cpu_supports("avx512bw");
     if (IS("avx512vnni")) return __builtin_cpu_supports("avx512vnni");
+    if (IS("avxvnni")) return __builtin_cpu_supports("avxvnni");
 #elif defined(__linux__) && defined(__aarch64__)
     /* Bits of arch/arm64/include/uapi/asm/hwcap.h: HWCAP_ASIMD, HWCAP_ASIMDDP,
      * HWCAP2_I8MM, HWCAP2_SME, HWCAP2_SME2. */
