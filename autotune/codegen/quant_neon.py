@@ -8,7 +8,8 @@ holds column c's code(s).  Generated C with ``arm_neon.h`` intrinsics, one
 translation unit per ISA level, each compiled with that level's flags only
 (the runtime keeps the aarch64 baseline):
 
-* ``dotprod`` (FEAT_DotProd, Armv8.2-A; ``SDOT (by element)``, Arm ARM C7.2.107):
+* ``dotprod`` (FEAT_DotProd, Armv8.2-A; ``SDOT (by element)`` of the Arm
+  Architecture Reference Manual for A-profile):
   ``vdotq_laneq_s32(acc, w, a, lane)`` adds, per int32 lane i, the dot product of
   bytes ``4i..4i+3`` of w with bytes ``4*lane..4*lane+3`` of a: 16 bytes of a
   panel vector are 4 columns x 4 values of K, and 4 consecutive activation codes
@@ -17,7 +18,7 @@ translation unit per ISA level, each compiled with that level's flags only
   ``k = 8v..8v+3`` and the high ones (``ushr #4``) ``k = 8v+4..8v+7``, codes
   0..15 as signed bytes; the zero point times the block's sum of codes is taken
   off at the end of the block, as the AVX2 kernels do.
-* ``i8mm`` (FEAT_I8MM; ``SMMLA``, Arm ARM C7.2.278): ``vmmlaq_s32(acc, a, b)`` adds
+* ``i8mm`` (FEAT_I8MM; ``SMMLA (vector)``): ``vmmlaq_s32(acc, a, b)`` adds
   the 2x2 int32 product of two rows of 8 int8 (a) by two columns of 8 int8 (b).
   Two rows of A give a, 8 consecutive values of K each (``zip1/zip2`` of their
   64-bit halves); two columns give b: for 4 bits ``zip1/zip2`` of the low and the
