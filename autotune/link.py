@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract
 from .build import BuildError, compile_file, shared_dir
-from .codegen.quant_x86 import emit_registry
+from .codegen import quant_neon
+from .codegen.quant_registry import emit_registry
 from .families import ARM_ISAS
 from .home import kernels_src
 from .host import HostInfo
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # only for annotations
 RUNTIME_SOURCES = ("plan.c", "cost.c", "cover.c", "threads.c", "params.c", "error.c", "exec.c",
                    "pool.c", "cache.c", "blas.c", "cpu.c", "qgemm.c")
 RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h", "at_qkernel.h")
-#: The quantised kernels' registry, generated (autotune.codegen.quant_x86.emit_registry).
+#: The quantised kernels' registry, generated (autotune.codegen.quant_registry.emit_registry).
 QTABLE = "at_qtable.c"
 EXTENSION_SOURCE = "pyfast.c"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h
@@ -509,6 +510,9 @@ def build_arm_runtime(
     emulation), ``kernel_objects`` gives their compiled objects.  The Python
     extension is built only natively (default) since an emulated library cannot
     be loaded by this Python.  ``cache`` as for :func:`build_runtime`.
+    Every NEON quantised kernel (:mod:`autotune.codegen.quant_neon`) is linked in,
+    each ISA level compiled with its own flags; qgemm.c runs one only on a CPU
+    with its level, the portable code elsewhere.
     """
     if target.isa not in ARM_ISAS:
         raise LibraryError(f"{target.isa} is not an Arm target ({', '.join(ARM_ISAS)})")
@@ -535,7 +539,12 @@ def build_arm_runtime(
     names = (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE) + ((*SME2_SOURCES, *SME2_HEADERS) if sme2 else ())
     for name in names:
         parts += [name, (runtime_dir / name).read_bytes()]
-    parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c]
+    qkernels = quant_neon.family()
+    qunits = quant_neon.units(qkernels)
+    qtable_c = emit_registry(qkernels)
+    qflags = {u.name: [*(f for f in base if not f.startswith(("-march", "-mcpu"))), u.march] for u in qunits}
+    parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, qtable_c]
+    parts += [part for u in qunits for part in (u.name, u.source, *qflags[u.name])]
     if sme2:
         parts += [(arm_dir / contract.ASM_HEADER).read_bytes()]
     object_paths = list(dict.fromkeys(str(obj) for _, obj in kernel_objects))
@@ -554,7 +563,13 @@ def build_arm_runtime(
     with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "at_table.c").write_text(table_c)
-        (tmp / QTABLE).write_text(emit_registry([]))  # no Arm quantised kernels yet: qgemm.c's portable code
+        # The NEON quantised kernels, every level in the one library: qgemm.c runs an
+        # entry only where the CPU has its features (the portable code elsewhere).
+        # Emulated installs have no timings, so the registry's order is by level
+        # (i8mm, then dotprod), then quant_neon.TILES' order.
+        (tmp / QTABLE).write_text(qtable_c)
+        for unit in qunits:
+            (tmp / unit.name).write_text(unit.source)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
         jobs: list[tuple[Sequence[str], Sequence[str], Path, Path]] = []
 
@@ -565,6 +580,8 @@ def build_arm_runtime(
             compile_job(runtime_dir / name, [*base, *(defines if name == "exec.c" else [])])
         compile_job(tmp / "at_table.c", base)
         compile_job(tmp / QTABLE, base)
+        for unit in qunits:  # each level with its own -march, never the runtime's code
+            compile_job(tmp / unit.name, qflags[unit.name])
         if sme2:
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)

@@ -33,6 +33,7 @@ import numpy as np
 from . import build
 from .codegen import quant_x86
 from .codegen.quant_x86 import QKernel
+from .codegen.quant_registry import emit_registry
 from .home import kernels_src
 from .toolchain import Target
 
@@ -108,7 +109,7 @@ def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".qlink-", dir=out.parent) as tmp_name:
         tmp = Path(tmp_name)
-        (tmp / "at_qtable.c").write_text(quant_x86.emit_registry(kernels, features_of(target)))
+        (tmp / "at_qtable.c").write_text(emit_registry(kernels, features_of(target)))
         cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
         built = tmp / out.name
         _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
@@ -197,7 +198,7 @@ def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) 
     obj = compile_kernels(target, kernels, home)
     if not obj.ok:
         raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
-    return quant_x86.emit_registry(kernels, features_of(target)), [obj.path]
+    return emit_registry(kernels, features_of(target)), [obj.path]
 
 
 # -- the subprocess: validation cases and timings ----------------------------------

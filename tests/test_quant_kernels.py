@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 import autotune
 from autotune import host, quant, qsuite, toolchain
-from autotune.codegen import quant_x86
+from autotune.codegen import quant_registry, quant_x86
 from autotune.link import build_runtime, default_params, emit_kernel_table_c
 from autotune.runtime import api, loader, qapi
 import autotune.runtime as rt
@@ -225,6 +225,7 @@ def test_kernel_records_names_and_the_generated_unit():
         qsuite.parse_name("at_sgemm_avx2_nn_4x8")
     text = quant_x86.generate([k])
     assert "#error" in text and "Do not edit" in text and "void at_q4a_avx2_4x16(" in text
-    assert "const at_qkernel_entry at_qkernel_table[1] = {{0}};" in quant_x86.emit_registry([])
-    assert '{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16}' in quant_x86.emit_registry([k], ["fma", "avx2"])
+    assert "const at_qkernel_entry at_qkernel_table[1] = {{0}};" in quant_registry.emit_registry([])
+    assert ('{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "avx2 fma"}'
+            in quant_registry.emit_registry([k], ["fma", "avx2"]))
     assert all(quant_x86.fits(f) for f in quant_x86.family()) and not quant_x86.fits(quant_x86.QKernel("q8", "avx2", 8, 32))

@@ -3,8 +3,9 @@
  * One call: quantise A per row and block (as autotune.quant.quantize_activations
  * does, bit for bit), cover C with the registry's kernels (at_qkernel.h) - the
  * preferred block kernel for whole groups of its mr rows, the preferred mr = 1
- * kernel for the rest - then add the bias and clamp.  Where the library has no
- * kernel of the weights' kind, or this CPU cannot run them, the portable code
+ * kernel for the rest - then add the bias and clamp.  Each registry entry names
+ * the CPU features it needs; the first entry of a kind this CPU can run is used.
+ * Where the library has no such kernel, the portable code
  * below computes with the same arithmetic: never a wrong answer, never SIGILL.
  * Compiled with the baseline flags, like the rest of the runtime.
  */
@@ -13,6 +14,13 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__linux__) && defined(__aarch64__)
+#include <sys/auxv.h>
+#endif
+#if defined(__APPLE__) && defined(__aarch64__)
+#include <sys/sysctl.h>
+#endif
 
 #include "at_internal.h"
 #include "at_qkernel.h"
@@ -131,30 +139,64 @@ static char *workspace(size_t size)
     return data;
 }
 
-/* Whether this CPU has every feature of at_qkernel_features (asked once). */
-static int kernels_runnable(void)
+#if defined(__APPLE__) && defined(__aarch64__)
+static int sysctl_flag(const char *key)
 {
-    static _Atomic int known = -1;
-    int ok = atomic_load_explicit(&known, memory_order_relaxed);
-    if (ok >= 0) return ok;
-    ok = 1;
-    const char *p = at_qkernel_features;
+    int value = 0;
+    size_t size = sizeof value;
+    return sysctlbyname(key, &value, &size, NULL, 0) == 0 && value != 0;
+}
+#endif
+
+/* Whether this CPU has one feature, by the names the registry's entries use.
+ * Names this build cannot test count as absent: an entry that needs something
+ * unknown is never run.  (cpu.c answers the same for the float kernels, but
+ * install's validation library links qgemm.c without the rest of the runtime.) */
+static int has_feature(const char *name, size_t len)
+{
+#define IS(lit) (len == sizeof(lit) - 1 && memcmp(name, lit, len) == 0)
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (IS("avx2")) return __builtin_cpu_supports("avx2");
+    if (IS("fma")) return __builtin_cpu_supports("fma");
+    if (IS("avx512f")) return __builtin_cpu_supports("avx512f");
+    if (IS("avx512vl")) return __builtin_cpu_supports("avx512vl");
+    if (IS("avx512bw")) return __builtin_cpu_supports("avx512bw");
+    if (IS("avx512vnni")) return __builtin_cpu_supports("avx512vnni");
+    if (IS("avxvnni")) return __builtin_cpu_supports("avxvnni");
+#elif defined(__linux__) && defined(__aarch64__)
+    /* Bits of arch/arm64/include/uapi/asm/hwcap.h: HWCAP_ASIMD, HWCAP_ASIMDDP,
+     * HWCAP2_I8MM, HWCAP2_SME, HWCAP2_SME2. */
+    if (IS("asimd")) return (getauxval(AT_HWCAP) >> 1) & 1;
+    if (IS("dotprod")) return (getauxval(AT_HWCAP) >> 20) & 1;
+    if (IS("i8mm")) return (getauxval(AT_HWCAP2) >> 13) & 1;
+    if (IS("sme")) return (getauxval(AT_HWCAP2) >> 23) & 1;
+    if (IS("sme2")) return (getauxval(AT_HWCAP2) >> 37) & 1;
+#elif defined(__APPLE__) && defined(__aarch64__)
+    if (IS("asimd")) return 1; /* every Apple arm64 core */
+    if (IS("dotprod")) return sysctl_flag("hw.optional.arm.FEAT_DotProd");
+    if (IS("i8mm")) return sysctl_flag("hw.optional.arm.FEAT_I8MM");
+    if (IS("sme")) return sysctl_flag("hw.optional.arm.FEAT_SME");
+    if (IS("sme2")) return sysctl_flag("hw.optional.arm.FEAT_SME2");
+#endif
+#undef IS
+    (void)name;
+    (void)len;
+    return 0;
+}
+
+/* Whether this CPU has every feature entry e names. */
+static int runnable(const at_qkernel_entry *e)
+{
+    const char *p = e->features ? e->features : "";
     while (*p) {
         while (*p == ' ') p++;
         const char *end = p;
         while (*end && *end != ' ') end++;
-        const size_t len = (size_t)(end - p);
-        int has = 0;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_cpu_init();
-        if (len == 4 && memcmp(p, "avx2", 4) == 0) has = __builtin_cpu_supports("avx2");
-        else if (len == 3 && memcmp(p, "fma", 3) == 0) has = __builtin_cpu_supports("fma");
-#endif
-        if (len > 0 && !has) ok = 0;
+        if (end > p && !has_feature(p, (size_t)(end - p))) return 0;
         p = end;
     }
-    atomic_store_explicit(&known, ok, memory_order_relaxed);
-    return ok;
+    return 1;
 }
 
 static int kind_of(const at_qweights *w) { return w->bits == 8 ? AT_Q8 : w->symmetric ? AT_Q4S : AT_Q4A; }
@@ -283,15 +325,27 @@ static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_
     return AT_OK;
 }
 
-/* The first kernel of `kind` with mr > 1 (rows > 1) or mr == 1 (rows == 1). */
+/* The first kernel of `kind` this CPU runs with mr > 1 (rows > 1) or mr == 1
+ * (rows == 1); NULL for none.  The answer cannot change while the process runs,
+ * so it is asked once per kind and form: entry index + 1, -1 for none, 0 not yet. */
 static const at_qkernel_entry *preferred(int kind, int rows)
 {
-    if (!kernels_runnable()) return NULL;
-    for (int i = 0; i < at_qkernel_count; ++i) {
-        const at_qkernel_entry *e = &at_qkernel_table[i];
-        if (e->kind == kind && (rows > 1 ? e->mr > 1 : e->mr == 1)) return e;
+    static _Atomic int chosen[AT_QKINDS][2];
+    if (kind < 0 || kind >= AT_QKINDS) return NULL;
+    _Atomic int *slot = &chosen[kind][rows > 1];
+    int known = atomic_load_explicit(slot, memory_order_relaxed);
+    if (known == 0) {
+        known = -1;
+        for (int i = 0; i < at_qkernel_count; ++i) {
+            const at_qkernel_entry *e = &at_qkernel_table[i];
+            if (e->kind == kind && (rows > 1 ? e->mr > 1 : e->mr == 1) && runnable(e)) {
+                known = i + 1;
+                break;
+            }
+        }
+        atomic_store_explicit(slot, known, memory_order_relaxed);
     }
-    return NULL;
+    return known > 0 ? &at_qkernel_table[known - 1] : NULL;
 }
 
 int at_qmatmul_f32(int64_t M, const float *A, int64_t lda, const at_qweights *w, const float *bias,
@@ -309,7 +363,7 @@ int at_qmatmul_f32_using(const char *kernel, int64_t M, const float *A, int64_t 
     for (int i = 0; kernel && i < at_qkernel_count; ++i) {
         const at_qkernel_entry *e = &at_qkernel_table[i];
         if (strcmp(e->name, kernel) != 0) continue;
-        if (e->kind != kind_of(w) || !kernels_runnable()) break;
+        if (e->kind != kind_of(w) || !runnable(e)) break;
         return e->mr > 1 ? run(e, NULL, M, A, lda, w, bias, clamp, C, ldc)
                          : run(NULL, e, M, A, lda, w, bias, clamp, C, ldc);
     }

@@ -1,0 +1,268 @@
+"""The NEON quantised kernels (``sdot``, ``smmla``) and the aarch64 library's quantised path, under QEMU.
+
+The aarch64 library (autotune.link.build_arm_runtime, no float kernels) carries
+every NEON quantised kernel; tests/arm_runtime/qdriver.c runs it under
+qemu-aarch64 on cases written here, and the host compares each C with
+:func:`autotune.quant.reference_qmatmul` within :func:`autotune.quant.scaling_error_bound`:
+
+* every kernel forced by name (``at_qmatmul_f32_using``), all three kinds, on odd
+  shapes (M = 1, 3, 5, 16, 17; N = 1, 5, 33, 70; K not a multiple of the block;
+  blocks 32 to 128) and adversarial scales (a zero block, subnormal, beyond
+  float32, NaN in A), on a CPU with both dotprod and i8mm (``max``);
+* the library's own choice on CPU models without dotprod (cortex-a53, a72: the
+  portable code, no SIGILL), with dotprod (cortex-a76, neoverse-n1) and with
+  i8mm (neoverse-n2, max), where a forced kernel the CPU cannot run is refused;
+  and which kernels it executes there, by symbol, under QEMU's instruction log
+  (benchmarks/arm_neon_qicount.py's counter).
+
+Nothing here times anything.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune import quant, qsuite
+from autotune.codegen import quant_neon, quant_registry
+from autotune.host import HostInfo
+from autotune.link import build_arm_runtime, default_params
+from autotune.toolchain import Target, ToolchainError, arm_target
+
+from .arm_runtime import build as rt
+
+X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
+KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
+AT_OK, AT_ENOKERNEL = 0, -3
+KERNELS = quant_neon.family()
+#: QEMU CPU models and the levels they have.
+MODELS = {"cortex-a53": (), "cortex-a72": (), "cortex-a76": ("dotprod",), "neoverse-n1": ("dotprod",),
+          "neoverse-n2": ("dotprod", "i8mm"), "max": ("dotprod", "i8mm")}
+#: The models the default suite runs (one per level); the slow one runs them all.
+QUICK_MODELS = ("cortex-a53", "cortex-a76", "neoverse-n2")
+
+
+# --------------------------------------------------------------------------- generated text
+
+
+def test_family_names_features_and_order():
+    names = [k.name for k in KERNELS]
+    assert len(names) == len(set(names)) and all(quant_neon.parse_name(n) == k for n, k in zip(names, KERNELS))
+    levels = [k.level for k in KERNELS]
+    assert levels == sorted(levels, key=quant_neon.LEVELS.index)  # i8mm first: no timings under emulation
+    assert all(k.mr % 2 == 0 for k in KERNELS if k.level == "i8mm")
+    for kind in KINDS:  # every kind has a block form and a GEMV form
+        assert any(k.kind == kind and k.mr == 1 for k in KERNELS)
+        assert any(k.kind == kind and k.mr > 1 and k.level == "i8mm" for k in KERNELS)
+    for bad in (("q4s", "i8mm", 1, 8), ("q4s", "dotprod", 8, 8), ("q4s", "sve", 1, 8), ("q5", "dotprod", 1, 8)):
+        with pytest.raises(ValueError):
+            quant_neon.NeonQKernel(*bad)
+    with pytest.raises(ValueError):
+        quant_neon.parse_name("at_q4s_avx2")
+
+
+def test_units_are_one_per_level_with_its_guard_and_flag():
+    units = quant_neon.units(KERNELS)
+    assert [u.level for u in units] == ["i8mm", "dotprod"]
+    for u in units:
+        assert u.march == quant_neon.MARCH[u.level] and f"#if !defined({quant_neon.ACLE_MACRO[u.level]})" in u.source
+        assert "Do not edit" in u.source
+        mine = [k for k in KERNELS if k.level == u.level]
+        assert all(f"void {k.name}(" in u.source for k in mine)
+        assert ("vmmlaq_s32" in u.source) == (u.level == "i8mm")
+        assert ("vdotq_laneq_s32" in u.source) == (u.level == "dotprod")
+    with pytest.raises(ValueError):
+        quant_neon.generate(KERNELS)
+
+
+def test_registry_entries_name_their_levels():
+    k = quant_neon.NeonQKernel("q4a", "i8mm", 4, 8)
+    text = quant_registry.emit_registry([k, quant_neon.NeonQKernel("q8", "dotprod", 1, 16)])
+    assert '{"at_q4a_i8mm_4x8", 1, 4, 8, at_q4a_i8mm_4x8, "i8mm"},' in text
+    assert '{"at_q8_dotprod_1x16", 2, 1, 16, at_q8_dotprod_1x16, "dotprod"},' in text
+
+
+# --------------------------------------------------------------------------- under QEMU
+
+
+def _target() -> Target:
+    try:
+        return arm_target("neon", X86)
+    except ToolchainError as exc:
+        pytest.skip(f"no Arm toolchain (clang-19 for aarch64 and qemu-aarch64): {exc}")
+
+
+@pytest.fixture(scope="module")
+def qdriver(tmp_path_factory) -> tuple[Target, Path]:
+    """(target, qdriver.c linked statically with an aarch64 libautotune.a holding the NEON kernels)."""
+    target = _target()
+    home = tmp_path_factory.mktemp("qarm")
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib")
+    exe = home / "qdriver"
+    rt._run([*target.cc, *rt._strict(target), f"-I{lib.header.parent}", str(rt.HERE / "qdriver.c"),
+             str(lib.archive), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
+    return target, exe
+
+
+def _cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:
+    """The install stage's adversarial cases and the odd shapes of this suite's docstring; seeded."""
+    bits, symmetric = KINDS[kind]
+    rng = np.random.default_rng(23)
+    cases = list(qsuite._cases(kind))
+    for m, k, n, block in ((1, 50, 5, 32), (3, 100, 33, 32), (5, 129, 70, 64), (16, 64, 1, 32), (17, 200, 33, 64),
+                           (17, 77, 70, 32)):
+        A = rng.standard_normal((m, k)).astype(np.float32)
+        W = rng.standard_normal((k, n)).astype(np.float32)
+        cases.append((f"M={m} K={k} N={n} block={block}", A, quant.quantize_weights(W, bits, block, symmetric)))
+    return cases
+
+
+def _run(target: Target, exe: Path, cpu: str, calls: list[tuple[str, np.ndarray, quant.QuantizedWeights]],
+         work: Path) -> list[tuple[int, np.ndarray]]:
+    """(status, C) of each (kernel name or "", A, w) call, run by qdriver under QEMU's ``cpu``."""
+    blob = bytearray()
+    for name, A, w in calls:
+        m, k = A.shape
+        packed = w.packed
+        blob += struct.pack("<7q", m, k, w.n, w.bits, int(w.symmetric), w.block, len(name)) + name.encode()
+        blob += np.ascontiguousarray(A, np.float32).tobytes() + packed.codes.tobytes() + packed.scales.tobytes()
+        if packed.zeros is not None:
+            blob += packed.zeros.tobytes()
+    inp, out = work / f"in-{cpu}.bin", work / f"out-{cpu}.bin"
+    inp.write_bytes(bytes(blob))
+    runner = [*target.runner[:-1], cpu]
+    done = subprocess.run([*runner, str(exe), str(inp), str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"qdriver on {cpu}: rc={done.returncode} (-4 is SIGILL) {done.stderr[-800:]}"
+    assert json.loads(done.stdout.splitlines()[-1]) == {"event": "done", "cases": len(calls)}
+    data, at, results = out.read_bytes(), 0, []
+    for _, A, w in calls:
+        (status,) = struct.unpack_from("<q", data, at)
+        size = A.shape[0] * w.n
+        C = np.frombuffer(data, np.float32, size, at + 8).reshape(A.shape[0], w.n)
+        results.append((status, C))
+        at += 8 + 4 * size
+    assert at == len(data)
+    return results
+
+
+def _check(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights) -> str | None:
+    return qsuite._check(C, quant.reference_qmatmul(A, w), quant.scaling_error_bound(A, w).astype(np.float64))
+
+
+@pytest.mark.arm
+def test_every_neon_kernel_forced_by_name_matches_the_reference(qdriver, tmp_path):
+    target, exe = qdriver
+    calls, labels = [], []
+    for kind in KINDS:
+        for description, A, w in _cases(kind):
+            for k in (k for k in KERNELS if k.kind == kind):
+                calls.append((k.name, A, w))
+                labels.append(f"{k.name} at {description}")
+    problems = []
+    for label, (name, A, w), (status, C) in zip(labels, calls, _run(target, exe, "max", calls, tmp_path)):
+        if status != AT_OK:
+            problems.append(f"{label}: status {status}")
+        elif (problem := _check(C, A, w)) is not None:
+            problems.append(f"{label}: {problem}")
+    assert not problems, "\n".join(problems[:10])
+
+
+def _library_choice_on(model: str, qdriver, work: Path) -> None:
+    """Right answers from the library's own choice on ``model``; forced kernels run only with their level."""
+    target, exe = qdriver
+    has = MODELS[model]
+    calls, expected = [], []
+    for kind in KINDS:
+        for _, A, w in _cases(kind):
+            calls.append(("", A, w))
+            expected.append(AT_OK)
+        _, A, w = _cases(kind)[-1]
+        for k in (k for k in KERNELS if k.kind == kind):
+            calls.append((k.name, A, w))
+            expected.append(AT_OK if k.level in has else AT_ENOKERNEL)
+    results = _run(target, exe, model, calls, work)
+    assert [status for status, _ in results] == expected
+    for (name, A, w), (status, C) in zip(calls, results):
+        if status == AT_OK:
+            problem = _check(C, A, w)
+            who = name or "the library's choice"
+            assert problem is None, f"{model}, {who} at M={A.shape[0]} K={A.shape[1]}: {problem}"
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("model", QUICK_MODELS)
+def test_library_choice_per_cpu_model(qdriver, tmp_path, model):
+    _library_choice_on(model, qdriver, tmp_path)
+
+
+@pytest.mark.arm
+@pytest.mark.slow
+@pytest.mark.parametrize("model", [m for m in MODELS if m not in QUICK_MODELS])
+def test_library_choice_on_more_cpu_models(qdriver, tmp_path, model):
+    _library_choice_on(model, qdriver, tmp_path)
+
+
+# --------------------------------------------------------------------------- the instruction-count benchmark
+
+
+def test_kleidiai_native_weights_hold_the_same_codes():
+    """benchmarks/arm_neon_qicount.py hands KleidiAI the weights autotune uses, in its
+    qsu4c32s16s0 layout: per column and block an f16 scale, then per 32 values of K
+    16 bytes, byte i holding k = i (low nibble) and k = i + 16 (high), zero point 8."""
+    from benchmarks.arm_neon_qicount import kleidiai_native
+
+    rng = np.random.default_rng(4)
+    w = quant.quantize_weights(rng.standard_normal((96, 5)).astype(np.float32), 4, 64, True)
+    raw = np.frombuffer(kleidiai_native(w), np.uint8).reshape(5, w.blocks, 2 + 32)
+    codes, scales = w.signed_codes(), w.block_scales()
+    for n in range(5):
+        for b in range(w.blocks):
+            assert raw[n, b, :2].view(np.float16)[0] == np.float16(scales[n, b])
+            for i in range(32):
+                sub, j = divmod(i, 16)
+                byte = int(raw[n, b, 2 + 16 * sub + j])
+                k0 = b * 64 + 32 * sub + j
+                assert (byte & 0x0F) - 8 == codes[n, k0] and (byte >> 4) - 8 == codes[n, k0 + 16]
+
+
+@pytest.mark.arm
+@pytest.mark.slow
+def test_instruction_count_benchmark_counts_checked_calls(tmp_path, capsys):
+    from benchmarks import arm_neon_qicount
+
+    _target()
+    options = arm_neon_qicount.argparse.Namespace(home=str(tmp_path), kleidiai=None, top=20, shapes=[(5, 40, 64)])
+    (row,) = arm_neon_qicount.run(options)
+    for who in ("autotune", "autotune:at_q4s_dotprod_4x8"):
+        assert row[who]["ok"] and row[who]["cached"] > 0
+    assert "at_q4s_dotprod_4x8" in {symbol for symbol, _ in row["autotune:at_q4s_dotprod_4x8"]["top"]}
+    assert "5x40x64" in capsys.readouterr().out
+
+
+@pytest.mark.arm
+def test_the_library_runs_the_kernels_of_the_cpus_level(tmp_path):
+    """Which kernels the library's own choice executes, by symbol, on each level's CPU
+    model: none on cortex-a53 (no dotprod), the dotprod block and GEMV on
+    cortex-a76, the i8mm block and the dotprod GEMV on neoverse-n2."""
+    from benchmarks import arm_neon_qicount
+
+    _target()
+    runner, exe = arm_neon_qicount.build(tmp_path, None)
+    rng = np.random.default_rng(8)
+    A = rng.standard_normal((5, 64)).astype(np.float32)
+    w = quant.quantize_weights(rng.standard_normal((64, 40)).astype(np.float32), 4, 32, True)
+    arm_neon_qicount.write_input(tmp_path / "in.bin", A, w)
+    expected = {"cortex-a53": set(), "cortex-a76": {"at_q4s_dotprod_4x8", "at_q4s_dotprod_1x16"},
+                "neoverse-n2": {"at_q4s_i8mm_4x8", "at_q4s_dotprod_1x16"}}
+    for model, kernels in expected.items():
+        cpu = [*runner[:-1], model]
+        counted = arm_neon_qicount.count(tuple(cpu), exe, tmp_path / "in.bin", "autotune", tmp_path / "out.bin")
+        ran = {s for s in counted.symbols["cached"] if s.startswith(("at_q4s_", "at_q4a_", "at_q8_"))}
+        assert ran == kernels, model
+        C = np.fromfile(tmp_path / "out.bin", np.float32).reshape(5, 40)
+        assert _check(C, A, w) is None, model
