@@ -86,6 +86,36 @@ def test_library_choice_matches_the_reference(qlib, m, k, n, block, kind, scale,
     _within(qapi.call(qlib.lib, A, w, None, None), A, w)
 
 
+def _adversarial_activations(k: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows whose quantisation is easy to get wrong by one code or one scale bit."""
+    rows = [rng.standard_normal(k),
+            np.r_[127.0, rng.integers(-254, 255, k - 1) / 2.0],  # sa = 1: every code a tie or exact
+            np.r_[1.0, (rng.integers(-254, 255, k - 1) + 0.5) / 127.0],  # near the ties of sa = 1/127
+            rng.standard_normal(k) * 1e-40,  # subnormal: sa underflows or is subnormal
+            rng.standard_normal(k) * 1e-43,
+            rng.standard_normal(k) * 3e38,  # at the top of float32's range
+            np.where(rng.random(k) < 0.5, -0.0, 0.0),  # zero blocks, signed zeros
+            np.r_[np.inf, rng.standard_normal(k - 1)],  # an Inf: the first block's scale is NaN
+            np.r_[rng.standard_normal(k - 1), np.nan]]  # a NaN in the last, partial block
+    return np.array(rows).astype(np.float32)
+
+
+@pytest.mark.parametrize("block", [32, 64])
+def test_activation_codes_are_those_of_quantize_activations(qlib, block):
+    """The identity in 8 bits makes C[m, n] = float(127 * qa[m, n]) * (sa * sw) exactly,
+    so any code or scale qgemm.c's quantisation (AVX2 for whole blocks, scalar for the
+    last partial one) gets differently from quantize_activations shows as an inequality."""
+    rng = np.random.default_rng(9)
+    k = 5 * block + 9
+    A = _adversarial_activations(k, rng)
+    w = quant.quantize_weights(np.eye(k, dtype=np.float32), bits=8, block=block)
+    C = qapi.call(qlib.lib, A, w, None, None)
+    want = quant.reference_qmatmul(A, w)
+    assert np.array_equal(C, want, equal_nan=True)
+    codes, scales = quant.quantize_activations(A, block, w.padded_k)
+    assert (codes[1:3] != 0).any() and np.isnan(scales[-2:, :]).any()  # the cases are what they claim
+
+
 def test_portable_code_when_the_library_has_no_quantised_kernel(built):
     """The session library has no quantised kernels: qgemm.c's portable code computes."""
     runtime = loader.load(built.library)

@@ -31,18 +31,99 @@ static inline double round_even(double x)
     return (x + magic) - magic;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define AT_QUANT_AVX2 1
+
+/* One whole block of A (`block` values, a multiple of 32) with AVX2: the scalar
+ * code's arithmetic lane by lane, so its codes are bit-identical.  The quotient
+ * a / sa is the same IEEE double division; it is clipped to [-127, 127] before
+ * vcvtpd2dq rounds it (ties to even, MXCSR's default, as round_even assumes):
+ * clipping to integers commutes with rounding.  Returns the sum of the codes, or
+ * -1 << 30 for a block holding NaN or Inf (nothing written: the caller does it). */
+__attribute__((target("avx2,fma"))) static int32_t quantize_block_avx2(const float *a, int64_t block, int8_t *q,
+                                                                        float *scale_out)
+{
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256 largest = _mm256_set1_ps(3.4028234663852886e38f);
+    __m256 amax = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int64_t k = 0; k < block; k += 8) {
+        const __m256 x = _mm256_and_ps(_mm256_loadu_ps(a + k), magnitude);
+        finite = _mm256_and_ps(finite, _mm256_cmp_ps(x, largest, _CMP_LE_OQ)); /* false for NaN, Inf */
+        amax = _mm256_max_ps(amax, x);
+    }
+    if (_mm256_movemask_ps(finite) != 0xFF) return -(1 << 30);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float scale = (float)((double)_mm_cvtss_f32(m4) / 127.0);
+    *scale_out = scale;
+    if (!(scale > 0.0f)) {
+        memset(q, 0, (size_t)block);
+        return 0;
+    }
+    const __m256d divisor = _mm256_set1_pd((double)scale), hi = _mm256_set1_pd(127.0), lo = _mm256_set1_pd(-127.0);
+    __m256i sum = _mm256_setzero_si256();
+    for (int64_t k = 0; k < block; k += 8) {
+        const __m256 x = _mm256_loadu_ps(a + k);
+        __m256d r0 = _mm256_div_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), divisor);
+        __m256d r1 = _mm256_div_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), divisor);
+        r0 = _mm256_max_pd(_mm256_min_pd(r0, hi), lo);
+        r1 = _mm256_max_pd(_mm256_min_pd(r1, hi), lo);
+        const __m256i codes = _mm256_set_m128i(_mm256_cvtpd_epi32(r1), _mm256_cvtpd_epi32(r0)); /* k+7 .. k */
+        sum = _mm256_add_epi32(sum, codes);
+        const __m128i c16 = _mm_packs_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(c16, c16));
+    }
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    return _mm_cvtsi128_si32(s4);
+}
+
+static int have_avx2(void)
+{
+    static _Atomic int known = -1;
+    int ok = atomic_load_explicit(&known, memory_order_relaxed);
+    if (ok < 0) {
+        __builtin_cpu_init();
+        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        atomic_store_explicit(&known, ok, memory_order_relaxed);
+    }
+    return ok;
+}
+#endif
+
 /* A[M, K] -> codes [M, Kp], scales and code sums [M, blocks]: per block
  * sa = float(max|a| / 127) (divided in double, as numpy does), qa = rint(a / sa)
- * clipped to [-127, 127]; a block with NaN or Inf gets sa = NaN and codes 0. */
+ * clipped to [-127, 127]; a block with NaN or Inf gets sa = NaN and codes 0.
+ * Whole blocks go through AVX2 where the CPU has it (a 64 x 4096 A took 1.1 ms
+ * in scalar code, 7% of the product); the last, partial block stays scalar. */
 static void quantize_rows(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
                           int8_t *qa, float *sa, float *asum)
 {
     const int64_t kp = blocks * block;
+#ifdef AT_QUANT_AVX2
+    const int vector = have_avx2();
+#endif
     for (int64_t m = 0; m < M; ++m) {
         const float *a = A + m * lda;
         int8_t *q = qa + m * kp;
         for (int64_t b = 0; b < blocks; ++b) {
             const int64_t k0 = b * block, k1 = k0 + block < K ? k0 + block : K;
+#ifdef AT_QUANT_AVX2
+            if (vector && k1 - k0 == block) {
+                const int32_t sum = quantize_block_avx2(a + k0, block, q + k0, &sa[m * blocks + b]);
+                if (sum == -(1 << 30)) {
+                    sa[m * blocks + b] = NAN;
+                    memset(q + k0, 0, (size_t)block);
+                    asum[m * blocks + b] = 0.0f;
+                } else {
+                    asum[m * blocks + b] = (float)sum;
+                }
+                continue;
+            }
+#endif
             float amax = 0.0f;
             int finite = 1;
             for (int64_t k = k0; k < k1; ++k) {
