@@ -101,7 +101,7 @@ def compile_kernels(target: Target, kernels: Sequence[QKernel], home: Path | Non
 
 
 def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Path) -> Path:
-    """A shared library with qgemm.c, its error text and ``kernels`` registered: for this stage only."""
+    """A shared library with qgemm.c, its error text, thread pool and ``kernels`` registered: for this stage only."""
     from .link import _run, runtime_cflags
 
     src = kernels_src()
@@ -112,7 +112,8 @@ def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Pat
         cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
         built = tmp / out.name
         _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
-              str(src / "runtime" / "error.c"), str(tmp / "at_qtable.c"), str(obj), "-lm"], target)
+              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(tmp / "at_qtable.c"),
+              str(obj), "-lm"], target)
         built.replace(out)
     return out
 
@@ -249,6 +250,8 @@ def _main(argv: Sequence[str]) -> int:
     command, library, names = argv[0], argv[1], argv[2:]
     lib = ctypes.CDLL(library)
     qapi.prototypes(lib)
+    if command == "measure":  # kernels are chosen by their one-thread speed, as the targets are stated
+        lib.at_set_num_threads(1)
     cases: dict[str, list] = {}
     for name in names:
         print(json.dumps({"event": "start", "kernel": name}), flush=True)

@@ -292,17 +292,18 @@ static void finish_rows(int64_t M, int64_t N, const float *bias, const float *cl
  * whole-K panels, 28-38 with 4 KiB slices; 16 KiB slices fell in between. */
 #define SLICE_BYTES 4096
 
-/* Rows [m0, m0 + rows) of C with kernel k (NULL: the portable kernel, a row at a
- * time); rows is a multiple of k's mr.  Columns past N go to a tile on the stack. */
+/* Rows [m0, m0 + rows) and panels [p_begin, p_end) of C with kernel k (NULL: the
+ * portable kernel, a row at a time); rows is a multiple of k's mr, p_begin and
+ * p_end of its panels per tile.  Columns past N go to a tile on the stack. */
 static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind, const int8_t *qa, const float *sa,
-                  const float *asum, int64_t kp, int64_t blocks, int64_t sub, int64_t panels, int64_t wstride,
-                  int64_t sstride, const at_qweights *w, float *C, int64_t ldc)
+                  const float *asum, int64_t kp, int64_t blocks, int64_t sub, int64_t p_begin, int64_t p_end,
+                  int64_t wstride, int64_t sstride, const at_qweights *w, float *C, int64_t ldc)
 {
     float tile[8 * AT_QPAD_COLUMNS] = {0};
     const int64_t mr = k ? k->mr : 1, step = k ? k->nr / QPANEL : 1;
     const int64_t block_bytes = sub * (kind == AT_Q8 ? 256 : 128) * step;
     const int64_t slice = block_bytes >= SLICE_BYTES ? 1 : SLICE_BYTES / block_bytes;
-    for (int64_t p = 0; p < panels; p += step) {
+    for (int64_t p = p_begin; p < p_end; p += step) {
         const int64_t n0 = p * QPANEL, width = step * QPANEL;
         const int whole = n0 + width <= w->n;
         const int64_t cols = w->n - n0 < width ? w->n - n0 : width;
@@ -333,8 +334,43 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
     }
 }
 
+/* One call's work, shared by the threads: each takes a run of whole units of
+ * AT_QPAD_COLUMNS columns (a multiple of every kernel's nr), so a column of C is
+ * computed by the same kernel with the same slices of K whatever the thread
+ * count, and C is bit for bit the same for any number of threads. */
+typedef struct {
+    const at_qkernel_entry *main, *one;
+    int64_t rows_main, M, kp, blocks, sub, wstride, sstride, units, ldc;
+    int kind, threads;
+    const int8_t *qa;
+    const float *sa, *asum;
+    const at_qweights *w;
+    float *C;
+} qjob;
+
+#define UNIT_PANELS (AT_QPAD_COLUMNS / QPANEL)
+
+static void qjob_part(void *ctx, int t)
+{
+    const qjob *j = ctx;
+    const int64_t u0 = j->units * t / j->threads, u1 = j->units * (t + 1) / j->threads;
+    if (u0 == u1) return;
+    /* Whole groups of the main kernel's rows, then the rest one row at a time.  A
+     * group of panels is the outer loop: its weights (nr/8 * K/2 bytes for 4 bits)
+     * stay in cache while every row passes over them, and are read from memory once. */
+    cover(j->main, 0, j->rows_main, j->kind, j->qa, j->sa, j->asum, j->kp, j->blocks, j->sub, u0 * UNIT_PANELS,
+          u1 * UNIT_PANELS, j->wstride, j->sstride, j->w, j->C, j->ldc);
+    cover(j->one, j->rows_main, j->M - j->rows_main, j->kind, j->qa, j->sa, j->asum, j->kp, j->blocks, j->sub,
+          u0 * UNIT_PANELS, u1 * UNIT_PANELS, j->wstride, j->sstride, j->w, j->C, j->ldc);
+}
+
+/* Multiply-adds below which one more thread costs more than it saves: waking a
+ * pool worker and joining it takes some 10-50 us here, 2-4 million int8 MACs. */
+#define MACS_PER_THREAD (1 << 22)
+
 /* C with `main` on whole groups of its rows and `one` (mr = 1) on the rest;
- * either may be NULL (the portable kernel then does its rows). */
+ * either may be NULL (the portable kernel then does its rows).  The library's
+ * thread count (at_set_num_threads, AUTOTUNE_NUM_THREADS) splits the columns. */
 static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_t M, const float *A, int64_t lda,
                const at_qweights *w, const float *bias, const float *clamp, float *C, int64_t ldc)
 {
@@ -342,7 +378,7 @@ static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_
     if (status != AT_OK || M == 0) return status;
     const int kind = kind_of(w);
     const int64_t blocks = (w->k + w->block - 1) / w->block, kp = blocks * w->block, sub = w->block / QSUB;
-    const int64_t panels = (w->n + AT_QPAD_COLUMNS - 1) / AT_QPAD_COLUMNS * (AT_QPAD_COLUMNS / QPANEL);
+    const int64_t units = (w->n + AT_QPAD_COLUMNS - 1) / AT_QPAD_COLUMNS;
     const int64_t wstride = kp / QSUB * (kind == AT_Q8 ? 256 : 128), sstride = blocks * QPANEL;
     const size_t scale_bytes = sizeof(float) * (size_t)(M * blocks);
     char *space = workspace((size_t)(M * kp) + 2 * scale_bytes);
@@ -352,14 +388,18 @@ static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_
     }
     float *sa = (float *)space, *asum = (float *)(space + scale_bytes);
     int8_t *qa = (int8_t *)(space + 2 * scale_bytes);
+    /* On the calling thread: 0.1 ms for a 64 x 4096 A, below a pool region's worth splitting. */
     quantize_rows(M, w->k, A, lda, w->block, blocks, qa, sa, asum);
 
-    /* Whole groups of the main kernel's rows, then the rest one row at a time.  A
-     * group of panels is the outer loop: its weights (nr/8 * K/2 bytes for 4 bits)
-     * stay in cache while every row passes over them, and are read from memory once. */
-    const int64_t rows_main = main ? M / main->mr * main->mr : 0;
-    cover(main, 0, rows_main, kind, qa, sa, asum, kp, blocks, sub, panels, wstride, sstride, w, C, ldc);
-    cover(one, rows_main, M - rows_main, kind, qa, sa, asum, kp, blocks, sub, panels, wstride, sstride, w, C, ldc);
+    const double macs = (double)M * (double)kp * (double)(units * AT_QPAD_COLUMNS);
+    int64_t threads = at__num_threads();
+    if (threads > units) threads = units;
+    if (threads > macs / MACS_PER_THREAD) threads = (int64_t)(macs / MACS_PER_THREAD);
+    if (threads < 1) threads = 1;
+    qjob job = {main, one, main ? M / main->mr * main->mr : 0, M, kp, blocks, sub, wstride, sstride, units, ldc,
+                kind, (int)threads, qa, sa, asum, w, C};
+    if (threads > 1) at__parallel((int)threads, qjob_part, &job);
+    else qjob_part(&job, 0);
     finish_rows(M, w->n, bias, clamp, C, ldc);
     return AT_OK;
 }
