@@ -220,8 +220,8 @@ def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path,
     target = toolchain.target_for("avx2", host.detect())
     real = quant_x86.generate
 
-    def broken(kernels):  # the 1x8 form forgets the zero point: a wrong answer the checks must see
-        text = real(kernels)
+    def broken(kernels, emulate_vnni=False):  # the 1x8 form forgets the zero point: the checks must see it
+        text = real(kernels, emulate_vnni)
         head, _, tail = text.partition("void at_q4s_avx2_1x8(")
         return head + "void at_q4s_avx2_1x8(" + tail.replace("_mm256_fnmadd_ps(zero_point", "_mm256_fmadd_ps(zero_point", 1)
 
