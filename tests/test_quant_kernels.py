@@ -248,7 +248,8 @@ def test_install_stage_validates_the_whole_family(tmp_path):
 def test_kernel_records_names_and_the_generated_unit():
     k = quant_x86.QKernel("q4a", "avx2", 4, 16)
     assert k.name == "at_q4a_avx2_4x16" and qsuite.parse_name(k.name) == k and k.panels == 2
-    for bad in (("q5", "avx2", 1, 8), ("q4s", "neon", 1, 8), ("q4s", "avx2", 9, 8), ("q4s", "avx2", 1, 12)):
+    for bad in (("q5", "avx2", 1, 8), ("q4s", "neon", 1, 8), ("q4s", "avx2", 9, 8), ("q4s", "avx2", 1, 12),
+                ("q4s", "avx2", 1, 24)):
         with pytest.raises(ValueError):
             quant_x86.QKernel(*bad)
     with pytest.raises(ValueError, match="not a quantised kernel name"):

@@ -72,7 +72,7 @@ REGISTERS = {"avx2": 16, "avxvnni": 16, "avx512vnni": 32}
 
 @dataclass(frozen=True, order=True)
 class QKernel:
-    """One quantised kernel: its weight kind, ISA and register tile (nr a multiple of 8)."""
+    """One quantised kernel: its weight kind, ISA and register tile (nr 8, 16 or 32)."""
 
     kind: str
     isa: str
@@ -84,8 +84,9 @@ class QKernel:
             raise ValueError(f"kind must be one of {KINDS}, not {self.kind!r}")
         if self.isa not in ISAS:
             raise ValueError(f"isa must be one of {ISAS}, not {self.isa!r}")
-        if not (1 <= self.mr <= 8 and self.nr in (8, 16, 24, 32)):
-            raise ValueError(f"tile {self.mr}x{self.nr}: mr in 1..8, nr a multiple of 8 up to 32")
+        # nr divides AT_QPAD_COLUMNS: qgemm.c gives each thread whole 32-column units
+        if not (1 <= self.mr <= 8 and self.nr in (8, 16, 32)):
+            raise ValueError(f"tile {self.mr}x{self.nr}: mr in 1..8, nr 8, 16 or 32")
 
     @property
     def name(self) -> str:
