@@ -88,39 +88,60 @@ def kernel_compiler(target: Target) -> Target:
     return target
 
 
-def compile_kernels(target: Target, kernels: Sequence[QKernel], home: Path | None = None) -> build.ObjectResult:
+def compile_kernels(target: Target, kernels: Sequence[QKernel], home: Path | None = None,
+                    emulate_vnni: bool = False) -> build.ObjectResult:
     """One object with ``kernels`` (content-hashed: the same set compiles once), by :func:`kernel_compiler`.
 
     With GCC, ``-fno-tree-reassoc``: it otherwise rebalances each int16 accumulation
     into a tree of partial products that outnumber the 16 ymm registers, and spills them.
+    ``emulate_vnni``: VNNI kernels with vpdpbusd in AVX2 arithmetic (tests on CPUs without it).
     """
-    source = quant_x86.generate(kernels)
+    source = quant_x86.generate(kernels, emulate_vnni)
     name = f"{UNIT}_{target.isa}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     compiler = kernel_compiler(target)
     extra = () if "clang" in compiler.compiler_id.lower() else ("-fno-tree-reassoc",)
     return build._compile(compiler, source, name, "c", (*target.cflags, *extra), home)
 
 
-def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Path) -> Path:
-    """A shared library with qgemm.c, its error text and ``kernels`` registered: for this stage only."""
+def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Path,
+                 features: Sequence[str] | None = None) -> Path:
+    """A shared library with qgemm.c, its error text, thread pool and ``kernels`` registered: for this stage only.
+
+    ``features``: what the registry says every kernel needs instead of its own (tests that emulate VNNI).
+    """
     from .link import _run, runtime_cflags
 
     src = kernels_src()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".qlink-", dir=out.parent) as tmp_name:
         tmp = Path(tmp_name)
-        (tmp / "at_qtable.c").write_text(emit_registry(kernels, features_of(target)))
+        (tmp / "at_qtable.c").write_text(emit_registry(kernels, features))
         cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
         built = tmp / out.name
         _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
-              str(src / "runtime" / "error.c"), str(tmp / "at_qtable.c"), str(obj), "-lm"], target)
+              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(tmp / "at_qtable.c"),
+              str(obj), "-lm"], target)
         built.replace(out)
     return out
 
 
-def features_of(target: Target) -> tuple[str, ...]:
-    """What the CPU needs to run ``target``'s quantised kernels (qgemm.c checks them)."""
-    return ("avx2", "fma") if target.isa == "avx2" else ()
+def features_of(kernels: Sequence[QKernel]) -> tuple[str, ...]:
+    """What the CPU needs to run all of ``kernels`` (the registry's list; qgemm.c checks it)."""
+    return tuple(sorted({f for k in kernels for f in k.features}))
+
+
+def kernel_isas(target: Target) -> tuple[str, ...]:
+    """The kernel ISAs install builds for ``target``: AVX2, and the VNNI forms the host has.
+
+    The host's features are autotune.host.detect()'s, after the ISA cap (AUTOTUNE_ISA):
+    a capped install never builds, validates or selects a kernel above its cap, and
+    install only selects kernels it ran (validated and timed) on this CPU.
+    """
+    from .host import detect
+
+    if target.isa not in quant_x86.TARGETS or target.emulated:
+        return ()
+    return quant_x86.isas_for(detect().features)
 
 
 def _subprocess(command: str, library: Path, names: Sequence[str]) -> dict[str, dict]:
@@ -156,9 +177,7 @@ def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: b
 
     ``patterns`` (install's ``--only``) keep the kernels whose names match one.
     """
-    if target.isa not in quant_x86.ISAS or target.emulated:
-        return None
-    family = [k for k in quant_x86.family(target.isa, quick=quick)
+    family = [k for isa in kernel_isas(target) for k in quant_x86.family(isa, quick=quick)
               if not patterns or any(fnmatch.fnmatchcase(k.name, p) for p in patterns)]
     if not family:
         return None
@@ -191,14 +210,14 @@ def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
 def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) -> tuple[str, list[Path]] | None:
     """(at_qtable.c, objects) for the kernels a table selected, None without any."""
     names = (settings.get("quant") or {}).get("selected") or []
-    target = next((t for isa, t in targets.items() if isa in quant_x86.ISAS), None)
+    target = next((t for isa, t in targets.items() if isa in quant_x86.TARGETS), None)
     if not names or target is None:
         return None
     kernels = [parse_name(n) for n in names]
     obj = compile_kernels(target, kernels, home)
     if not obj.ok:
         raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
-    return emit_registry(kernels, features_of(target)), [obj.path]
+    return emit_registry(kernels), [obj.path]
 
 
 # -- the subprocess: validation cases and timings ----------------------------------
@@ -250,6 +269,8 @@ def _main(argv: Sequence[str]) -> int:
     command, library, names = argv[0], argv[1], argv[2:]
     lib = ctypes.CDLL(library)
     qapi.prototypes(lib)
+    if command == "measure":  # kernels are chosen by their one-thread speed, as the targets are stated
+        lib.at_set_num_threads(1)
     cases: dict[str, list] = {}
     for name in names:
         print(json.dumps({"event": "start", "kernel": name}), flush=True)

@@ -316,7 +316,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantised", action="store_true",
                         help="the quantised matmul instead: qmatmul against PyTorch's int4 and dynamic int8 "
                              "matmuls and np.matmul on the dequantised f32 weights, one thread each "
-                             "(benchmarks/quantised.py; --quick, --shape M,N,K, --repeats, --min-time apply)")
+                             "(benchmarks/quantised.py; --quick, --shape M,N,K, --repeats, --min-time apply; "
+                             "--threads N adds a run on N threads, default one)")
 
 
 def options_from_args(args: argparse.Namespace) -> Options:
@@ -345,7 +346,7 @@ def command(args: argparse.Namespace) -> int:
         from . import quantised
 
         shapes = tuple((s.M, s.K, s.N) for s in (args.shape or ()))
-        return quantised.run(args.quick, shapes, args.repeats, args.min_time)
+        return quantised.run(args.quick, shapes, args.repeats, args.min_time, tuple(args.threads or (1,)))
     results = run(options_from_args(args))
     wrong = results.frame[results.frame["status"].eq("wrong")] if not results.frame.empty else results.frame
     return 1 if len(wrong) else 0

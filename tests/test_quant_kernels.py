@@ -86,6 +86,36 @@ def test_library_choice_matches_the_reference(qlib, m, k, n, block, kind, scale,
     _within(qapi.call(qlib.lib, A, w, None, None), A, w)
 
 
+def _adversarial_activations(k: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows whose quantisation is easy to get wrong by one code or one scale bit."""
+    rows = [rng.standard_normal(k),
+            np.r_[127.0, rng.integers(-254, 255, k - 1) / 2.0],  # sa = 1: every code a tie or exact
+            np.r_[1.0, (rng.integers(-254, 255, k - 1) + 0.5) / 127.0],  # near the ties of sa = 1/127
+            rng.standard_normal(k) * 1e-40,  # subnormal: sa underflows or is subnormal
+            rng.standard_normal(k) * 1e-43,
+            rng.standard_normal(k) * 3e38,  # at the top of float32's range
+            np.where(rng.random(k) < 0.5, -0.0, 0.0),  # zero blocks, signed zeros
+            np.r_[np.inf, rng.standard_normal(k - 1)],  # an Inf: the first block's scale is NaN
+            np.r_[rng.standard_normal(k - 1), np.nan]]  # a NaN in the last, partial block
+    return np.array(rows).astype(np.float32)
+
+
+@pytest.mark.parametrize("block", [32, 64])
+def test_activation_codes_are_those_of_quantize_activations(qlib, block):
+    """The identity in 8 bits makes C[m, n] = float(127 * qa[m, n]) * (sa * sw) exactly,
+    so any code or scale qgemm.c's quantisation (AVX2 for whole blocks, scalar for the
+    last partial one) gets differently from quantize_activations shows as an inequality."""
+    rng = np.random.default_rng(9)
+    k = 5 * block + 9
+    A = _adversarial_activations(k, rng)
+    w = quant.quantize_weights(np.eye(k, dtype=np.float32), bits=8, block=block)
+    C = qapi.call(qlib.lib, A, w, None, None)
+    want = quant.reference_qmatmul(A, w)
+    assert np.array_equal(C, want, equal_nan=True)
+    codes, scales = quant.quantize_activations(A, block, w.padded_k)
+    assert (codes[1:3] != 0).any() and np.isnan(scales[-2:, :]).any()  # the cases are what they claim
+
+
 def test_portable_code_when_the_library_has_no_quantised_kernel(built):
     """The session library has no quantised kernels: qgemm.c's portable code computes."""
     runtime = loader.load(built.library)
@@ -190,8 +220,8 @@ def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path,
     target = toolchain.target_for("avx2", host.detect())
     real = quant_x86.generate
 
-    def broken(kernels):  # the 1x8 form forgets the zero point: a wrong answer the checks must see
-        text = real(kernels)
+    def broken(kernels, emulate_vnni=False):  # the 1x8 form forgets the zero point: the checks must see it
+        text = real(kernels, emulate_vnni)
         head, _, tail = text.partition("void at_q4s_avx2_1x8(")
         return head + "void at_q4s_avx2_1x8(" + tail.replace("_mm256_fnmadd_ps(zero_point", "_mm256_fmadd_ps(zero_point", 1)
 
@@ -218,7 +248,8 @@ def test_install_stage_validates_the_whole_family(tmp_path):
 def test_kernel_records_names_and_the_generated_unit():
     k = quant_x86.QKernel("q4a", "avx2", 4, 16)
     assert k.name == "at_q4a_avx2_4x16" and qsuite.parse_name(k.name) == k and k.panels == 2
-    for bad in (("q5", "avx2", 1, 8), ("q4s", "neon", 1, 8), ("q4s", "avx2", 9, 8), ("q4s", "avx2", 1, 12)):
+    for bad in (("q5", "avx2", 1, 8), ("q4s", "neon", 1, 8), ("q4s", "avx2", 9, 8), ("q4s", "avx2", 1, 12),
+                ("q4s", "avx2", 1, 24)):
         with pytest.raises(ValueError):
             quant_x86.QKernel(*bad)
     with pytest.raises(ValueError, match="not a quantised kernel name"):
@@ -226,6 +257,6 @@ def test_kernel_records_names_and_the_generated_unit():
     text = quant_x86.generate([k])
     assert "#error" in text and "Do not edit" in text and "void at_q4a_avx2_4x16(" in text
     assert "const at_qkernel_entry at_qkernel_table[1] = {{0}};" in quant_registry.emit_registry([])
-    assert ('{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "avx2 fma"}'
-            in quant_registry.emit_registry([k], ["fma", "avx2"]))
+    assert '{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "avx2 fma"}' in quant_registry.emit_registry([k])
+    assert '"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "fma"}' in quant_registry.emit_registry([k], ["fma"])
     assert all(quant_x86.fits(f) for f in quant_x86.family()) and not quant_x86.fits(quant_x86.QKernel("q8", "avx2", 8, 32))

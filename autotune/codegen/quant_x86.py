@@ -1,4 +1,4 @@
-"""AVX2 quantised kernels (f32 activations quantised to int8 x 4- or 8-bit weights), generated.
+"""x86 quantised kernels (f32 activations quantised to int8 x 4- or 8-bit weights), generated.
 
 A kernel computes an ``mr x nr`` block of ``C = A x W`` from A's int8 codes and
 W packed in the ``qpanel8`` format of :func:`autotune.quant.pack_panels`: panels
@@ -22,6 +22,17 @@ that step's rounding.  Kernels store C (row-major, ``ldc``), starting from the
 values in C when ``load_c`` is set (qgemm.c covers K in slices, so a slice of
 weights stays in L1 while rows pass over it); they allocate nothing.
 The C contract: ``kernels_src/runtime/at_qkernel.h``.
+
+VNNI kernels (``avxvnni``: VEX ``vpdpbusd`` on ymm, 16 registers; ``avx512vnni``:
+EVEX ``vpdpbusd`` on ymm with AVX512VL, 32 registers) read the same format: its
+four consecutive K bytes per column and int32 lane are exactly what ``vpdpbusd``
+sums into a lane, so each product goes straight into an int32 sum (no int16 step,
+no widening).  They carry ``__attribute__((target(...)))`` in the same translation
+unit as the AVX2 ones (compiled with the avx2 target's flags) and run only where
+the CPU has :attr:`QKernel.features`.  ``generate(..., emulate_vnni=True)``
+defines ``vpdpbusd`` with exact AVX2 arithmetic instead (and no target
+attributes): the test suite validates the VNNI kernels' data flow that way on
+machines without VNNI, which QEMU's TCG cannot execute either.
 """
 
 from __future__ import annotations
@@ -35,14 +46,33 @@ from .quant_registry import KINDS, signature
 PANEL = 8
 #: Rows of K in a sub-block: what one int16 accumulation may cover without overflow.
 SUB = 32
-#: The ISAs this generator writes (the portable path lives in qgemm.c).
-ISAS = ("avx2",)
+#: The ISAs this generator writes kernels for (the portable path lives in qgemm.c).
+ISAS = ("avx2", "avxvnni", "avx512vnni")
+#: The toolchain target whose flags build them (one translation unit; VNNI by target attributes).
+TARGETS = ("avx2",)
 FLAGS_GUARD = "!defined(__AVX2__) || !defined(__FMA__)"
+#: What the CPU must have to run a kernel of each ISA: the registry's names, those of
+#: the compilers' __builtin_cpu_supports (qgemm.c asks it), and autotune.host's
+#: names for the same features (install builds only what the capped host has).
+FEATURES = {
+    "avx2": ("avx2", "fma"),
+    "avxvnni": ("avx2", "fma", "avxvnni"),
+    "avx512vnni": ("avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512vnni"),
+}
+HOST_FEATURES = {
+    "avx2": ("avx2", "fma"),
+    "avxvnni": ("avx2", "fma", "avx_vnni"),
+    "avx512vnni": ("avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"),
+}
+#: The compilers' target attribute of each ISA's functions (none: the unit's flags).
+_TARGET_ATTRIBUTE = {"avx2": "", "avxvnni": "avxvnni", "avx512vnni": "avx512f,avx512vl,avx512bw,avx512vnni"}
+#: Vector registers each ISA's kernels may use.
+REGISTERS = {"avx2": 16, "avxvnni": 16, "avx512vnni": 32}
 
 
 @dataclass(frozen=True, order=True)
 class QKernel:
-    """One quantised kernel: its weight kind, ISA and register tile (nr a multiple of 8)."""
+    """One quantised kernel: its weight kind, ISA and register tile (nr 8, 16 or 32)."""
 
     kind: str
     isa: str
@@ -54,8 +84,9 @@ class QKernel:
             raise ValueError(f"kind must be one of {KINDS}, not {self.kind!r}")
         if self.isa not in ISAS:
             raise ValueError(f"isa must be one of {ISAS}, not {self.isa!r}")
-        if not (1 <= self.mr <= 8 and self.nr in (8, 16, 24, 32)):
-            raise ValueError(f"tile {self.mr}x{self.nr}: mr in 1..8, nr a multiple of 8 up to 32")
+        # nr divides AT_QPAD_COLUMNS: qgemm.c gives each thread whole 32-column units
+        if not (1 <= self.mr <= 8 and self.nr in (8, 16, 32)):
+            raise ValueError(f"tile {self.mr}x{self.nr}: mr in 1..8, nr 8, 16 or 32")
 
     @property
     def name(self) -> str:
@@ -65,15 +96,26 @@ class QKernel:
     def panels(self) -> int:
         return self.nr // PANEL
 
+    @property
+    def features(self) -> tuple[str, ...]:
+        """What the CPU must have to run it (__builtin_cpu_supports names, as the registry lists them)."""
+        return FEATURES[self.isa]
+
+    @property
+    def vnni(self) -> bool:
+        return self.isa != "avx2"
+
 
 def fits(kernel: QKernel) -> bool:
     """Whether the tile's accumulators leave registers for the weights and broadcasts.
 
     Each row and panel keeps an f32 accumulator and an int16 (4 bits) or int32
-    (8 bits) sum live: at most 8 such tiles, 16 vectors of the 16 ymm registers
-    minus what GCC can keep in memory operands; beyond that it spills every step.
+    (8 bits, and VNNI) sum live: at most 8 such tiles with 16 ymm registers (16
+    vectors, minus what the compiler can keep in memory operands; beyond that it
+    spills every step), at most 12 with AVX-512's 32 (24, and 8 for the weights,
+    broadcasts and constants).
     """
-    return kernel.mr * kernel.panels <= 8
+    return kernel.mr * kernel.panels <= (8 if REGISTERS[kernel.isa] == 16 else 12)
 
 
 def family(isa: str = "avx2", kinds: Sequence[str] = KINDS, quick: bool = False) -> list[QKernel]:
@@ -83,21 +125,35 @@ def family(isa: str = "avx2", kinds: Sequence[str] = KINDS, quick: bool = False)
     Three-row blocks are left out: M = 16 and 64 would leave a row to the GEMV form.
     """
     tiles = [(1, 8), (4, 8)] if quick else [(1, 8), (1, 16), (1, 32), (2, 8), (2, 16), (2, 32), (4, 8), (4, 16)]
+    if isa == "avx512vnni" and not quick:
+        tiles += [(6, 16), (8, 8)]  # nr stays a divisor of AT_QPAD_COLUMNS (qgemm.c's thread units)
     return [k for kind in kinds for mr, nr in tiles if fits(k := QKernel(kind, isa, mr, nr))]
+
+
+def isas_for(features: Sequence[str]) -> tuple[str, ...]:
+    """The kernel ISAs a CPU with ``features`` (autotune.host names, after the ISA cap) runs."""
+    return tuple(isa for isa in ISAS if set(HOST_FEATURES[isa]) <= set(features))
 
 
 _signature = signature  # shared with the registry and the other ISAs' kernels
 
 
-def _kernel(k: QKernel) -> str:
+def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
     mr, np_ = k.mr, k.panels
     rows, panels = range(mr), range(np_)
     four = k.kind != "q8"
     bpb = 128 if four else 256
+    attribute = "" if emulate_vnni or not _TARGET_ATTRIBUTE[k.isa] else \
+        f"__attribute__((target(\"{_TARGET_ATTRIBUTE[k.isa]}\")))\n"
+    dot = "_mm256_dpbusd_avx_epi32" if k.isa == "avxvnni" else "_mm256_dpbusd_epi32"
+    if emulate_vnni:
+        dot = "at_emulated_dpbusd"
     out = [f"/* {k.name}: {mr} rows x {k.nr} columns ({np_} panel{'s' * (np_ > 1)}), "
-           f"{'4-bit' if four else '8-bit'} weights{', zero points per block' if k.kind == 'q4a' else ''}. */",
-           _signature(k.name), "{"]
-    out.append("    const __m256i ones = _mm256_set1_epi16(1);")
+           f"{'4-bit' if four else '8-bit'} weights{', zero points per block' if k.kind == 'q4a' else ''}"
+           f"{', vpdpbusd' if k.vnni else ''}. */",
+           attribute + _signature(k.name), "{"]
+    if not k.vnni:
+        out.append("    const __m256i ones = _mm256_set1_epi16(1);")
     if four:
         out.append("    const __m256i low4 = _mm256_set1_epi8(0x0F);")
     if k.kind == "q4s":
@@ -117,7 +173,28 @@ def _kernel(k: QKernel) -> str:
     out.append("            const int64_t t = b * sub + u; /* sub-block index along K */")
     for r in rows:
         out.append(f"            const int8_t *a{r} = qa + {r} * lda + t * {SUB};")
-    if four:
+    if k.vnni:
+        # vpdpbusd(sum, unsigned bytes, signed bytes): the nibbles (or |w|) are the
+        # unsigned side; four products per lane go straight into the int32 sums.
+        for v in range(4 if four else 8):
+            for p in panels:
+                out.append(f"            {{ /* k = {8 if four else 4}*{v} ... of panel {p} */")
+                out.append(f"                const __m256i raw = _mm256_loadu_si256((const __m256i *)"
+                           f"(wq + {p} * wstride + t * {bpb} + {v * 32}));")
+                if four:
+                    out.append("                const __m256i lo = _mm256_and_si256(raw, low4);")
+                    out.append("                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);")
+                    for r in rows:
+                        for half, off in (("lo", 8 * v), ("hi", 8 * v + 4)):
+                            out.append(f"                s{r}_{p} = {dot}(s{r}_{p}, {half}, "
+                                       f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {off})));")
+                else:
+                    out.append("                const __m256i wabs = _mm256_abs_epi8(raw);")
+                    for r in rows:
+                        a = f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {4 * v}))"
+                        out.append(f"                s{r}_{p} = {dot}(s{r}_{p}, wabs, _mm256_sign_epi8({a}, raw));")
+                out.append("            }")
+    elif four:
         for r in rows:
             out.append("            " + " ".join(f"__m256i h{r}_{p};" for p in panels))
         for v in range(4):
@@ -175,11 +252,26 @@ def _kernel(k: QKernel) -> str:
     return "\n".join(out)
 
 
-def generate(kernels: Sequence[QKernel]) -> str:
-    """One translation unit with every kernel of ``kernels`` (all of one ISA)."""
-    isas = {k.isa for k in kernels}
-    if len(isas) > 1:
-        raise ValueError(f"one ISA per translation unit, not {sorted(isas)}")
+#: vpdpbusd in exact AVX2 arithmetic, for ``generate(emulate_vnni=True)``: the bytes
+#: widened to int16 (unsigned a, signed b), even and odd pairs through vpmaddwd (each
+#: product at most 255 * 128 in magnitude), the two halves of each lane's four added.
+_EMULATED_DPBUSD = """/* vpdpbusd emulated with AVX2 (validation on CPUs without VNNI; not for speed). */
+static inline __m256i at_emulated_dpbusd(__m256i sum, __m256i a, __m256i b)
+{
+    const __m256i even_a = _mm256_and_si256(a, _mm256_set1_epi16(0x00FF)), odd_a = _mm256_srli_epi16(a, 8);
+    const __m256i even_b = _mm256_srai_epi16(_mm256_slli_epi16(b, 8), 8), odd_b = _mm256_srai_epi16(b, 8);
+    return _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(even_a, even_b),
+                                                   _mm256_madd_epi16(odd_a, odd_b)));
+}
+"""
+
+
+def generate(kernels: Sequence[QKernel], emulate_vnni: bool = False) -> str:
+    """One translation unit with every kernel of ``kernels``, compiled with the avx2 target's flags.
+
+    VNNI kernels carry their ISA's target attribute; ``emulate_vnni`` writes them
+    with :data:`_EMULATED_DPBUSD` instead, to validate them on an AVX2-only CPU.
+    """
     head = [
         "/* Generated by autotune.codegen.quant_x86 from QKernel records "
         f"({', '.join(k.name for k in sorted(kernels))}).",
@@ -192,4 +284,6 @@ def generate(kernels: Sequence[QKernel]) -> str:
         "#include <stdint.h>",
         "",
     ]
-    return "\n".join(head + [_kernel(k) + "\n" for k in sorted(kernels)])
+    if emulate_vnni and any(k.vnni for k in kernels):
+        head.append(_EMULATED_DPBUSD)
+    return "\n".join(head + [_kernel(k, emulate_vnni) + "\n" for k in sorted(kernels)])

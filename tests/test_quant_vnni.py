@@ -1,0 +1,117 @@
+"""The VNNI quantised kernels (vpdpbusd: AVX-VNNI on ymm, AVX-512 VNNI with AVX512VL).
+
+This host and QEMU's TCG (which reports "TCG doesn't support requested feature:
+avx-vnni" and raises SIGILL) cannot execute vpdpbusd, so three checks share the work:
+the generated kernels with vpdpbusd defined in exact AVX2 arithmetic run through
+qgemm.c against the reference (their layout, sums and scaling); the real source
+compiles to vpdpbusd in the right encoding; and on a CPU that has the feature,
+the real kernels run the same cases (skipped elsewhere, naming the feature).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from autotune import host, quant, qsuite, toolchain
+from autotune.codegen import quant_x86
+from autotune.runtime import qapi
+
+from .isa import requires_isa
+
+pytestmark = requires_isa("avx2")
+
+TILES = {"avxvnni": ((1, 8), (1, 32), (2, 16), (4, 8)), "avx512vnni": ((1, 16), (2, 32), (6, 16), (8, 8))}
+FORMS = [quant_x86.QKernel(kind, isa, mr, nr) for isa, tiles in TILES.items() for kind in quant_x86.KINDS
+         for mr, nr in tiles]
+
+
+def _library(tmp_path, kernels, emulate: bool) -> ctypes.CDLL:
+    """qgemm.c with ``kernels`` registered (install's validation library, as qsuite links it)."""
+    target = toolchain.target_for("avx2", host.detect())
+    obj = qsuite.compile_kernels(target, kernels, tmp_path, emulate_vnni=emulate)
+    assert obj.ok, obj.error
+    # Emulated kernels need only AVX2: the registry says so, or qgemm.c would not run them here.
+    features = qsuite.features_of([quant_x86.QKernel("q8", "avx2", 1, 8)]) if emulate else None
+    path = qsuite.link_library(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)
+    lib = ctypes.CDLL(str(path))
+    assert qapi.prototypes(lib)
+    lib.at_set_num_threads.argtypes, lib.at_set_num_threads.restype = [ctypes.c_int], None
+    return lib
+
+
+def _validate(lib, kernels) -> None:
+    for k in kernels:
+        for description, A, w in qsuite._cases(k.kind):
+            C = qapi.call(lib, A, w, None, None, k.name)
+            bound = quant.scaling_error_bound(A, w).astype(np.float64)
+            problem = qsuite._check(C, quant.reference_qmatmul(A, w), bound)
+            assert problem is None, f"{k.name} at {description}: {problem}"
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory):
+    return _library(tmp_path_factory.mktemp("vnni-emulated"), FORMS, emulate=True)
+
+
+def test_emulated_vnni_kernels_match_the_reference(emulated):
+    _validate(emulated, FORMS)
+
+
+def test_emulated_vnni_kernels_on_threads_give_one_threads_bits(emulated):
+    rng = np.random.default_rng(12)
+    A = rng.standard_normal((37, 1000)).astype(np.float32)
+    for kind, (bits, symmetric) in {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}.items():
+        w = quant.quantize_weights(rng.standard_normal((1000, 333)).astype(np.float32), bits, 32, symmetric)
+        name = quant_x86.QKernel(kind, "avx512vnni", 6, 16).name
+        results = []
+        for count in (1, 2, 3):
+            emulated.at_set_num_threads(count)
+            results.append(qapi.call(emulated, A, w, None, None, name))
+        emulated.at_set_num_threads(0)
+        assert all(np.array_equal(r, results[0]) for r in results[1:])
+
+
+def test_real_vnni_kernels_compile_to_vpdpbusd(tmp_path):
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("needs objdump (binutils) to read the object")
+    target = toolchain.target_for("avx2", host.detect())
+    obj = qsuite.compile_kernels(target, FORMS, tmp_path)
+    assert obj.ok, obj.error
+    text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(obj.path)], capture_output=True, text=True,
+                          check=True).stdout
+    functions = {block.split(">:")[0].rsplit("<", 1)[-1]: block for block in text.split("\n\n") if ">:" in block}
+    for k in FORMS:
+        body = functions[k.name]
+        dots = [line for line in body.splitlines() if "vpdpbusd" in line]
+        assert dots, k.name
+        # AVX-VNNI is the VEX form (objdump marks it {vex}); AVX-512 VNNI the EVEX one, on ymm
+        assert all(("{vex}" in line) == (k.isa == "avxvnni") for line in dots), k.name
+        assert "zmm" not in body, k.name
+        assert "vpmaddubsw" not in body, k.name  # no int16 step left
+
+
+@pytest.mark.parametrize("isa", sorted(TILES))
+def test_real_vnni_kernels_on_a_cpu_that_has_them(tmp_path, isa):
+    missing = [f for f in quant_x86.HOST_FEATURES[isa] if f not in host.detect().features]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} ({isa}), which this CPU does not have")
+    kernels = [k for k in FORMS if k.isa == isa]
+    _validate(_library(tmp_path, kernels, emulate=False), kernels)
+
+
+def test_install_builds_only_the_isas_the_capped_host_has():
+    assert quant_x86.isas_for(["avx2", "fma"]) == ("avx2",)
+    assert quant_x86.isas_for(["avx2", "fma", "avx_vnni"]) == ("avx2", "avxvnni")
+    full = ["avx2", "fma", "avx_vnni", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"]
+    assert quant_x86.isas_for(full) == quant_x86.ISAS
+    # AUTOTUNE_ISA=avx2 hides the avx512 features, so install leaves the EVEX kernels out
+    capped = host.apply_isa_cap(dataclasses.replace(host.detect(), features=tuple(full)), "avx2")
+    assert "avx512vnni" not in quant_x86.isas_for(capped.features)
+    assert set(qsuite.features_of([quant_x86.QKernel("q4s", "avx512vnni", 2, 16)])) >= {"avx512vnni", "avx512vl"}
