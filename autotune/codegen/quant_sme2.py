@@ -418,7 +418,12 @@ void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int6
             const int64_t k0 = b * block, k1 = k0 + block < K ? k0 + block : K;
             const int64_t whole = k1 == k0 + block ? k1 : k0; /* NEON over whole blocks, C over a tail */
             float32x4_t vmax = vdupq_n_f32(0.0f);
-            for (int64_t k = k0; k < whole; k += 4) vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(a + k)));
+            float32x4_t vmax2 = vmax;
+            for (int64_t k = k0; k < whole; k += 8) {{
+                vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(a + k)));
+                vmax2 = vmaxq_f32(vmax2, vabsq_f32(vld1q_f32(a + k + 4)));
+            }}
+            vmax = vmaxq_f32(vmax, vmax2);
             float amax = vmaxvq_f32(vmax); /* NaN if any lane is NaN */
             for (int64_t k = whole; k < k1; ++k) {{
                 const float x = fabsf(a[k]);
@@ -432,7 +437,11 @@ void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int6
             s[b * mr] = scale;
             if (scale == 0.0f) continue;
             const float64x2_t divisor = vdupq_n_f64((double)scale); /* divided, not multiplied by 1/sa */
-            for (int64_t k = k0; k < whole; k += 4) quantize4(a + k, divisor, q + (k >> 2) * 4 * mr);
+            int8_t *dst = q + (k0 >> 2) * 4 * mr; /* a step of 4 codes is 4 * mr bytes */
+            for (int64_t k = k0; k < whole; k += 8, dst += 8 * mr) {{ /* blocks are multiples of 32 */
+                quantize4(a + k, divisor, dst);
+                quantize4(a + k + 4, divisor, dst + 4 * mr);
+            }}
             for (int64_t k = whole; k < k1; ++k) {{
                 const double r = round_even((double)a[k] / (double)scale);
                 q[(k >> 2) * 4 * mr + (k & 3)] = (int8_t)(r > 127.0 ? 127 : r < -127.0 ? -127 : (int32_t)r);
