@@ -180,12 +180,12 @@ def _run_cases(driver: Path, svl: int, cases, tmp_path: Path) -> None:
 
 
 def _shapes(svl: int, forms=(BLOCK, GEMV)):
-    """Odd shapes around the SVL's block: M = 1, 3, 16, 17, 33; N = 1, 5, 33, 70 and
+    """Odd shapes around the SVL's block: M = 1, 3, 16, 17, 23, 33; N = 1, 5, 33, 70 and
     4VL +- 1; K not a multiple of the block; blocks of 32, 64 and 128; adversarial scales."""
     width = 4 * (svl // 32)
     cases = []
     for form in forms:
-        ms = (1, 3) if form == GEMV else (1, 3, 16, 17, 33)
+        ms = (1, 3) if form == GEMV else (1, 3, 16, 17, 23, 33)
         for i, m in enumerate(ms):
             for j, n in enumerate((1, 5, 33, 70, width - 1, width + 1)):
                 k = (45, 100, 77, 64, 131, 33)[(i + j) % 6]

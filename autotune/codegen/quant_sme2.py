@@ -143,13 +143,13 @@ def _entries(asm: _Asm, name: str) -> None:
     asm("adr x16, AT_L(at_qsme2_lut)")
     asm("ldr zt0, [x16]", "code -> code - 8, for luti4")
     asm("lsl x9, x9, #2", "ldc in bytes")
-    asm("lsl x1, x1, #1", "K-loop iterations per block: 2 per 32 rows (16 rows each)")
 
 
 def _mopa(asm: _Asm) -> None:
     name = KERNELS[0][0]
     L = lambda tail: _local(name, tail)  # noqa: E731
     _entries(asm, name)
+    asm("lsl x1, x1, #1", "K-loop iterations per block: 2 per 32 rows (16 rows each)")
     asm("mov x14, #0", "the panel's first column")
     asm.label(L("panel"))
     asm("whilelt pn9.s, x14, x5, vlx4", "the panel's columns of C")
@@ -162,6 +162,7 @@ def _mopa(asm: _Asm) -> None:
     asm("cmp x19, x13")
     asm("csel x15, x19, x13, lo", "rows of this tile")
     asm("lsl x15, x15, #2", "... as byte-tile slices: row i is slices 4i..4i+3")
+    asm("and x30, x15, #0xfffffffffffffff0", "... the slices of whole groups of 4 rows (x30 is saved)")
     asm("mov x23, x6", "the panel's codes, read again by every row tile")
     asm("mov x24, x7", "the panel's scales")
     asm("mov x25, x20")
@@ -194,29 +195,26 @@ def _mopa(asm: _Asm) -> None:
     asm("addvl x26, x26, #1", "VL scales per block")
     asm("mov x16, x22")
     asm("mov w12, #0")
-    asm(f"cbz x28, {L('first')}")
+    asm(f"cbz x28, {L('first4')}")
     for form in ("more", "first"):
-        asm.label(L(form))
-        asm("mova {z28.b-z31.b}, za0h.b[w12, 0:3]", "row i of za0.s-za3.s")
-        asm("scvtf {z28.s-z31.s}, {z28.s-z31.s}", "exact: |isum| < 2^24")
-        asm("ld1rw z20.s, p0/z, [x17]", "sa of row i")
-        if form == "more":
-            asm("ld1w {z24.s-z27.s}, pn9/z, [x16]", "C so far")
-        for j in range(4):
-            asm(f"fmul z{j}.s, z20.s, z{16 + j}.s", "sa * sw, rounded as the reference does" if j == 0 else "")
-        for j in range(4):
-            if form == "more":
-                asm(f"fmla z{24 + j}.s, p0/m, z{28 + j}.s, z{j}.s", "one rounding per block" if j == 0 else "")
-            else:
-                asm(f"fmul z{24 + j}.s, z{28 + j}.s, z{j}.s", "the first block: C is not read" if j == 0 else "")
-        asm("st1w {z24.s-z27.s}, pn9, [x16]")
-        asm("add x17, x17, #4")
-        asm("add x16, x16, x9")
-        asm("add w12, w12, #4")
+        # Groups of 4 rows (one ld1rqw of their sa, an indexed fmul), then single rows.
+        asm.label(L(form + "4"))
+        asm("cmp x12, x30")
+        asm(f"b.hs {L(form + '1')}")
+        asm("ld1rqw {z7.s}, p0/z, [x17]", "sa of rows i..i+3, in every 128-bit segment")
+        asm("add x17, x17, #16")
+        for r in range(4):
+            _dequantise_row(asm, form, f"za0h.b[w12, {4 * r}:{4 * r + 3}]", f"z7.s[{r}]", r)
+        asm("add w12, w12, #16")
+        asm(f"b {L(form + '4')}")
+        asm.label(L(form + "1"))
         asm("cmp x12, x15")
-        asm(f"b.lo {L(form)}")
-        if form == "more":
-            asm(f"b {L('block_done')}")
+        asm(f"b.hs {L('block_done')}")
+        asm("ld1rw z7.s, p0/z, [x17]", "sa of row i")
+        asm("add x17, x17, #4")
+        _dequantise_row(asm, form, "za0h.b[w12, 0:3]", "z7.s", 0)
+        asm("add w12, w12, #4")
+        asm(f"b {L(form + '1')}")
     asm.label(L("block_done"))
     asm("mov x28, #1")
     asm("subs x27, x27, #1")
@@ -236,6 +234,24 @@ def _mopa(asm: _Asm) -> None:
     asm.lines.append(f"AT_FUNC_END({name}{contract.STREAMING_SUFFIX})")
 
 
+def _dequantise_row(asm: _Asm, form: str, slices: str, sa: str, r: int) -> None:
+    """One row of C: ``C = isum * (sa * sw)`` (first block) or ``C += ...`` (one fmla);
+    ``sa`` is a broadcast register or an indexed element."""
+    asm(f"mova {{z28.b-z31.b}}, {slices}", f"row i+{r} of za0.s-za3.s" if r else "row i of za0.s-za3.s")
+    asm("scvtf {z28.s-z31.s}, {z28.s-z31.s}", "exact: |isum| < 2^24")
+    if form == "more":
+        asm("ld1w {z24.s-z27.s}, pn9/z, [x16]", "C so far")
+    for j in range(4):
+        asm(f"fmul z{j}.s, z{16 + j}.s, {sa}", "sw * sa, rounded as the reference rounds it" if j == 0 else "")
+    for j in range(4):
+        if form == "more":
+            asm(f"fmla z{24 + j}.s, p0/m, z{28 + j}.s, z{j}.s", "one rounding per block" if j == 0 else "")
+        else:
+            asm(f"fmul z{24 + j}.s, z{28 + j}.s, z{j}.s", "the first block: C is not read" if j == 0 else "")
+    asm("st1w {z24.s-z27.s}, pn9, [x16]")
+    asm("add x16, x16, x9")
+
+
 def _gemv(asm: _Asm) -> None:
     name = KERNELS[1][0]
     L = lambda tail: _local(name, tail)  # noqa: E731
@@ -243,7 +259,7 @@ def _gemv(asm: _Asm) -> None:
     asm("mov x21, x8", "C: w8 selects the ZA vector group of the isum")
     asm("mov w8, #0")
     asm("mul x15, x0, x1")
-    asm("lsl x15, x15, #4", "bytes of a row of codes: blocks * sub * 32")
+    asm("lsl x15, x15, #5", "bytes of a row of codes: blocks * sub * 32")
     asm.label(L("row"))
     asm("mov x14, #0", "the panel's first column")
     asm("mov x23, x6")
@@ -266,18 +282,21 @@ def _gemv(asm: _Asm) -> None:
     asm.label(L("block"))
     asm("mov x16, x1")
     asm.label(L("k"))
-    asm.note("16 rows of K: A's 16 codes in every 128-bit segment, 4 steps of 4VL columns.")
-    asm("ld1rqb z8.b, p0/z, [x25]")
-    asm("add x25, x25, #16")
-    asm("ld1b {z0.b-z3.b}, pn8/z, [x23]", "weights, steps 0 and 1")
-    asm("ld1b {z16.b-z19.b}, pn8/z, [x23, #4, mul vl]", "steps 2 and 3")
-    asm("addvl x23, x23, #8")
-    for step, src in enumerate((0, 2, 16, 18)):
-        out = (4, 12)[step % 2]
-        asm(f"luti4 {{z{out}.b-z{out + 1}.b}}, zt0, z{src}[0]", f"step {step}")
-        asm(f"luti4 {{z{out + 2}.b-z{out + 3}.b}}, zt0, z{src + 1}[0]")
-        asm(f"sdot za.s[w8, 0, vgx4], {{z{out}.b-z{out + 3}.b}}, z8.b[{step}]")
-    asm("subs x16, x16, #1")
+    asm.note("32 rows of K: A's codes 16 at a time in every 128-bit segment, 8 steps of 4VL columns.")
+    asm("ld1rqb z8.b, p0/z, [x25]", "k 0..15")
+    asm("ld1rqb z9.b, p0/z, [x25, #16]", "k 16..31")
+    asm("add x25, x25, #32")
+    for half, a in ((0, "z8"), (1, "z9")):
+        at = "[x23]" if half == 0 else f"[x23, #{8 * half}, mul vl]"
+        asm(f"ld1b {{z0.b-z3.b}}, pn8/z, {at}", f"weights, steps {4 * half} and {4 * half + 1}")
+        asm(f"ld1b {{z16.b-z19.b}}, pn8/z, [x23, #{8 * half + 4}, mul vl]", f"steps {4 * half + 2} and {4 * half + 3}")
+        for step, src in enumerate((0, 2, 16, 18)):
+            out = (4, 12)[step % 2]
+            asm(f"luti4 {{z{out}.b-z{out + 1}.b}}, zt0, z{src}[0]", f"step {4 * half + step}")
+            asm(f"luti4 {{z{out + 2}.b-z{out + 3}.b}}, zt0, z{src + 1}[0]")
+            asm(f"sdot za.s[w8, 0, vgx4], {{z{out}.b-z{out + 3}.b}}, {a}.b[{step}]")
+    asm("addvl x23, x23, #16")
+    asm("subs x16, x16, #1", "sub iterations per block")
     asm(f"b.ne {L('k')}")
     asm.note("C += float(isum) * (sa * sw), in order of K.")
     asm("mova {z28.d-z31.d}, za.d[w8, 0, vgx4]", "the block's isum, 4VL columns")
