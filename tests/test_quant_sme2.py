@@ -121,6 +121,8 @@ def _case(rng, m: int, k: int, n: int, svl: int, form: int, block: int = 32, sca
         factor, a_factor = {"subnormal": (1e-41, 1e-3), "large": (1e30, 1e3), "huge": (3e37, 1e3)}[scales]
         w = quant.QuantizedWeights(w.codes, (w.scales * np.float32(factor)).astype(np.float32), None, w.k, 4, w.block)
         A *= np.float32(a_factor)
+    if scales == "tiny_a":
+        A *= np.float32(1e-41)  # subnormal A and sa: a / sa may pass 127 and must be clipped
     if scales == "ties":
         # sa = 1 exactly and halves: a / sa lands on .5, where rounding must go to even
         A = (rng.integers(-254, 255, (m, k)) / 2).astype(np.float32)
@@ -197,6 +199,7 @@ def _shapes(svl: int, forms=(BLOCK, GEMV)):
                   (ms[-1], 96, 33, form, {"scales": "large"}),
                   (ms[-1], 96, 33, form, {"scales": "huge"}),
                   (ms[-1], 96, 33, form, {"scales": "ties"}),
+                  (ms[-1], 96, 33, form, {"scales": "tiny_a"}),
                   (ms[-1], 90, 33, form, {"nan_a": True, "load_c": True})]
     return cases
 

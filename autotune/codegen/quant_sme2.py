@@ -407,18 +407,24 @@ static inline double round_even(double x)
     return (x + magic) - magic;
 }}
 
-/* Four codes of one block, stored at q: rint(a / scale) in double, as numpy divides
- * (fcvtns rounds to nearest, ties to even), saturated, then clipped to [-127, 127]. */
-static inline void quantize4(const float *a, float64x2_t divisor, int8_t *q)
+/* Codes of 4 values: rint(a / scale) in double, as numpy divides (fcvtns rounds to
+ * nearest, ties to even), narrowed with saturation to int32. */
+static inline int32x4_t codes4(float32x4_t x, float64x2_t divisor)
 {{
-    const float32x4_t x = vld1q_f32(a);
     const int64x2_t lo = vcvtnq_s64_f64(vdivq_f64(vcvt_f64_f32(vget_low_f32(x)), divisor));
     const int64x2_t hi = vcvtnq_s64_f64(vdivq_f64(vcvt_high_f64_f32(x), divisor));
-    int32x4_t codes = vcombine_s32(vqmovn_s64(lo), vqmovn_s64(hi));
-    codes = vmaxq_s32(vminq_s32(codes, vdupq_n_s32(127)), vdupq_n_s32(-127));
-    const int16x4_t narrow = vmovn_s32(codes);
-    const int8x8_t bytes = vmovn_s16(vcombine_s16(narrow, narrow));
-    vst1_lane_s32((int32_t *)(void *)q, vreinterpret_s32_s8(bytes), 0);
+    return vcombine_s32(vqmovn_s64(lo), vqmovn_s64(hi));
+}}
+
+/* Two steps of 4 codes: a[0..3] to q0, a[4..7] to q1, clipped to [-127, 127]
+ * (saturating to int8 gives at most 127; -128 becomes -127). */
+static inline void quantize8(const float *a, float64x2_t divisor, int8_t *q0, int8_t *q1)
+{{
+    const int16x8_t wide = vcombine_s16(vqmovn_s32(codes4(vld1q_f32(a), divisor)),
+                                        vqmovn_s32(codes4(vld1q_f32(a + 4), divisor)));
+    const int8x8_t bytes = vmax_s8(vqmovn_s16(wide), vdup_n_s8(-127));
+    vst1_lane_s32((int32_t *)(void *)q0, vreinterpret_s32_s8(bytes), 0);
+    vst1_lane_s32((int32_t *)(void *)q1, vreinterpret_s32_s8(bytes), 1);
 }}
 
 void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
@@ -437,12 +443,12 @@ void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int6
             const int64_t k0 = b * block, k1 = k0 + block < K ? k0 + block : K;
             const int64_t whole = k1 == k0 + block ? k1 : k0; /* NEON over whole blocks, C over a tail */
             float32x4_t vmax = vdupq_n_f32(0.0f);
-            float32x4_t vmax2 = vmax;
-            for (int64_t k = k0; k < whole; k += 8) {{
-                vmax = vmaxq_f32(vmax, vabsq_f32(vld1q_f32(a + k)));
-                vmax2 = vmaxq_f32(vmax2, vabsq_f32(vld1q_f32(a + k + 4)));
+            for (int64_t k = k0; k < whole; k += 32) {{ /* fmax, not fmaxnm: a NaN stays */
+                float32x4_t m[4];
+                for (int j = 0; j < 4; ++j)
+                    m[j] = vmaxq_f32(vabsq_f32(vld1q_f32(a + k + 8 * j)), vabsq_f32(vld1q_f32(a + k + 8 * j + 4)));
+                vmax = vmaxq_f32(vmax, vmaxq_f32(vmaxq_f32(m[0], m[1]), vmaxq_f32(m[2], m[3])));
             }}
-            vmax = vmaxq_f32(vmax, vmax2);
             float amax = vmaxvq_f32(vmax); /* NaN if any lane is NaN */
             for (int64_t k = whole; k < k1; ++k) {{
                 const float x = fabsf(a[k]);
@@ -457,10 +463,8 @@ void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int6
             if (scale == 0.0f) continue;
             const float64x2_t divisor = vdupq_n_f64((double)scale); /* divided, not multiplied by 1/sa */
             int8_t *dst = q + (k0 >> 2) * 4 * mr; /* a step of 4 codes is 4 * mr bytes */
-            for (int64_t k = k0; k < whole; k += 8, dst += 8 * mr) {{ /* blocks are multiples of 32 */
-                quantize4(a + k, divisor, dst);
-                quantize4(a + k + 4, divisor, dst + 4 * mr);
-            }}
+            for (int64_t k = k0; k < whole; k += 8, dst += 8 * mr) /* blocks are multiples of 32 */
+                quantize8(a + k, divisor, dst, dst + 4 * mr);
             for (int64_t k = whole; k < k1; ++k) {{
                 const double r = round_even((double)a[k] / (double)scale);
                 q[(k >> 2) * 4 * mr + (k & 3)] = (int8_t)(r > 127.0 ? 127 : r < -127.0 ? -127 : (int32_t)r);
