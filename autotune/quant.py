@@ -235,7 +235,7 @@ SME2_SVLS = (128, 256, 512, 1024, 2048)
 
 @dataclass(frozen=True, eq=False)
 class Sme2Weights:
-    """Symmetric 4-bit W in the format of the SME2 kernels (autotune/codegen/quant_sme2.py).
+    """4-bit W in the format of the SME2 kernels (autotune/codegen/quant_sme2.py).
 
     Made for one streaming vector length, ``svl_bits``: a kernel's block is 1VL x 4VL
     (VL = svl_bits / 32 int32 lanes), so a panel holds ``4 * VL`` columns (padded
@@ -245,7 +245,9 @@ class Sme2Weights:
     the low half for even i).  That is what ``luti4 {z.b-z.b}, zt0, zn[0]`` reads:
     it expands the step's first vector into columns 0 .. 2VL-1 and the second into
     2VL .. 4VL-1, each column's four bytes together, as ``smopa``/``sdot`` take
-    them.  ``scales`` float32 [panels, blocks, 4 * VL].
+    them.  ``scales`` float32 [panels, blocks, 4 * VL]; for asymmetric weights
+    [panels, blocks, 2, 4 * VL]: the scales, then the zero points as floats (the
+    kernel loads both with one pointer).  Padded columns hold code 8, zero point 8.
     """
 
     codes: np.ndarray
@@ -254,6 +256,7 @@ class Sme2Weights:
     n: int
     k: int
     block: int
+    symmetric: bool
 
     @property
     def panel_columns(self) -> int:
@@ -265,7 +268,7 @@ class Sme2Weights:
 
 
 def pack_sme2(w: QuantizedWeights, svl_bits: int) -> Sme2Weights:
-    """``w`` (symmetric 4-bit) in the SME2 format of :class:`Sme2Weights` for ``svl_bits``.
+    """``w`` (4-bit) in the SME2 format of :class:`Sme2Weights` for ``svl_bits``.
 
     Parameterised by the SVL, not padded to the widest one: a panel is the kernel's
     4VL columns, so at SVL 128 a 16-column W is not padded to 256 columns (the panel
@@ -273,9 +276,8 @@ def pack_sme2(w: QuantizedWeights, svl_bits: int) -> Sme2Weights:
     """
     if svl_bits not in SME2_SVLS:
         raise QuantizationError(f"svl_bits must be one of {SME2_SVLS}, not {svl_bits!r}")
-    if w.bits != 4 or not w.symmetric:
-        raise QuantizationError("the SME2 format holds symmetric 4-bit weights (its luti4 table maps a code "
-                                "to code - 8); asymmetric and 8-bit weights have no SME2 kernel yet")
+    if w.bits != 4:
+        raise QuantizationError("the SME2 format holds 4-bit weights; 8-bit weights have no SME2 kernel yet")
     width = 4 * (svl_bits // 32)
     n, kp, blocks = w.n, w.padded_k, w.blocks
     panels = -(-n // width)
@@ -287,8 +289,13 @@ def pack_sme2(w: QuantizedWeights, svl_bits: int) -> Sme2Weights:
     codes = (grid[..., 0] | (grid[..., 1] << 4)).astype(np.uint8).reshape(panels, -1)
     scales = np.zeros((panels * width, blocks), np.float32)
     scales[:n] = w.block_scales()
-    scales = np.ascontiguousarray(scales.reshape(panels, width, blocks).transpose(0, 2, 1))
-    return Sme2Weights(np.ascontiguousarray(codes), scales, svl_bits, n, w.k, w.block)
+    scales = scales.reshape(panels, width, blocks).transpose(0, 2, 1)
+    if w.zero_points is not None:
+        zeros = np.full((panels * width, blocks), SYMMETRIC_ZERO_POINT, np.float32)
+        zeros[:n] = w.zero_points
+        scales = np.stack([scales, zeros.reshape(panels, width, blocks).transpose(0, 2, 1)], axis=2)
+    return Sme2Weights(np.ascontiguousarray(codes), np.ascontiguousarray(scales), svl_bits, n, w.k, w.block,
+                       w.symmetric)
 
 
 def _packed_now(w: QuantizedWeights) -> QuantizedWeights:

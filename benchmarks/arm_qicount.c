@@ -84,11 +84,11 @@ static void ours(const data *d, ours_buffers *b, float *C)
 {
     const int64_t vl = d->vl, blocks = d->K / BL, whole = d->M % vl == 1 ? d->M - 1 : d->M;
     if (whole) {
-        at_qsme2_quantize_a(whole, d->K, d->A, d->K, BL, blocks, vl, b->qa, b->sa);
+        at_qsme2_quantize_a(whole, d->K, d->A, d->K, BL, blocks, vl, 0, b->qa, b->sa);
         at_q4s_sme2_1vlx4vl(blocks, 1, b->qa, whole, b->sa, d->N, d->ours_wq, d->ours_ws, C, d->N, 0);
     }
     if (whole < d->M) {
-        at_qsme2_quantize_a(1, d->K, d->A + whole * d->K, d->K, BL, blocks, 1, b->qa_tail, b->sa_tail);
+        at_qsme2_quantize_a(1, d->K, d->A + whole * d->K, d->K, BL, blocks, 1, 0, b->qa_tail, b->sa_tail);
         at_q4s_sme2_1x4vl(blocks, 1, b->qa_tail, 1, b->sa_tail, d->N, d->ours_wq, d->ours_ws, C + whole * d->N,
                           d->N, 0);
     }
@@ -154,7 +154,7 @@ int main(int argc, char **argv)
     } else {
         const int64_t blocks = d.K / BL;
         ob.qa = malloc((size_t)at_qsme2_qa_bytes(d.M, d.K, d.vl));
-        ob.sa = malloc(sizeof(float) * (size_t)at_qsme2_sa_count(d.M, blocks, d.vl));
+        ob.sa = malloc(sizeof(float) * (size_t)at_qsme2_sa_count(d.M, blocks, d.vl, 0));
         ob.qa_tail = malloc((size_t)d.K);
         ob.sa_tail = malloc(sizeof(float) * (size_t)blocks);
     }

@@ -33,12 +33,14 @@ BLOCK, GEMV = 0, 1
 # --------------------------------------------------------------------------- the format
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("svl", quant.SME2_SVLS)
-def test_pack_sme2_element_by_element(svl):
+def test_pack_sme2_element_by_element(svl, symmetric):
     rng = np.random.default_rng(svl)
     k, n = 70, 37
-    w = quant.quantize_weights(rng.standard_normal((k, n)), block=32)
+    w = quant.quantize_weights(rng.standard_normal((k, n)) + (0 if symmetric else 0.7), block=32, symmetric=symmetric)
     packed = quant.pack_sme2(w, svl)
+    assert packed.symmetric == symmetric
     vl = svl // 32
     width = 4 * vl
     assert packed.panel_columns == width and packed.panels == -(-n // width)
@@ -57,15 +59,17 @@ def test_pack_sme2_element_by_element(svl):
                     want = nibble[col, 4 * k4 + t] if col < n else quant.SYMMETRIC_ZERO_POINT
                     assert got == want, (p, c, k4, t)
             for b in range(w.blocks):
-                assert packed.scales[p, b, c] == (w.scales[col, b] if col < n else 0)
+                if symmetric:
+                    assert packed.scales[p, b, c] == (w.scales[col, b] if col < n else 0)
+                else:  # scales, then zero points
+                    assert packed.scales[p, b, 0, c] == (w.scales[col, b] if col < n else 0)
+                    assert packed.scales[p, b, 1, c] == (w.zero_points[col, b] if col < n else 8)
 
 
 def test_pack_sme2_refuses_what_has_no_kernel():
     rng = np.random.default_rng(1)
     W = rng.standard_normal((40, 9))
-    with pytest.raises(quant.QuantizationError, match="symmetric 4-bit"):
-        quant.pack_sme2(quant.quantize_weights(W, symmetric=False), 512)
-    with pytest.raises(quant.QuantizationError, match="symmetric 4-bit"):
+    with pytest.raises(quant.QuantizationError, match="4-bit"):
         quant.pack_sme2(quant.quantize_weights(W, bits=8), 512)
     with pytest.raises(quant.QuantizationError, match="svl_bits"):
         quant.pack_sme2(quant.quantize_weights(W), 384)
@@ -109,17 +113,20 @@ def driver(tmp_path_factory) -> Path:
 
 
 def _case(rng, m: int, k: int, n: int, svl: int, form: int, block: int = 32, scales: str = "normal",
-          nan_a: bool = False, load_c: bool = False):
+          nan_a: bool = False, load_c: bool = False, symmetric: bool = True):
     """A case: (w, A, C0, header, payload)."""
     W = rng.standard_normal((k, n)).astype(np.float32)
     A = rng.standard_normal((m, k)).astype(np.float32)
     if scales == "zero_block":
         W[:min(block, k)] = 0  # the first block of every column: scale 0
-    w = quant.quantize_weights(W, block=block)
+    if not symmetric:
+        W += rng.uniform(-1, 2, n).astype(np.float32)  # off-centre columns: zero points away from 8
+    w = quant.quantize_weights(W, block=block, symmetric=symmetric)
     if scales in ("subnormal", "large", "huge"):
         # subnormal products sa * sw; terms near float32's top; terms beyond it.
         factor, a_factor = {"subnormal": (1e-41, 1e-3), "large": (1e30, 1e3), "huge": (3e37, 1e3)}[scales]
-        w = quant.QuantizedWeights(w.codes, (w.scales * np.float32(factor)).astype(np.float32), None, w.k, 4, w.block)
+        w = quant.QuantizedWeights(w.codes, (w.scales * np.float32(factor)).astype(np.float32), w.zero_points,
+                                   w.k, 4, w.block)
         A *= np.float32(a_factor)
     if scales == "tiny_a":
         A *= np.float32(1e-41)  # subnormal A and sa: a / sa may pass 127 and must be clipped
@@ -134,7 +141,8 @@ def _case(rng, m: int, k: int, n: int, svl: int, form: int, block: int = 32, sca
     ldc = n + 3
     C0 = rng.standard_normal((m, ldc)).astype(np.float32) if load_c else np.full((m, ldc), np.nan, np.float32)
     C0[:, n:] = 12345.0  # past N: must come back as it was
-    header = np.array([svl // 32, form, m, k, n, block, w.blocks, ldc, int(load_c), packed.codes.size,
+    header = np.array([svl // 32, form + (0 if symmetric else 2), m, k, n, block, w.blocks, ldc, int(load_c),
+                       packed.codes.size,
                        packed.scales.size], np.int64)
     payload = b"".join(x.tobytes() for x in (header, A, packed.codes, packed.scales, C0))
     return w, A, C0, payload
@@ -201,6 +209,9 @@ def _shapes(svl: int, forms=(BLOCK, GEMV)):
                   (ms[-1], 96, 33, form, {"scales": "ties"}),
                   (ms[-1], 96, 33, form, {"scales": "tiny_a"}),
                   (ms[-1], 90, 33, form, {"nan_a": True, "load_c": True})]
+        # Asymmetric weights (an identity table, z * sum(qa) subtracted per block) on a sample.
+        cases += [(m, k, n, form, {**kw, "symmetric": False}) for m, k, n, f, kw in list(cases)
+                  if f == form and (m, n) in {(1, 5), (3, 33), (ms[-1], 70), (ms[-1], width + 1), (ms[-1], 33)}]
     return cases
 
 
@@ -227,7 +238,8 @@ def test_kernels_validate_larger(driver, svl, tmp_path):
     cases = [(m, k, n, form, kw) for form in (BLOCK, GEMV)
              for m, k, n, kw in ((70 if form == BLOCK else 2, 1000, 3 * width + 7, {}),
                                  (5, 4100, 2 * width - 3, {"block": 4096}),
-                                 (1, 2048, 300, {"load_c": True}))]
+                                 (1, 2048, 300, {"load_c": True}),
+                                 (33 if form == BLOCK else 1, 1000, 2 * width + 3, {"symmetric": False}))]
     _run_cases(driver, svl, cases, tmp_path)
 
 

@@ -43,8 +43,14 @@ from dataclasses import dataclass
 
 from .. import contract
 
-#: The kernels, in the order the header lists them: (name, form).
-KERNELS = (("at_q4s_sme2_1vlx4vl", "mopa"), ("at_q4s_sme2_1x4vl", "gemv"))
+#: Kinds of weights: symmetric 4-bit (ZT0 maps a code to code - 8) and asymmetric
+#: 4-bit (ZT0 keeps the code; the zero point times A's code sum is subtracted per block).
+KINDS = ("q4s", "q4a")
+#: The kernels, in the order the header lists them: (name, form, kind).
+KERNELS = tuple((f"at_{kind}_sme2_{shape}", form, kind) for kind in KINDS
+                for form, shape in (("mopa", "1vlx4vl"), ("gemv", "1x4vl")))
+#: ZT0's table per kind (luti4 of bytes keeps each entry's low byte).
+TABLES = {"q4s": tuple(c - 8 for c in range(16)), "q4a": tuple(range(16))}
 #: Steps of 4 rows of K per iteration of either K loop (16 rows: one ld1rqb of A in the GEMV).
 UNROLL = 4
 #: Bytes of the frame: x29, x30, d8-d15, x19-x28.
@@ -103,7 +109,7 @@ def _epilogue(asm: _Asm, name: str) -> None:
     asm("brk #0x5a", "malformed TPIDR2 block: the caller broke the SME ABI")
 
 
-def _entries(asm: _Asm, name: str) -> None:
+def _entries(asm: _Asm, name: str, kind: str) -> None:
     """``<name>_s`` (already streaming, ZA on) and ``<name>`` (commits a caller's lazy
     ZA save, then ``smstart``); x11 says whether to ``smstop`` at the end."""
     L = lambda tail: _local(name, tail)  # noqa: E731
@@ -140,15 +146,16 @@ def _entries(asm: _Asm, name: str) -> None:
     asm("ptrue p0.b")
     asm("ptrue pn8.b", "all lanes, for the multi-vector byte loads")
     asm("ptrue pn10.s", "all lanes, for the multi-vector word loads")
-    asm("adr x16, AT_L(at_qsme2_lut)")
-    asm("ldr zt0, [x16]", "code -> code - 8, for luti4")
+    asm(f"adr x16, AT_L(at_qsme2_lut_{kind})")
+    asm("ldr zt0, [x16]", "code -> code - 8, for luti4" if kind == "q4s" else "code -> code, for luti4")
     asm("lsl x9, x9, #2", "ldc in bytes")
 
 
-def _mopa(asm: _Asm) -> None:
-    name = KERNELS[0][0]
+def _mopa(asm: _Asm, kind: str) -> None:
+    name = f"at_{kind}_sme2_1vlx4vl"
     L = lambda tail: _local(name, tail)  # noqa: E731
-    _entries(asm, name)
+    asym = kind == "q4a"
+    _entries(asm, name, kind)
     asm("lsl x1, x1, #1", "K-loop iterations per block: 2 per 32 rows (16 rows each)")
     asm("mov x14, #0", "the panel's first column")
     asm.label(L("panel"))
@@ -190,31 +197,43 @@ def _mopa(asm: _Asm) -> None:
     asm(f"b.ne {L('k')}")
     asm.note("The block's isum is in za0.s-za3.s: C += float(isum) * (sa * sw), row by row.")
     asm("ld1w {z16.s-z19.s}, pn10/z, [x24]", "sw: the block's 4VL column scales")
-    asm("addvl x24, x24, #4")
+    if asym:
+        asm("ld1w {z20.s-z23.s}, pn10/z, [x24, #4, mul vl]", "their zero points, as floats")
+    asm(f"addvl x24, x24, #{8 if asym else 4}")
     asm("mov x17, x26", "sa of the tile's row 0 in this block")
-    asm("addvl x26, x26, #1", "VL scales per block")
+    asm(f"addvl x26, x26, #{2 if asym else 1}", "VL scales per block" + (", then VL code sums" if asym else ""))
     asm("mov x16, x22")
     asm("mov w12, #0")
     asm(f"cbz x28, {L('first4')}")
     for form in ("more", "first"):
-        # Groups of 4 rows (one ld1rqw of their sa, an indexed fmul), then single rows.
+        # Groups of 4 rows: one ld1rqw of their sa, an indexed fmul.  The packed sa has
+        # VL rows per tile, so a group's load never leaves it, also for the last 1-3 rows.
+        def load_group() -> None:
+            asm("ld1rqw {z7.s}, p0/z, [x17]", "sa of rows i..i+3, in every 128-bit segment")
+            if asym:
+                asm("ld1rqw {z6.s}, p0/z, [x17, x13, lsl #2]", "their code sums, VL floats further")
         asm.label(L(form + "4"))
         asm("cmp x12, x30")
-        asm(f"b.hs {L(form + '1')}")
-        asm("ld1rqw {z7.s}, p0/z, [x17]", "sa of rows i..i+3, in every 128-bit segment")
+        asm(f"b.hs {L(form + '_tail')}")
+        load_group()
         asm("add x17, x17, #16")
         for r in range(4):
-            _dequantise_row(asm, form, f"za0h.b[w12, {4 * r}:{4 * r + 3}]", f"z7.s[{r}]", r)
+            _dequantise_row(asm, form, f"za0h.b[w12, {4 * r}:{4 * r + 3}]", f"z7.s[{r}]", r,
+                            f"z6.s[{r}]" if asym else None)
         asm("add w12, w12, #16")
         asm(f"b {L(form + '4')}")
-        asm.label(L(form + "1"))
-        asm("cmp x12, x15")
+        asm.label(L(form + "_tail"))
+        asm("cmp x12, x15", "1 to 3 rows left?")
         asm(f"b.hs {L('block_done')}")
-        asm("ld1rw z7.s, p0/z, [x17]", "sa of row i")
-        asm("add x17, x17, #4")
-        _dequantise_row(asm, form, "za0h.b[w12, 0:3]", "z7.s", 0)
-        asm("add w12, w12, #4")
-        asm(f"b {L(form + '1')}")
+        load_group()
+        for r in range(3):
+            if r:
+                asm("add w12, w12, #4")
+                asm("cmp x12, x15")
+                asm(f"b.hs {L('block_done')}")
+            _dequantise_row(asm, form, "za0h.b[w12, 0:3]", f"z7.s[{r}]", r, f"z6.s[{r}]" if asym else None)
+        if form == "more":
+            asm(f"b {L('block_done')}")
     asm.label(L("block_done"))
     asm("mov x28, #1")
     asm("subs x27, x27, #1")
@@ -234,11 +253,14 @@ def _mopa(asm: _Asm) -> None:
     asm.lines.append(f"AT_FUNC_END({name}{contract.STREAMING_SUFFIX})")
 
 
-def _dequantise_row(asm: _Asm, form: str, slices: str, sa: str, r: int) -> None:
+def _dequantise_row(asm: _Asm, form: str, slices: str, sa: str, r: int, asum: str | None) -> None:
     """One row of C: ``C = isum * (sa * sw)`` (first block) or ``C += ...`` (one fmla);
-    ``sa`` is a broadcast register or an indexed element."""
+    ``sa`` (and the row's code sum ``asum``, asymmetric weights) an indexed element."""
     asm(f"mova {{z28.b-z31.b}}, {slices}", f"row i+{r} of za0.s-za3.s" if r else "row i of za0.s-za3.s")
     asm("scvtf {z28.s-z31.s}, {z28.s-z31.s}", "exact: |isum| < 2^24")
+    if asum:
+        for j in range(4):
+            asm(f"fmls z{28 + j}.s, z{20 + j}.s, {asum}", "isum -= z * sum(qa): exact integers" if j == 0 else "")
     if form == "more":
         asm("ld1w {z24.s-z27.s}, pn9/z, [x16]", "C so far")
     for j in range(4):
@@ -252,10 +274,11 @@ def _dequantise_row(asm: _Asm, form: str, slices: str, sa: str, r: int) -> None:
     asm("add x16, x16, x9")
 
 
-def _gemv(asm: _Asm) -> None:
-    name = KERNELS[1][0]
+def _gemv(asm: _Asm, kind: str) -> None:
+    name = f"at_{kind}_sme2_1x4vl"
     L = lambda tail: _local(name, tail)  # noqa: E731
-    _entries(asm, name)
+    asym = kind == "q4a"
+    _entries(asm, name, kind)
     asm("mov x21, x8", "C: w8 selects the ZA vector group of the isum")
     asm("mov w8, #0")
     asm("mul x15, x0, x1")
@@ -302,11 +325,16 @@ def _gemv(asm: _Asm) -> None:
     asm("mova {z28.d-z31.d}, za.d[w8, 0, vgx4]", "the block's isum, 4VL columns")
     asm("scvtf {z28.s-z31.s}, {z28.s-z31.s}", "exact: |isum| < 2^24")
     asm("ld1w {z16.s-z19.s}, pn10/z, [x24]", "sw")
-    asm("addvl x24, x24, #4")
-    asm("ld1rw z20.s, p0/z, [x26]", "sa")
-    asm("add x26, x26, #4")
+    if asym:
+        asm("ld1w {z20.s-z23.s}, pn10/z, [x24, #4, mul vl]", "zero points, as floats")
+        asm("ld1rw z6.s, p0/z, [x26, #4]", "the block's code sum of A")
+        for j in range(4):
+            asm(f"fmls z{28 + j}.s, p0/m, z{20 + j}.s, z6.s", "isum -= z * sum(qa): exact integers" if j == 0 else "")
+    asm(f"addvl x24, x24, #{8 if asym else 4}")
+    asm("ld1rw z7.s, p0/z, [x26]", "sa")
+    asm(f"add x26, x26, #{8 if asym else 4}")
     for j in range(4):
-        asm(f"fmul z{16 + j}.s, z20.s, z{16 + j}.s", "sa * sw" if j == 0 else "")
+        asm(f"fmul z{16 + j}.s, z7.s, z{16 + j}.s", "sa * sw" if j == 0 else "")
     for j in range(4):
         asm(f"fmla z{24 + j}.s, p0/m, z{28 + j}.s, z{16 + j}.s", "one rounding per block" if j == 0 else "")
     asm("zero {za}")
@@ -318,7 +346,7 @@ def _gemv(asm: _Asm) -> None:
     asm(f"b {L('panel')}")
     asm.label(L("row_done"))
     asm("add x2, x2, x15", "the next row")
-    asm("add x4, x4, x0, lsl #2")
+    asm(f"add x4, x4, x0, lsl #{3 if asym else 2}", "the next row's scales" + (" and sums" if asym else ""))
     asm("add x21, x21, x9")
     asm("subs x3, x3, #1")
     asm(f"b.gt {L('row')}")
@@ -348,11 +376,13 @@ def kernels_source() -> QSme2Source:
     asm("lsr x0, x0, #2", "int32 lanes")
     asm("ret")
     asm.lines.append("AT_FUNC_END(at_qsme2_vl)")
-    _mopa(asm)
-    _gemv(asm)
-    asm.lines += ["    .p2align 6", "AT_L(at_qsme2_lut):"]
-    asm.note("ZT0: code c -> c - 8 (luti4 of bytes keeps each entry's low byte).")
-    asm("    .word " + ", ".join(str(c - 8) for c in range(16)))
+    for kind in KINDS:
+        _mopa(asm, kind)
+        _gemv(asm, kind)
+    for kind in KINDS:
+        asm.lines += ["    .p2align 6", f"AT_L(at_qsme2_lut_{kind}):"]
+        asm.note(f"ZT0 for {kind}: code c -> " + ("c - 8" if kind == "q4s" else "c"))
+        asm(".word " + ", ".join(map(str, TABLES[kind])))
     asm.lines += ["AT_NO_EXEC_STACK", ""]
     return QSme2Source("at_qsme2_kernels.S", "\n".join(asm.lines))
 
@@ -373,12 +403,14 @@ typedef void (*at_qsme2_fn)(int64_t blocks, int64_t sub, const int8_t *qa, int64
 int64_t at_qsme2_vl(void);
 /* Bytes of qa and floats of sa for M rows in tiles of mr rows (VL for the block kernel, 1 for the GEMV). */
 int64_t at_qsme2_qa_bytes(int64_t M, int64_t kp, int64_t mr);
-int64_t at_qsme2_sa_count(int64_t M, int64_t blocks, int64_t mr);
+int64_t at_qsme2_sa_count(int64_t M, int64_t blocks, int64_t mr, int64_t sums);
 /* A[M, K] (row-major, lda) quantised per row and block as autotune.quant.quantize_activations
  * does (bit for bit), packed in tiles of mr rows: per step of 4 rows of K, mr x 4 codes
- * (row i at bytes 4i..4i+3); per tile sa [blocks][mr].  Rows past M: codes 0, scale 0. */
+ * (row i at bytes 4i..4i+3); per tile sa [blocks][mr], or with sums (the q4a kernels)
+ * [blocks][2][mr]: the scales, then each row's sum of the block's codes (as floats).
+ * Rows past M: codes 0, scale 0. */
 void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
-                         int64_t mr, int8_t *qa, float *sa);
+                         int64_t mr, int64_t sums, int8_t *qa, float *sa);
 #endif
 """
 
@@ -395,9 +427,9 @@ int64_t at_qsme2_qa_bytes(int64_t M, int64_t kp, int64_t mr)
     return (M + mr - 1) / mr * mr * kp;
 }}
 
-int64_t at_qsme2_sa_count(int64_t M, int64_t blocks, int64_t mr)
+int64_t at_qsme2_sa_count(int64_t M, int64_t blocks, int64_t mr, int64_t sums)
 {{
-    return (M + mr - 1) / mr * mr * blocks;
+    return (M + mr - 1) / mr * mr * blocks * (sums ? 2 : 1);
 }}
 
 /* rint without libm for |x| < 2^51: adding 1.5 * 2^52 leaves no fraction bits (as qgemm.c). */
@@ -418,27 +450,28 @@ static inline int32x4_t codes4(float32x4_t x, float64x2_t divisor)
 
 /* Two steps of 4 codes: a[0..3] to q0, a[4..7] to q1, clipped to [-127, 127]
  * (saturating to int8 gives at most 127; -128 becomes -127). */
-static inline void quantize8(const float *a, float64x2_t divisor, int8_t *q0, int8_t *q1)
+static inline int8x8_t quantize8(const float *a, float64x2_t divisor, int8_t *q0, int8_t *q1)
 {{
     const int16x8_t wide = vcombine_s16(vqmovn_s32(codes4(vld1q_f32(a), divisor)),
                                         vqmovn_s32(codes4(vld1q_f32(a + 4), divisor)));
     const int8x8_t bytes = vmax_s8(vqmovn_s16(wide), vdup_n_s8(-127));
     vst1_lane_s32((int32_t *)(void *)q0, vreinterpret_s32_s8(bytes), 0);
     vst1_lane_s32((int32_t *)(void *)q1, vreinterpret_s32_s8(bytes), 1);
+    return bytes;
 }}
 
 void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
-                         int64_t mr, int8_t *qa, float *sa)
+                         int64_t mr, int64_t sums, int8_t *qa, float *sa)
 {{
-    const int64_t kp = blocks * block;
+    const int64_t kp = blocks * block, per_block = sums ? 2 * mr : mr;
     memset(qa, 0, (size_t)at_qsme2_qa_bytes(M, kp, mr));
-    memset(sa, 0, sizeof(float) * (size_t)at_qsme2_sa_count(M, blocks, mr));
+    memset(sa, 0, sizeof(float) * (size_t)at_qsme2_sa_count(M, blocks, mr, sums));
     for (int64_t m = 0; m < M; ++m) {{
         const float *a = A + m * lda;
         const int64_t tile = m / mr, i = m % mr;
         /* Row i of its tile: code k at step k / 4, byte 4i + k % 4; scale b at [b][i]. */
         int8_t *q = qa + tile * mr * kp + 4 * i;
-        float *s = sa + tile * mr * blocks + i;
+        float *s = sa + tile * per_block * blocks + i;
         for (int64_t b = 0; b < blocks; ++b) {{
             const int64_t k0 = b * block, k1 = k0 + block < K ? k0 + block : K;
             const int64_t whole = k1 == k0 + block ? k1 : k0; /* NEON over whole blocks, C over a tail */
@@ -455,20 +488,28 @@ void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int6
                 amax = x > amax || x != x ? x : amax;
             }}
             if (!(amax <= 3.4028234663852886e38f)) {{ /* NaN or Inf in the block */
-                s[b * mr] = NAN;
+                s[b * per_block] = NAN;
                 continue; /* codes 0 */
             }}
             const float scale = (float)((double)amax / 127.0);
-            s[b * mr] = scale;
+            s[b * per_block] = scale;
             if (scale == 0.0f) continue;
             const float64x2_t divisor = vdupq_n_f64((double)scale); /* divided, not multiplied by 1/sa */
             int8_t *dst = q + (k0 >> 2) * 4 * mr; /* a step of 4 codes is 4 * mr bytes */
-            for (int64_t k = k0; k < whole; k += 8, dst += 8 * mr) /* blocks are multiples of 32 */
-                quantize8(a + k, divisor, dst, dst + 4 * mr);
+            int32_t total = 0;
+            if (sums)
+                for (int64_t k = k0; k < whole; k += 8, dst += 8 * mr)
+                    total += vaddlv_s8(quantize8(a + k, divisor, dst, dst + 4 * mr));
+            else
+                for (int64_t k = k0; k < whole; k += 8, dst += 8 * mr) /* blocks are multiples of 32 */
+                    quantize8(a + k, divisor, dst, dst + 4 * mr);
             for (int64_t k = whole; k < k1; ++k) {{
                 const double r = round_even((double)a[k] / (double)scale);
-                q[(k >> 2) * 4 * mr + (k & 3)] = (int8_t)(r > 127.0 ? 127 : r < -127.0 ? -127 : (int32_t)r);
+                const int32_t code = r > 127.0 ? 127 : r < -127.0 ? -127 : (int32_t)r;
+                q[(k >> 2) * 4 * mr + (k & 3)] = (int8_t)code;
+                total += code;
             }}
+            if (sums) s[b * per_block + mr] = (float)total; /* exact: below 2^24 */
         }}
     }}
 }}
@@ -480,7 +521,7 @@ def header_source() -> QSme2Source:
                     f"const uint8_t *, const float *, float *, int64_t, int64_t);\n"
                     f"void {name}{contract.STREAMING_SUFFIX}(int64_t, int64_t, const int8_t *, int64_t, "
                     f"const float *, int64_t, const uint8_t *, const float *, float *, int64_t, int64_t);\n"
-                    for name, _ in KERNELS)
+                    for name, _, _ in KERNELS)
     return QSme2Source("at_qsme2.h", _HEADER.format(module=__name__, decls=decls))
 
 
