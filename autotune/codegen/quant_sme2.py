@@ -1,7 +1,8 @@
-"""SME2 quantised kernels (f32 activations quantised to int8 x symmetric 4-bit weights), generated.
+"""SME2 quantised kernels (f32 activations quantised to int8 x 4-bit weights), generated.
 
-Two kernels, one AArch64 assembly file, written for every streaming vector length
-at once (they read VL with ``cntw`` and step with ``addvl``/``incb``: one object
+Two kernels per kind of weights (``q4s`` symmetric, ``q4a`` asymmetric), in one
+AArch64 assembly file, written for every streaming vector length at once (they
+read VL with ``cntw`` and step with ``addvl``/``incb``: one object
 serves any SME2 CPU, unlike the float kernels of :mod:`autotune.codegen.sme2`,
 which are specialised to one SVL; the weights' packing still depends on the SVL,
 see :func:`autotune.quant.pack_sme2`):
@@ -12,16 +13,19 @@ see :func:`autotune.quant.pack_sme2`):
   outer products) add a VL x 4VL block of ``isum`` into za0.s-za3.s.  After each
   block of K: per row, one ``mova`` reads the row of all four tiles (the byte
   tile's slices ``4i .. 4i+3``), ``scvtf`` converts it, and ``C += isum * (sa * sw)``
-  with one ``fmla`` per element, in order of K: :func:`autotune.quant.reference_qmatmul`'s
-  arithmetic, which the kernel differs from only by that step's rounding.
+  with one ``fmla`` per element, in order of K (``q4a``: ZT0 keeps the code, and
+  ``isum -= z * sum(qa)`` with ``fmls`` first, exact in f32): the arithmetic of
+  :func:`autotune.quant.reference_qmatmul`, which the kernel differs from only by
+  that step's rounding.
 * ``at_q4s_sme2_1x4vl`` (GEMV, M = 1): ``sdot za.s[w8, 0, vgx4]`` (multi-vector,
   indexed) of four ``luti4``-expanded weight vectors by four codes of A replicated
   in every 128-bit segment (``ld1rqb``); per block the four ZA vectors go through
   the same ``scvtf`` and ``fmla`` into C's accumulators, which stay in Z registers
   across the whole of K.
 
-The C signature of both (``at_qsme2_fn``) adapts ``at_qkernel_fn`` (kernels_src/runtime/at_qkernel.h)
-to whole matrices, so one call (one ``smstart``) covers C::
+The C signature of all (``at_qsme2_fn``) adapts ``at_qkernel_fn``
+(kernels_src/runtime/at_qkernel.h) to whole matrices, so one call (one ``smstart``)
+covers C::
 
     void kernel(int64_t blocks, int64_t sub, const int8_t *qa, int64_t rows, const float *sa,
                 int64_t cols, const uint8_t *wq, const float *ws, float *C, int64_t ldc, int64_t load_c);
@@ -34,7 +38,8 @@ computed (every row, every panel); ``wq``/``ws`` the :class:`autotune.quant.Sme2
 arrays (panel strides follow from blocks, sub and the SVL).  ``lda``, ``asum``, ``lds``,
 ``wstride``, ``wz`` and ``sstride`` are gone.  Each kernel has a second entry
 ``<name>_s`` for a caller already in streaming mode with ZA on (as the float kernels).
-``at_qsme2_vl()`` returns VL (int32 lanes), callable outside streaming mode.
+``at_qsme2_vl()`` returns VL (int32 lanes), callable outside streaming mode.  For ``q4a``
+``sa`` carries A's code sums behind its scales and ``ws`` the zero points behind the scales.
 """
 
 from __future__ import annotations
