@@ -83,6 +83,28 @@ def test_kernel_text_names_the_instructions():
         assert needle in text, needle
 
 
+def test_qicount_operands_quantise_exactly(tmp_path):
+    """benchmarks/arm_qicount checks both libraries' C for equality with the reference:
+    its operands must quantise exactly, and KleidiAI's nxk input must hold the same codes."""
+    from benchmarks import arm_qicount
+
+    m, k, n = 3, 64, 40
+    A, codes = arm_qicount.operands(m, k, n)
+    qa, sa = quant.quantize_activations(A)
+    assert (sa == 1).all() and (qa == A).all()
+    path = tmp_path / "data.bin"
+    arm_qicount.data_file(path, m, k, n, 512)
+    raw = np.fromfile(path, np.uint8)
+    header = raw[:56].view(np.int64)
+    ours_codes, ours_scales, native = header[4], header[5], header[6]
+    start = 56 + 4 * m * k + ours_codes + 4 * ours_scales
+    blocks = raw[start:start + native].reshape(n, k // 32, 18)
+    assert (blocks[:, :, :2].copy().view(np.float16) == 1).all()
+    nibbles = blocks[:, :, 2:]
+    low, high = (nibbles & 15).astype(int) - 8, (nibbles >> 4).astype(int) - 8
+    assert (np.concatenate([low, high], axis=2).reshape(n, k) == codes.T).all()
+
+
 # --------------------------------------------------------------------------- under QEMU
 
 
