@@ -229,6 +229,75 @@ def pack_panels(w: QuantizedWeights) -> PackedWeights:
     return PackedWeights(np.ascontiguousarray(codes), packed_scales, zeros)
 
 
+#: Streaming vector lengths (bits) the SME2 format is made for: those of the Arm library.
+SME2_SVLS = (128, 256, 512, 1024, 2048)
+
+
+@dataclass(frozen=True, eq=False)
+class Sme2Weights:
+    """4-bit W in the format of the SME2 kernels (autotune/codegen/quant_sme2.py).
+
+    Made for one streaming vector length, ``svl_bits``: a kernel's block is 1VL x 4VL
+    (VL = svl_bits / 32 int32 lanes), so a panel holds ``4 * VL`` columns (padded
+    with the zero code and scale 0).  ``codes`` uint8 [panels, Kp / 4 * 8 * VL]: per
+    step of 4 rows of K (``k = 4s .. 4s + 3``) two vectors of ``4 * VL`` bytes, in
+    which column c's four codes are the nibbles ``4c + t`` (nibble i is byte i // 2,
+    the low half for even i).  That is what ``luti4 {z.b-z.b}, zt0, zn[0]`` reads:
+    it expands the step's first vector into columns 0 .. 2VL-1 and the second into
+    2VL .. 4VL-1, each column's four bytes together, as ``smopa``/``sdot`` take
+    them.  ``scales`` float32 [panels, blocks, 4 * VL]; for asymmetric weights
+    [panels, blocks, 2, 4 * VL]: the scales, then the zero points as floats (the
+    kernel loads both with one pointer).  Padded columns hold code 8, zero point 8.
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    svl_bits: int
+    n: int
+    k: int
+    block: int
+    symmetric: bool
+
+    @property
+    def panel_columns(self) -> int:
+        return 4 * (self.svl_bits // 32)
+
+    @property
+    def panels(self) -> int:
+        return self.codes.shape[0]
+
+
+def pack_sme2(w: QuantizedWeights, svl_bits: int) -> Sme2Weights:
+    """``w`` (4-bit) in the SME2 format of :class:`Sme2Weights` for ``svl_bits``.
+
+    Parameterised by the SVL, not padded to the widest one: a panel is the kernel's
+    4VL columns, so at SVL 128 a 16-column W is not padded to 256 columns (the panel
+    of SVL 2048).  A library is built for the SVL of its CPU, as the float kernels are.
+    """
+    if svl_bits not in SME2_SVLS:
+        raise QuantizationError(f"svl_bits must be one of {SME2_SVLS}, not {svl_bits!r}")
+    if w.bits != 4:
+        raise QuantizationError("the SME2 format holds 4-bit weights; 8-bit weights have no SME2 kernel yet")
+    width = 4 * (svl_bits // 32)
+    n, kp, blocks = w.n, w.padded_k, w.blocks
+    panels = -(-n // width)
+    nibbles = np.full((panels * width, kp), SYMMETRIC_ZERO_POINT, np.uint8)
+    nibbles[:n, 0::2] = w.codes & 0x0F
+    nibbles[:n, 1::2] = w.codes >> 4
+    # [panel, c, step, t] -> [panel, step, c, t]: nibble 4c + t of the step's 8VL.
+    grid = nibbles.reshape(panels, width, kp // 4, 4).transpose(0, 2, 1, 3).reshape(panels, kp // 4, width * 2, 2)
+    codes = (grid[..., 0] | (grid[..., 1] << 4)).astype(np.uint8).reshape(panels, -1)
+    scales = np.zeros((panels * width, blocks), np.float32)
+    scales[:n] = w.block_scales()
+    scales = scales.reshape(panels, width, blocks).transpose(0, 2, 1)
+    if w.zero_points is not None:
+        zeros = np.full((panels * width, blocks), SYMMETRIC_ZERO_POINT, np.float32)
+        zeros[:n] = w.zero_points
+        scales = np.stack([scales, zeros.reshape(panels, width, blocks).transpose(0, 2, 1)], axis=2)
+    return Sme2Weights(np.ascontiguousarray(codes), np.ascontiguousarray(scales), svl_bits, n, w.k, w.block,
+                       w.symmetric)
+
+
 def _packed_now(w: QuantizedWeights) -> QuantizedWeights:
     """``w`` with its packed form made: packing belongs to quantising, not to the first product."""
     _ = w.packed

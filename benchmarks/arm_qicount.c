@@ -1,0 +1,176 @@
+/* arm_qicount.c: the program arm_qicount.py runs under qemu-aarch64 to count guest
+ * instructions of one quantised product C[M, N] = A[M, K] (f32) x W[K, N] (symmetric
+ * 4-bit weights, blocks of 32).
+ *
+ *   arm_qicount autotune|kleidiai M N K count|check      (data: $AT_QICOUNT_DATA)
+ *
+ * The data file (written by arm_qicount.py) holds A, W packed for autotune's SME2
+ * kernels (autotune.quant.pack_sme2), W in the nxk layout KleidiAI's RHS packer
+ * reads, and the exact C.  A's blocks have max |a| = 127 and integer values and W's
+ * scales are 1, so both libraries' quantisations are exact (their f16 scales too) and
+ * a right C equals the reference exactly.
+ *
+ * Measured, between the markers icount_begin(2) and icount_end(2) (the first call,
+ * phase 1, warms nothing up but is counted too):
+ *   autotune: at_qsme2_quantize_a (A quantised and packed), then the block kernel
+ *     at_q4s_sme2_1vlx4vl over whole row tiles and, for a last tile of one row, the
+ *     GEMV at_q4s_sme2_1x4vl (M = 1 is all GEMV);
+ *   kleidiai: kai_run_lhs_quant_pack_qsi8d32p_f32_neon, then for M = 1 its
+ *     1x4VL sdot kernel, else its 1VLx4VL mopa kernel.
+ * W's packing is outside the markers on both sides: it is done once per model. */
+#include <float.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_qsme2.h"
+#include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa.h"
+#include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot.h"
+#include "kai/ukernels/matmul/pack/kai_lhs_quant_pack_qsi8d32p_f32_neon.h"
+#include "kai/ukernels/matmul/pack/kai_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon.h"
+
+#define BL 32
+
+__attribute__((noinline)) void icount_begin(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
+__attribute__((noinline)) void icount_end(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
+
+/* kai_commit_za calls the SME ABI's __arm_tpidr2_save, which Debian 12's aarch64
+ * libgcc lacks; TPIDR2_EL0 stays 0 in this program, where the routine returns at once. */
+__asm__(".text\n.globl __arm_tpidr2_save\n.type __arm_tpidr2_save, %function\n"
+        "__arm_tpidr2_save:\n    ret\n.size __arm_tpidr2_save, .-__arm_tpidr2_save\n");
+
+static void *read_part(FILE *f, size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p || fread(p, 1, bytes, f) != bytes) {
+        fprintf(stderr, "short data file\n");
+        exit(2);
+    }
+    return p;
+}
+
+typedef struct {
+    int64_t vl, M, N, K, ours_codes, ours_scales, kai_rhs;
+    float *A, *ours_ws, *want;
+    uint8_t *ours_wq, *kai_native;
+} data;
+
+static void load(const char *path, data *d)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    int64_t *h = read_part(f, 7 * sizeof(int64_t));
+    d->vl = h[0], d->M = h[1], d->N = h[2], d->K = h[3], d->ours_codes = h[4], d->ours_scales = h[5];
+    d->kai_rhs = h[6];
+    d->A = read_part(f, sizeof(float) * (size_t)(d->M * d->K));
+    d->ours_wq = read_part(f, (size_t)d->ours_codes);
+    d->ours_ws = read_part(f, sizeof(float) * (size_t)d->ours_scales);
+    d->kai_native = read_part(f, (size_t)d->kai_rhs);
+    d->want = read_part(f, sizeof(float) * (size_t)(d->M * d->N));
+    fclose(f);
+    free(h);
+}
+
+typedef struct {
+    int8_t *qa, *qa_tail;
+    float *sa, *sa_tail;
+} ours_buffers;
+
+static void ours(const data *d, ours_buffers *b, float *C)
+{
+    const int64_t vl = d->vl, blocks = d->K / BL, whole = d->M % vl == 1 ? d->M - 1 : d->M;
+    if (whole) {
+        at_qsme2_quantize_a(whole, d->K, d->A, d->K, BL, blocks, vl, 0, b->qa, b->sa);
+        at_q4s_sme2_1vlx4vl(blocks, 1, b->qa, whole, b->sa, d->N, d->ours_wq, d->ours_ws, C, d->N, 0);
+    }
+    if (whole < d->M) {
+        at_qsme2_quantize_a(1, d->K, d->A + whole * d->K, d->K, BL, blocks, 1, 0, b->qa_tail, b->sa_tail);
+        at_q4s_sme2_1x4vl(blocks, 1, b->qa_tail, 1, b->sa_tail, d->N, d->ours_wq, d->ours_ws, C + whole * d->N,
+                          d->N, 0);
+    }
+}
+
+static void kleidiai(const data *d, void *lhs_packed, const void *rhs_packed, float *C)
+{
+    const size_t M = (size_t)d->M, N = (size_t)d->N, K = (size_t)d->K;
+    if (M == 1) {
+        kai_run_lhs_quant_pack_qsi8d32p_f32_neon(M, K, BL, kai_get_mr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(),
+                                                 kai_get_kr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(),
+                                                 kai_get_sr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(), 0,
+                                                 d->A, K * sizeof(float), lhs_packed);
+        kai_run_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(M, N, K, BL, lhs_packed, rhs_packed, C,
+                                                                          N * sizeof(float), sizeof(float), -FLT_MAX,
+                                                                          FLT_MAX);
+    } else {
+        kai_run_lhs_quant_pack_qsi8d32p_f32_neon(M, K, BL, kai_get_mr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(),
+                                                 kai_get_kr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(),
+                                                 kai_get_sr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(), 0,
+                                                 d->A, K * sizeof(float), lhs_packed);
+        kai_run_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(M, N, K, BL, lhs_packed, rhs_packed, C,
+                                                                              N * sizeof(float), sizeof(float), -FLT_MAX,
+                                                                              FLT_MAX);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = getenv("AT_QICOUNT_DATA");
+    if (argc != 6 || !path || (strcmp(argv[5], "count") && strcmp(argv[5], "check"))) {
+        fprintf(stderr, "usage: AT_QICOUNT_DATA=file %s autotune|kleidiai M N K count|check\n", argv[0]);
+        return 2;
+    }
+    const int kai = !strcmp(argv[1], "kleidiai");
+    if (!kai && strcmp(argv[1], "autotune")) {
+        fprintf(stderr, "unknown library %s\n", argv[1]);
+        return 2;
+    }
+    data d;
+    load(path, &d);
+    if (d.M != atol(argv[2]) || d.N != atol(argv[3]) || d.K != atol(argv[4]) || d.vl != at_qsme2_vl()) {
+        fprintf(stderr, "the data file is for another shape or SVL\n");
+        return 2;
+    }
+    float *C = malloc(sizeof(float) * (size_t)(d.M * d.N));
+    const size_t M = (size_t)d.M, N = (size_t)d.N, K = (size_t)d.K;
+    ours_buffers ob = {0};
+    void *lhs_packed = NULL, *rhs_packed = NULL;
+    if (kai) {
+        const int gemv = M == 1;
+        const size_t mr = gemv ? kai_get_mr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot()
+                               : kai_get_mr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa();
+        const size_t nr = gemv ? kai_get_nr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot()
+                               : kai_get_nr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa();
+        const size_t kr = kai_get_kr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa();
+        const size_t sr = kai_get_sr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa();
+        lhs_packed = malloc(kai_get_lhs_packed_size_lhs_quant_pack_qsi8d32p_f32_neon(M, K, BL, mr, kr, sr));
+        rhs_packed = malloc(kai_get_rhs_packed_size_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(N, K, nr, kr, BL));
+        const struct kai_rhs_pack_qs4cxs1s0_param params = {.lhs_zero_point = 1, .rhs_zero_point = 8};
+        kai_run_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(1, N, K, nr, kr, sr, BL, d.kai_native, NULL,
+                                                                    rhs_packed, 0, &params);
+    } else {
+        const int64_t blocks = d.K / BL;
+        ob.qa = malloc((size_t)at_qsme2_qa_bytes(d.M, d.K, d.vl));
+        ob.sa = malloc(sizeof(float) * (size_t)at_qsme2_sa_count(d.M, blocks, d.vl, 0));
+        ob.qa_tail = malloc((size_t)d.K);
+        ob.sa_tail = malloc(sizeof(float) * (size_t)blocks);
+    }
+    const int phases = strcmp(argv[5], "count") ? 1 : 2;
+    for (int phase = 1; phase <= phases; ++phase) {
+        memset(C, 0xff, sizeof(float) * M * N); /* NaN: a C never written shows */
+        icount_begin(phase);
+        if (kai) kleidiai(&d, lhs_packed, rhs_packed, C);
+        else ours(&d, &ob, C);
+        icount_end(phase);
+    }
+    if (phases == 1) {
+        long wrong = 0;
+        for (size_t i = 0; i < M * N; ++i) wrong += C[i] != d.want[i];
+        printf("{\"wrong\": %ld}\n", wrong);
+        return wrong != 0;
+    }
+    return 0;
+}
