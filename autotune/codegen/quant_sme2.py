@@ -409,12 +409,12 @@ int64_t at_qsme2_vl(void);
 /* Bytes of qa and floats of sa for M rows in tiles of mr rows (VL for the block kernel, 1 for the GEMV). */
 int64_t at_qsme2_qa_bytes(int64_t M, int64_t kp, int64_t mr);
 int64_t at_qsme2_sa_count(int64_t M, int64_t blocks, int64_t mr, int64_t sums);
-/* A[M, K] (row-major, lda) quantised per row and block as autotune.quant.quantize_activations
+/* acts = A[M, K] (row-major, lda) quantised per row and block as autotune.quant.quantize_activations
  * does (bit for bit), packed in tiles of mr rows: per step of 4 rows of K, mr x 4 codes
  * (row i at bytes 4i..4i+3); per tile sa [blocks][mr], or with sums (the q4a kernels)
  * [blocks][2][mr]: the scales, then each row's sum of the block's codes (as floats).
  * Rows past M: codes 0, scale 0. */
-void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
+void at_qsme2_quantize_a(int64_t M, int64_t K, const float *acts, int64_t lda, int64_t block, int64_t blocks,
                          int64_t mr, int64_t sums, int8_t *qa, float *sa);
 #endif
 """
@@ -465,14 +465,14 @@ static inline int8x8_t quantize8(const float *a, float64x2_t divisor, int8_t *q0
     return bytes;
 }}
 
-void at_qsme2_quantize_a(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
+void at_qsme2_quantize_a(int64_t M, int64_t K, const float *acts, int64_t lda, int64_t block, int64_t blocks,
                          int64_t mr, int64_t sums, int8_t *qa, float *sa)
 {{
     const int64_t kp = blocks * block, per_block = sums ? 2 * mr : mr;
     memset(qa, 0, (size_t)at_qsme2_qa_bytes(M, kp, mr));
     memset(sa, 0, sizeof(float) * (size_t)at_qsme2_sa_count(M, blocks, mr, sums));
     for (int64_t m = 0; m < M; ++m) {{
-        const float *a = A + m * lda;
+        const float *a = acts + m * lda;
         const int64_t tile = m / mr, i = m % mr;
         /* Row i of its tile: code k at step k / 4, byte 4i + k % 4; scale b at [b][i]. */
         int8_t *q = qa + tile * mr * kp + 4 * i;
