@@ -282,3 +282,20 @@ def test_the_library_runs_the_kernels_of_the_cpus_level(tmp_path):
         assert ran == kernels, model
         C = np.fromfile(tmp_path / "out.bin", np.float32).reshape(5, 40)
         assert _check(C, A, w) is None, model
+
+
+@pytest.mark.arm
+def test_neon_library_has_no_sme2_path(qdriver, tmp_path):
+    """The NEON target's library carries no SME2 quantised kernels: at_qsme2_svl() is 0 even
+    on an SME2 CPU, no SME2 name is listed, and weights carrying an SME2 form get right
+    answers from the NEON kernels there."""
+    target, exe = qdriver
+    cpu = "max,sme=on,sme512=on"
+    runner = [*target.runner[:-1], cpu]
+    for mode, check in (("svl", lambda out: out.split() == ["0"]),
+                        ("names", lambda out: out.split() and not any("_sme2_" in n for n in out.split()))):
+        done = subprocess.run([*runner, str(exe), mode], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and check(done.stdout), (mode, done.stdout, done.stderr)
+    calls = [("", A, w, {"sme2": quant.pack_sme2(w, 512)}) for kind in ("q4s", "q4a") for _, A, w in _cases(kind)]
+    for (_, A, w, _), (status, C) in zip(calls, _run(target, exe, cpu, calls, tmp_path)):
+        assert status == AT_OK and _check(C, A, w) is None, f"M={A.shape[0]} K={A.shape[1]}"
