@@ -110,7 +110,8 @@ def sme2_qdriver(tmp_path_factory) -> tuple[Target, Path]:
     """(target, qdriver.c linked statically with the SME2 target's libautotune.a: no float kernels)."""
     target = _target()
     home = tmp_path_factory.mktemp("qsme2lib")
-    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib")
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib",
+                            cache=home / "cache")
     exe = home / "qdriver"
     rt._run([*target.cc, *rt._strict(target), f"-I{lib.header.parent}", str(rt.HERE / "qdriver.c"),
              str(lib.archive), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
@@ -270,3 +271,18 @@ def test_forced_sme2_kernels_and_every_fallback(sme2_qdriver, tmp_path):
         _, A, w, opts = _cases("q4s", svl)[2]
         (status, _), = _run(target, exe, where, [("at_q4s_sme2_1vlx4vl", A, w, {"sme2": w.sme2(form_svl)})], work)
         assert status == AT_ENOKERNEL
+
+
+@pytest.mark.arm
+def test_a_second_library_compiles_nothing_again(sme2_qdriver):
+    """The generated SME2 header's -I folder is named by its text, so compile_file's keys
+    (argv, source and header texts) are the same in a second build: every object,
+    qgemm.c's included, comes from the cache."""
+    target, exe = sme2_qdriver
+    home = exe.parent
+    before = sorted(p.name for p in (home / "cache").rglob("*.o"))
+    assert any(True for _ in (home / "cache").glob("qsme2-*/at_qsme2.h"))
+    again = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {},
+                              home / "lib2", cache=home / "cache")
+    assert not again.cached  # a new folder: linked again ...
+    assert sorted(p.name for p in (home / "cache").rglob("*.o")) == before  # ... from cached objects
