@@ -578,12 +578,13 @@ def build_arm_runtime(
         for unit in qunits:
             (tmp / unit.name).write_text(unit.source)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
-        headers = _headers(include_dir, runtime_dir, arm_dir)
-        qsme2_defines: list[str] = []
+        qsme2_include: list[str] = []
         if qsme2:
-            # The generated header's folder is named by its text, so the -I flag (part
-            # of compile_file's key, with the header's text) is the same for the same
-            # header in every build; without a cache the temporary folder will do.
+            # Only qgemm.c and the quantiser include the generated header, from a folder
+            # named by the header's text: that -I flag is then part of their compile_file
+            # keys (so a changed header compiles them again, an unchanged one never), and
+            # the rest of the runtime keeps the keys it shares with the host's other
+            # libraries.  Without a cache the temporary folder will do.
             header_text = qsme2["at_qsme2.h"]
             gen = (cache / f"qsme2-{_digest(header_text)[:16]}") if cache is not None else tmp / "qsme2"
             gen.mkdir(parents=True, exist_ok=True)
@@ -591,9 +592,7 @@ def build_arm_runtime(
                 part = gen / f".at_qsme2.h.{os.getpid()}.tmp"
                 part.write_text(header_text)
                 os.replace(part, gen / "at_qsme2.h")
-            includes.append(f"-I{gen}")
-            headers.append(gen / "at_qsme2.h")
-            qsme2_defines = ["-DAT_QSME2"]
+            qsme2_include = [f"-I{gen}"]
             for name, text in qsme2.items():
                 if name != "at_qsme2.h":
                     (tmp / name).write_text(text)
@@ -603,7 +602,9 @@ def build_arm_runtime(
             jobs.append((cc, [*flags, *includes], path, tmp / (path.name.replace(".", "_") + ".o")))
 
         for name in RUNTIME_SOURCES:
-            extra = defines if name == "exec.c" else qsme2_defines if name == "qgemm.c" else []
+            extra = defines if name == "exec.c" else []
+            if name == "qgemm.c" and sme2:
+                extra = ["-DAT_QSME2", *qsme2_include]
             compile_job(runtime_dir / name, [*base, *extra])
         compile_job(tmp / "at_table.c", base)
         compile_job(tmp / QTABLE, base)
@@ -616,7 +617,8 @@ def build_arm_runtime(
             # so it keeps the baseline (an SME2 core need not have SVE outside it: Apple
             # M4 has none, and -march=armv9-a would let the compiler vectorise with SVE).
             compile_job(tmp / "at_qsme2_kernels.S", sme_flags, sme_cc)
-            compile_job(tmp / "at_qsme2_quant.c", base)
+            compile_job(tmp / "at_qsme2_quant.c", [*base, *qsme2_include])
+        headers = _headers(include_dir, runtime_dir, arm_dir)
         _compile_all(jobs, headers, cache, target)
         objects = [str(job[3]) for job in jobs]
 

@@ -274,15 +274,24 @@ def test_forced_sme2_kernels_and_every_fallback(sme2_qdriver, tmp_path):
 
 
 @pytest.mark.arm
-def test_a_second_library_compiles_nothing_again(sme2_qdriver):
-    """The generated SME2 header's -I folder is named by its text, so compile_file's keys
-    (argv, source and header texts) are the same in a second build: every object,
-    qgemm.c's included, comes from the cache."""
+def test_cache_keys_of_the_sme2_library(sme2_qdriver):
+    """The generated SME2 header's -I folder is named by its text and given to qgemm.c and
+    the quantiser only, so compile_file's keys (argv, source and header texts) are the
+    same in a second build (every object comes from the cache), and a NEON library
+    built with the same cache compiles only the two files whose flags differ
+    (exec.c without AT_SME2_EXEC, qgemm.c without AT_QSME2): the rest of the runtime
+    is shared."""
     target, exe = sme2_qdriver
     home = exe.parent
-    before = sorted(p.name for p in (home / "cache").rglob("*.o"))
+
+    def objects() -> set[str]:
+        return {p.name for p in (home / "cache").rglob("*.o")}
+
+    before = objects()
     assert any(True for _ in (home / "cache").glob("qsme2-*/at_qsme2.h"))
-    again = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {},
-                              home / "lib2", cache=home / "cache")
+    params = default_params(None, {}, provenance="emulated")
+    again = build_arm_runtime(target, [], [], params, {}, home / "lib2", cache=home / "cache")
     assert not again.cached  # a new folder: linked again ...
-    assert sorted(p.name for p in (home / "cache").rglob("*.o")) == before  # ... from cached objects
+    assert objects() == before  # ... from cached objects
+    build_arm_runtime(arm_target("neon", X86), [], [], params, {}, home / "lib-neon", cache=home / "cache")
+    assert len(objects() - before) == 2
