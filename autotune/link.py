@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract
 from .build import BuildError, compile_file, shared_dir
-from .codegen import quant_neon
+from .codegen import quant_neon, quant_sme2
 from .codegen.quant_registry import emit_registry
 from .families import ARM_ISAS
 from .home import kernels_src
@@ -512,7 +512,10 @@ def build_arm_runtime(
     be loaded by this Python.  ``cache`` as for :func:`build_runtime`.
     Every NEON quantised kernel (:mod:`autotune.codegen.quant_neon`) is linked in,
     each ISA level compiled with its own flags; qgemm.c runs one only on a CPU
-    with its level, the portable code elsewhere.
+    with its level, the portable code elsewhere.  An SME2 target's library also
+    links the SME2 quantised kernels (:mod:`autotune.codegen.quant_sme2`) and
+    compiles qgemm.c with ``AT_QSME2``, which runs them on weights carrying an
+    SME2 form for the CPU's vector length.
     """
     if target.isa not in ARM_ISAS:
         raise LibraryError(f"{target.isa} is not an Arm target ({', '.join(ARM_ISAS)})")
@@ -545,8 +548,12 @@ def build_arm_runtime(
     qflags = {u.name: [*(f for f in base if not f.startswith(("-march", "-mcpu"))), u.march] for u in qunits}
     parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, qtable_c]
     parts += [part for u in qunits for part in (u.name, u.source, *qflags[u.name])]
+    # The SME2 quantised kernels (any SVL in one object) and their A quantiser: SME2
+    # targets only, so NEON-only and x86 libraries never carry them.
+    qsme2 = {src.filename: src.text for src in quant_sme2.generate()} if sme2 else {}
     if sme2:
         parts += [(arm_dir / contract.ASM_HEADER).read_bytes()]
+        parts += [part for name, text in qsme2.items() for part in (name, text)]
     object_paths = list(dict.fromkeys(str(obj) for _, obj in kernel_objects))
     for obj in object_paths:
         parts += [obj, Path(obj).read_bytes()]
@@ -571,13 +578,34 @@ def build_arm_runtime(
         for unit in qunits:
             (tmp / unit.name).write_text(unit.source)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
+        qsme2_include: list[str] = []
+        if qsme2:
+            # Only qgemm.c and the quantiser include the generated header, from a folder
+            # named by the header's text: that -I flag is then part of their compile_file
+            # keys (so a changed header compiles them again, an unchanged one never), and
+            # the rest of the runtime keeps the keys it shares with the host's other
+            # libraries.  Without a cache the temporary folder will do.
+            header_text = qsme2["at_qsme2.h"]
+            gen = (cache / f"qsme2-{_digest(header_text)[:16]}") if cache is not None else tmp / "qsme2"
+            gen.mkdir(parents=True, exist_ok=True)
+            if not (gen / "at_qsme2.h").exists() or (gen / "at_qsme2.h").read_text() != header_text:
+                part = gen / f".at_qsme2.h.{os.getpid()}.tmp"
+                part.write_text(header_text)
+                os.replace(part, gen / "at_qsme2.h")
+            qsme2_include = [f"-I{gen}"]
+            for name, text in qsme2.items():
+                if name != "at_qsme2.h":
+                    (tmp / name).write_text(text)
         jobs: list[tuple[Sequence[str], Sequence[str], Path, Path]] = []
 
         def compile_job(path: Path, flags: Sequence[str], cc: Sequence[str] = target.cc) -> None:
             jobs.append((cc, [*flags, *includes], path, tmp / (path.name.replace(".", "_") + ".o")))
 
         for name in RUNTIME_SOURCES:
-            compile_job(runtime_dir / name, [*base, *(defines if name == "exec.c" else [])])
+            extra = defines if name == "exec.c" else []
+            if name == "qgemm.c" and sme2:
+                extra = ["-DAT_QSME2", *qsme2_include]
+            compile_job(runtime_dir / name, [*base, *extra])
         compile_job(tmp / "at_table.c", base)
         compile_job(tmp / QTABLE, base)
         for unit in qunits:  # each level with its own -march, never the runtime's code
@@ -585,6 +613,11 @@ def build_arm_runtime(
         if sme2:
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)
+            # The kernels with the SME2 flags; the quantiser runs outside streaming mode,
+            # so it keeps the baseline (an SME2 core need not have SVE outside it: Apple
+            # M4 has none, and -march=armv9-a would let the compiler vectorise with SVE).
+            compile_job(tmp / "at_qsme2_kernels.S", sme_flags, sme_cc)
+            compile_job(tmp / "at_qsme2_quant.c", [*base, *qsme2_include])
         headers = _headers(include_dir, runtime_dir, arm_dir)
         _compile_all(jobs, headers, cache, target)
         objects = [str(job[3]) for job in jobs]

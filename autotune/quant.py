@@ -111,6 +111,20 @@ class QuantizedWeights:
         :func:`quantize_weights` and :meth:`load` ask at once)."""
         return pack_panels(self)
 
+    @cached_property
+    def _sme2_forms(self) -> dict[int, Sme2Weights]:
+        return {}
+
+    def sme2(self, svl_bits: int) -> Sme2Weights:
+        """The weights in the SME2 kernels' format for ``svl_bits`` (:func:`pack_sme2`), made
+        once on first use (by a library that reports an SME2 CPU) and kept with the weights;
+        not saved: it is a pure function of the codes."""
+        forms = self._sme2_forms
+        form = forms.get(svl_bits)
+        if form is None:
+            form = forms.setdefault(svl_bits, pack_sme2(self, svl_bits))
+        return form
+
     def signed_codes(self) -> np.ndarray:
         """int16 [N, Kp]: each weight's code minus its zero point, ``w ~ scale * code``."""
         if self.bits == 8:

@@ -2,11 +2,12 @@
  * instructions of one quantised product C[M, N] = A[M, K] (f32) x W[K, N] (symmetric
  * 4-bit weights, blocks of 32).
  *
- *   arm_qicount autotune|kleidiai M N K count|check      (data: $AT_QICOUNT_DATA)
+ *   arm_qicount autotune|library|kleidiai M N K count|check      (data: $AT_QICOUNT_DATA)
  *
  * The data file (written by arm_qicount.py) holds A, W packed for autotune's SME2
  * kernels (autotune.quant.pack_sme2), W in the nxk layout KleidiAI's RHS packer
- * reads, and the exact C.  A's blocks have max |a| = 127 and integer values and W's
+ * reads, the exact C, then W in the library's qpanel8 format (autotune.quant.pack_panels),
+ * its int64 code bytes and scale count first.  A's blocks have max |a| = 127 and integer values and W's
  * scales are 1, so both libraries' quantisations are exact (their f16 scales too) and
  * a right C equals the reference exactly.
  *
@@ -15,6 +16,8 @@
  *   autotune: at_qsme2_quantize_a (A quantised and packed), then the block kernel
  *     at_q4s_sme2_1vlx4vl over whole row tiles and, for a last tile of one row, the
  *     GEMV at_q4s_sme2_1x4vl (M = 1 is all GEMV);
+ *   library: the same through libautotune's at_qmatmul_f32 (its own choice, the
+ *     weights carrying their SME2 form), so the wiring's overhead shows;
  *   kleidiai: kai_run_lhs_quant_pack_qsi8d32p_f32_neon, then for M = 1 its
  *     1x4VL sdot kernel, else its 1VLx4VL mopa kernel.
  * W's packing is outside the markers on both sides: it is done once per model. */
@@ -25,6 +28,7 @@
 #include <string.h>
 
 #include "at_qsme2.h"
+#include "autotune.h"
 #include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa.h"
 #include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot.h"
 #include "kai/ukernels/matmul/pack/kai_lhs_quant_pack_qsi8d32p_f32_neon.h"
@@ -51,9 +55,9 @@ static void *read_part(FILE *f, size_t bytes)
 }
 
 typedef struct {
-    int64_t vl, M, N, K, ours_codes, ours_scales, kai_rhs;
-    float *A, *ours_ws, *want;
-    uint8_t *ours_wq, *kai_native;
+    int64_t vl, M, N, K, ours_codes, ours_scales, kai_rhs, panel_codes, panel_scales;
+    float *A, *ours_ws, *want, *panel_ws;
+    uint8_t *ours_wq, *kai_native, *panel_wq;
 } data;
 
 static void load(const char *path, data *d)
@@ -71,6 +75,11 @@ static void load(const char *path, data *d)
     d->ours_ws = read_part(f, sizeof(float) * (size_t)d->ours_scales);
     d->kai_native = read_part(f, (size_t)d->kai_rhs);
     d->want = read_part(f, sizeof(float) * (size_t)(d->M * d->N));
+    int64_t *tail = read_part(f, 2 * sizeof(int64_t));
+    d->panel_codes = tail[0], d->panel_scales = tail[1];
+    free(tail);
+    d->panel_wq = read_part(f, (size_t)d->panel_codes);
+    d->panel_ws = read_part(f, sizeof(float) * (size_t)d->panel_scales);
     fclose(f);
     free(h);
 }
@@ -91,6 +100,16 @@ static void ours(const data *d, ours_buffers *b, float *C)
         at_qsme2_quantize_a(1, d->K, d->A + whole * d->K, d->K, BL, blocks, 1, 0, b->qa_tail, b->sa_tail);
         at_q4s_sme2_1x4vl(blocks, 1, b->qa_tail, 1, b->sa_tail, d->N, d->ours_wq, d->ours_ws, C + whole * d->N,
                           d->N, 0);
+    }
+}
+
+static void library(const data *d, float *C)
+{
+    const at_qweights w = {4, 1, d->K, d->N, BL, d->panel_wq, d->panel_ws, NULL,
+                           d->ours_wq, d->ours_ws, d->vl * 32};
+    if (at_qmatmul_f32(d->M, d->A, d->K, &w, NULL, NULL, C, d->N) != AT_OK) {
+        fprintf(stderr, "at_qmatmul_f32: %s\n", at_last_error());
+        exit(2);
     }
 }
 
@@ -120,11 +139,11 @@ int main(int argc, char **argv)
 {
     const char *path = getenv("AT_QICOUNT_DATA");
     if (argc != 6 || !path || (strcmp(argv[5], "count") && strcmp(argv[5], "check"))) {
-        fprintf(stderr, "usage: AT_QICOUNT_DATA=file %s autotune|kleidiai M N K count|check\n", argv[0]);
+        fprintf(stderr, "usage: AT_QICOUNT_DATA=file %s autotune|library|kleidiai M N K count|check\n", argv[0]);
         return 2;
     }
-    const int kai = !strcmp(argv[1], "kleidiai");
-    if (!kai && strcmp(argv[1], "autotune")) {
+    const int kai = !strcmp(argv[1], "kleidiai"), lib = !strcmp(argv[1], "library");
+    if (!kai && !lib && strcmp(argv[1], "autotune")) {
         fprintf(stderr, "unknown library %s\n", argv[1]);
         return 2;
     }
@@ -151,7 +170,7 @@ int main(int argc, char **argv)
         const struct kai_rhs_pack_qs4cxs1s0_param params = {.lhs_zero_point = 1, .rhs_zero_point = 8};
         kai_run_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(1, N, K, nr, kr, sr, BL, d.kai_native, NULL,
                                                                     rhs_packed, 0, &params);
-    } else {
+    } else if (!lib) {
         const int64_t blocks = d.K / BL;
         ob.qa = malloc((size_t)at_qsme2_qa_bytes(d.M, d.K, d.vl));
         ob.sa = malloc(sizeof(float) * (size_t)at_qsme2_sa_count(d.M, blocks, d.vl, 0));
@@ -163,6 +182,7 @@ int main(int argc, char **argv)
         memset(C, 0xff, sizeof(float) * M * N); /* NaN: a C never written shows */
         icount_begin(phase);
         if (kai) kleidiai(&d, lhs_packed, rhs_packed, C);
+        else if (lib) library(&d, C);
         else ours(&d, &ob, C);
         icount_end(phase);
     }

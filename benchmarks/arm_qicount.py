@@ -10,15 +10,22 @@ calls are counted per symbol.
 
     python -m benchmarks.arm_qicount --kleidiai /path/to/kleidiai [--svl 512] [MxKxN ...]
 
+Three programs' counts per shape: autotune's kernels called directly ("autotune"),
+the same product through the library's ``at_qmatmul_f32`` ("library": its own
+choice, the weights carrying their SME2 form, so the wiring's overhead shows) and
+KleidiAI's.
+
 What is counted (``arm_qicount.c`` beside this file): autotune's A quantisation and
 packing (``at_qsme2_quantize_a``) and its kernels (the 1VLx4VL ``smopa`` block over
 whole row tiles, the 1x4VL ``sdot`` GEMV for M = 1 and for a last row tile of one
 row), against KleidiAI's LHS quantise-and-pack (``kai_run_lhs_quant_pack_qsi8d32p_f32_neon``)
 and its kernel for the same format (``..._1x4vl_sme2_sdot`` for M = 1, else
 ``..._1vlx4vl_sme2_mopa``).  W's packing is excluded on both sides (done once per
-model).  Both libraries are built from source beside the project (generated
-kernels and KleidiAI's checkout, under ``$AUTOTUNE_HOME/benchmarks/qicount``), and
-both results are checked exactly against the reference first (the operands are
+model).  Both libraries are built from source beside the project (the SME2
+target's libautotune.a, which holds the generated kernels, by
+:func:`autotune.link.build_arm_runtime`, and KleidiAI's checkout, under
+``$AUTOTUNE_HOME/benchmarks/qicount``), and every result is checked exactly
+against the reference first (the operands are
 chosen so that every quantisation is exact); a wrong one is reported, never counted.
 """
 
@@ -37,6 +44,7 @@ import numpy as np
 from autotune import home as at_home, quant
 from autotune.codegen import quant_sme2
 from autotune.host import detect
+from autotune.link import build_arm_runtime, default_params
 from autotune.toolchain import arm_target
 
 from .arm_icount import count
@@ -58,16 +66,19 @@ BLOCK = 32
 
 
 def build(out: Path, kleidiai: Path, svl_bits: int) -> Path:
-    """The counting program: the generated kernels, KleidiAI's sources and arm_qicount.c."""
+    """The counting program: arm_qicount.c, KleidiAI's sources and the SME2 target's
+    libautotune.a (no float kernels), which holds the generated SME2 kernels the
+    program also calls directly."""
     target = arm_target("sme2", detect(), svl_bits)
     gen = out.parent / "generated"
     gen.mkdir(parents=True, exist_ok=True)
-    for source in quant_sme2.generate():
-        (gen / source.filename).write_text(source.text)
+    header = quant_sme2.header_source()
+    (gen / header.filename).write_text(header.text)
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {},
+                            out.parent / "lib", with_extension=False, cache=out.parent / "cache")
     argv = [*target.cc, "-O2", "-std=c11", "-march=armv9-a+sme2", "-I", str(gen), "-I", str(kleidiai),
-            "-I", str(at_home.kernels_src() / "arm"), str(DRIVER), str(gen / "at_qsme2_kernels.S"),
-            str(gen / "at_qsme2_quant.c"), *[str(kleidiai / s) for s in KAI_SOURCES],
-            "-lm", *target.ldflags, "-o", str(out)]
+            "-I", str(lib.header.parent), str(DRIVER), *[str(kleidiai / s) for s in KAI_SOURCES],
+            str(lib.archive), "-pthread", "-lm", *target.ldflags, "-o", str(out)]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"building the counting program failed:\n{' '.join(argv)}\n{done.stderr[-3000:]}")
@@ -98,7 +109,11 @@ def data_file(path: Path, m: int, k: int, n: int, svl_bits: int) -> None:
     native = np.concatenate([np.broadcast_to(scale, (n, k // BLOCK, 2)), nibbles], axis=2)
     want = (A.astype(np.float64) @ codes.astype(np.float64)).astype(np.float32)
     header = np.array([svl_bits // 32, m, n, k, ours.codes.size, ours.scales.size, native.size], np.int64)
-    path.write_bytes(b"".join(x.tobytes() for x in (header, A, ours.codes, ours.scales, native, want)))
+    # Then the library's qpanel8 arrays (the weights' own format; the SME2 form rides beside it).
+    panels = w.packed
+    tail = np.array([panels.codes.size, panels.scales.size], np.int64)
+    path.write_bytes(b"".join(x.tobytes() for x in (header, A, ours.codes, ours.scales, native, want,
+                                                    tail, panels.codes, panels.scales)))
 
 
 def run(args: argparse.Namespace) -> list[dict]:
@@ -116,19 +131,24 @@ def run(args: argparse.Namespace) -> list[dict]:
         data_file(data, m, k, n, args.svl)
         os.environ["AT_QICOUNT_DATA"] = str(data)  # the program's operands, read outside the markers
         ours = count(program, "autotune", (m, n, k), args.svl)
+        lib = count(program, "library", (m, n, k), args.svl)
         theirs = count(program, "kleidiai", (m, n, k), args.svl)
         row = {"shape": f"{m}x{k}x{n}", "svl": args.svl,
                "autotune": ours.phases.get("cached"), "autotune_wrong": ours.check.get("wrong"),
+               "library": lib.phases.get("cached"), "library_wrong": lib.check.get("wrong"),
                "kleidiai": theirs.phases.get("cached"), "kleidiai_wrong": theirs.check.get("wrong"),
                "autotune_top": ours.symbols.get("cached", {}).most_common(3),
+               "library_top": lib.symbols.get("cached", {}).most_common(4),
                "kleidiai_top": theirs.symbols.get("cached", {}).most_common(3)}
         row["ratio"] = row["autotune"] / row["kleidiai"] if row["autotune"] and row["kleidiai"] else None
+        row["library_ratio"] = row["library"] / row["kleidiai"] if row["library"] and row["kleidiai"] else None
         rows.append(row)
         _print_row(row)
-    ratios = [r["ratio"] for r in rows if r["ratio"]]
-    if ratios:
-        print(f"geometric mean of autotune / KleidiAI over {len(ratios)} shapes at SVL {args.svl}: "
-              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
+    for key, who in (("ratio", "autotune"), ("library_ratio", "library")):
+        ratios = [r[key] for r in rows if r[key]]
+        if ratios:
+            print(f"geometric mean of {who} / KleidiAI over {len(ratios)} shapes at SVL {args.svl}: "
+                  f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return rows
@@ -137,12 +157,14 @@ def run(args: argparse.Namespace) -> list[dict]:
 def _print_row(r: dict) -> None:
     def fmt(n):
         return "not counted" if n is None else f"{n:,}"
-    wrong = " WRONG" if r["autotune_wrong"] else ""
-    kwrong = " WRONG" if r["kleidiai_wrong"] else ""
+    def wrong(side):
+        return " WRONG" if r[f"{side}_wrong"] else ""
     ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
-    print(f"{r['shape']:>14} SVL {r['svl']}: autotune {fmt(r['autotune']):>12}{wrong}  "
-          f"KleidiAI {fmt(r['kleidiai']):>12}{kwrong}  autotune/KleidiAI {ratio}")
-    for side in ("autotune", "kleidiai"):
+    lratio = f"{r['library_ratio']:.3f}" if r["library_ratio"] else "-"
+    print(f"{r['shape']:>14} SVL {r['svl']}: autotune {fmt(r['autotune']):>12}{wrong('autotune')}  "
+          f"library {fmt(r['library']):>12}{wrong('library')}  KleidiAI {fmt(r['kleidiai']):>12}{wrong('kleidiai')}"
+          f"  autotune/KleidiAI {ratio}  library/KleidiAI {lratio}")
+    for side in ("autotune", "library", "kleidiai"):
         total = r[side] or 1
         print(f"{'':16}{side}: " + ", ".join(f"{s} {100 * c / total:.0f}%" for s, c in r[f"{side}_top"]))
     sys.stdout.flush()

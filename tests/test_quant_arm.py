@@ -122,17 +122,31 @@ def _cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:
     return cases
 
 
-def _run(target: Target, exe: Path, cpu: str, calls: list[tuple[str, np.ndarray, quant.QuantizedWeights]],
-         work: Path) -> list[tuple[int, np.ndarray]]:
-    """(status, C) of each (kernel name or "", A, w) call, run by qdriver under QEMU's ``cpu``."""
+def _run(target: Target, exe: Path, cpu: str, calls: list[tuple], work: Path) -> list[tuple[int, np.ndarray]]:
+    """(status, C) of each (kernel name or "", A, w[, options]) call, run by qdriver under QEMU's ``cpu``.
+
+    ``options`` (a dict, all optional): ``sme2`` (an :class:`autotune.quant.Sme2Weights` to pass as
+    the weights' SME2 form), ``bias``, ``clamp`` and ``ldc`` (> N: the columns past N must come back
+    untouched, which is checked here)."""
     blob = bytearray()
-    for name, A, w in calls:
+    for name, A, w, *rest in calls:
+        opts = rest[0] if rest else {}
         m, k = A.shape
-        packed = w.packed
-        blob += struct.pack("<7q", m, k, w.n, w.bits, int(w.symmetric), w.block, len(name)) + name.encode()
+        packed, form = w.packed, opts.get("sme2")
+        bias, clamp, ldc = opts.get("bias"), opts.get("clamp"), opts.get("ldc", w.n)
+        flags = (1 if bias is not None else 0) | (2 if clamp is not None else 0)
+        blob += struct.pack("<12q", m, k, w.n, w.bits, int(w.symmetric), w.block, len(name),
+                            form.svl_bits if form else 0, form.codes.size if form else 0,
+                            form.scales.size if form else 0, ldc, flags) + name.encode()
         blob += np.ascontiguousarray(A, np.float32).tobytes() + packed.codes.tobytes() + packed.scales.tobytes()
         if packed.zeros is not None:
             blob += packed.zeros.tobytes()
+        if form:
+            blob += form.codes.tobytes() + np.ascontiguousarray(form.scales, np.float32).tobytes()
+        if bias is not None:
+            blob += np.asarray(bias, np.float32).tobytes()
+        if clamp is not None:
+            blob += np.asarray(clamp, np.float32).tobytes()
     inp, out = work / f"in-{cpu}.bin", work / f"out-{cpu}.bin"
     inp.write_bytes(bytes(blob))
     runner = [*target.runner[:-1], cpu]
@@ -140,11 +154,13 @@ def _run(target: Target, exe: Path, cpu: str, calls: list[tuple[str, np.ndarray,
     assert done.returncode == 0, f"qdriver on {cpu}: rc={done.returncode} (-4 is SIGILL) {done.stderr[-800:]}"
     assert json.loads(done.stdout.splitlines()[-1]) == {"event": "done", "cases": len(calls)}
     data, at, results = out.read_bytes(), 0, []
-    for _, A, w in calls:
+    for name, A, w, *rest in calls:
+        ldc = (rest[0] if rest else {}).get("ldc", w.n)
         (status,) = struct.unpack_from("<q", data, at)
-        size = A.shape[0] * w.n
-        C = np.frombuffer(data, np.float32, size, at + 8).reshape(A.shape[0], w.n)
-        results.append((status, C))
+        size = A.shape[0] * ldc
+        full = np.frombuffer(data, np.float32, size, at + 8).reshape(A.shape[0], ldc)
+        assert (full[:, w.n:].view(np.uint32) == 0xFFFFFFFF).all(), f"{name or 'choice'}: wrote past N"
+        results.append((status, np.ascontiguousarray(full[:, :w.n])))
         at += 8 + 4 * size
     assert at == len(data)
     return results
@@ -266,3 +282,20 @@ def test_the_library_runs_the_kernels_of_the_cpus_level(tmp_path):
         assert ran == kernels, model
         C = np.fromfile(tmp_path / "out.bin", np.float32).reshape(5, 40)
         assert _check(C, A, w) is None, model
+
+
+@pytest.mark.arm
+def test_neon_library_has_no_sme2_path(qdriver, tmp_path):
+    """The NEON target's library carries no SME2 quantised kernels: at_qsme2_svl() is 0 even
+    on an SME2 CPU, no SME2 name is listed, and weights carrying an SME2 form get right
+    answers from the NEON kernels there."""
+    target, exe = qdriver
+    cpu = "max,sme=on,sme512=on"
+    runner = [*target.runner[:-1], cpu]
+    for mode, check in (("svl", lambda out: out.split() == ["0"]),
+                        ("names", lambda out: out.split() and not any("_sme2_" in n for n in out.split()))):
+        done = subprocess.run([*runner, str(exe), mode], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and check(done.stdout), (mode, done.stdout, done.stderr)
+    calls = [("", A, w, {"sme2": quant.pack_sme2(w, 512)}) for kind in ("q4s", "q4a") for _, A, w in _cases(kind)]
+    for (_, A, w, _), (status, C) in zip(calls, _run(target, exe, cpu, calls, tmp_path)):
+        assert status == AT_OK and _check(C, A, w) is None, f"M={A.shape[0]} K={A.shape[1]}"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..quant import QuantizationError, QuantizedWeights, reference_qmatmul
+from ..quant import SME2_SVLS, QuantizationError, QuantizedWeights, reference_qmatmul
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -30,7 +30,8 @@ class at_qweights(ctypes.Structure):
     """autotune.h's at_qweights."""
 
     _fields_ = [("bits", ctypes.c_int32), ("symmetric", ctypes.c_int32), ("k", _I64), ("n", _I64),
-                ("block", _I64), ("codes", _P), ("scales", _P), ("zeros", _P)]
+                ("block", _I64), ("codes", _P), ("scales", _P), ("zeros", _P),
+                ("sme2_codes", _P), ("sme2_scales", _P), ("sme2_svl", _I64)]
 
 
 def prototypes(lib: ctypes.CDLL) -> bool:
@@ -44,6 +45,9 @@ def prototypes(lib: ctypes.CDLL) -> bool:
     lib.at_qmatmul_f32_using.argtypes = [ctypes.c_char_p, *args]
     lib.at_qkernel_name.restype = ctypes.c_char_p
     lib.at_qkernel_name.argtypes = [ctypes.c_int]
+    if hasattr(lib, "at_qsme2_svl"):
+        lib.at_qsme2_svl.restype = ctypes.c_int
+        lib.at_qsme2_svl.argtypes = []
     lib.at_last_error.restype = ctypes.c_char_p
     return True
 
@@ -56,11 +60,23 @@ def kernel_names(lib: ctypes.CDLL) -> list[str]:
     return names
 
 
-def weights_struct(w: QuantizedWeights) -> at_qweights:
-    """The C view of ``w``'s packed arrays (``w`` must outlive it)."""
+def sme2_svl(lib: ctypes.CDLL) -> int:
+    """The SVL in bits for which ``lib`` would use the weights' SME2 form on this CPU and
+    thread (``at_qsme2_svl``); 0 without SME2 quantised kernels, an SME2 CPU, or the entry point."""
+    return int(lib.at_qsme2_svl()) if hasattr(lib, "at_qsme2_svl") else 0
+
+
+def weights_struct(w: QuantizedWeights, svl_bits: int = 0) -> at_qweights:
+    """The C view of ``w``'s packed arrays (``w`` must outlive it); with ``svl_bits``
+    (a library's :func:`sme2_svl`) and 4-bit weights also their SME2 form for it,
+    packed on first use and kept by ``w``."""
     p = w.packed
-    return at_qweights(w.bits, int(w.symmetric), w.k, w.n, w.block, p.codes.ctypes.data, p.scales.ctypes.data,
-                       p.zeros.ctypes.data if p.zeros is not None else None)
+    ws = at_qweights(w.bits, int(w.symmetric), w.k, w.n, w.block, p.codes.ctypes.data, p.scales.ctypes.data,
+                     p.zeros.ctypes.data if p.zeros is not None else None)
+    if svl_bits in SME2_SVLS and w.bits == 4:
+        form = w.sme2(svl_bits)
+        ws.sme2_codes, ws.sme2_scales, ws.sme2_svl = form.codes.ctypes.data, form.scales.ctypes.data, svl_bits
+    return ws
 
 
 def check_operands(A: Any, w: Any, bias: Any, clamp: Any) -> tuple[np.ndarray, np.ndarray | None,
@@ -93,7 +109,7 @@ def call(lib: ctypes.CDLL, A: np.ndarray, w: QuantizedWeights, bias: np.ndarray 
          clamp: np.ndarray | None, kernel: str | None = None) -> np.ndarray:
     """C = A x W through ``lib`` (``kernel``: force one, for validation and benchmarks)."""
     C = np.empty((A.shape[0], w.n), np.float32)
-    ws = weights_struct(w)
+    ws = weights_struct(w, sme2_svl(lib))
     args = (A.shape[0], A.ctypes.data, A.shape[1], ctypes.byref(ws), bias.ctypes.data if bias is not None else None,
             clamp.ctypes.data if clamp is not None else None, C.ctypes.data, w.n)
     status = lib.at_qmatmul_f32(*args) if kernel is None else lib.at_qmatmul_f32_using(kernel.encode(), *args)

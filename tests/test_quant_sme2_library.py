@@ -1,0 +1,297 @@
+"""The SME2 quantised kernels wired into the aarch64 library's ``at_qmatmul_f32``, under QEMU.
+
+An SME2 target's library (autotune.link.build_arm_runtime) links the kernels of
+autotune/codegen/quant_sme2.py and runs them on 4-bit weights that carry an SME2
+form (``at_qweights.sme2_*``) packed for the thread's streaming vector length
+(``at_qsme2_svl()``).  tests/arm_runtime/qdriver.c runs the library on cases
+written here; C is compared with :func:`autotune.quant.reference_qmatmul` within
+:func:`autotune.quant.scaling_error_bound` (bias and clamp applied to both):
+
+* the library's own choice on ``-cpu max,sme=on,sme512=on`` (slow: SVL 128 and
+  2048) with the form packed for the SVL the driver reports, on odd shapes (M = 1,
+  2, 15, 16, 17, 33; N = 1, 5, 4VL - 1, 4VL + 1; K not a multiple of the block;
+  NaN in A; bias and clamp; ldc > N), symmetric and asymmetric, and QEMU's
+  translation log showing that the SME2 kernels ran (and the NEON ones did not);
+* the SME2 kernels forced by name, and refused for weights without a usable form;
+* weights packed for another SVL: right answers through the NEON kernels;
+* cortex-a76 (no SME2) with SME2-form weights: right answers, no SIGILL.
+
+The Python side (the form's cache, the ctypes struct in step with autotune.h) is
+tested without QEMU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune import qsuite, quant
+from autotune.home import kernels_src
+from autotune.host import HostInfo
+from autotune.link import build_arm_runtime, default_params
+from autotune.runtime import qapi
+from autotune.toolchain import Target, ToolchainError, arm_target
+
+from .arm_runtime import build as rt
+from .test_quant_arm import AT_ENOKERNEL, AT_OK, _check, _run
+
+X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
+KINDS = {"q4s": True, "q4a": False}
+SME2_KERNELS = ("at_q4s_sme2_1vlx4vl", "at_q4s_sme2_1x4vl", "at_q4a_sme2_1vlx4vl", "at_q4a_sme2_1x4vl")
+
+
+def _sme_cpu(svl: int) -> str:
+    return f"max,sme=on,sme{svl}=on"
+
+
+# --------------------------------------------------------------------------- Python side
+
+
+def test_sme2_form_is_packed_once_per_svl_and_not_saved(tmp_path):
+    rng = np.random.default_rng(3)
+    w = quant.quantize_weights(rng.standard_normal((70, 9)).astype(np.float32), 4, 32, False)
+    form = w.sme2(512)
+    assert w.sme2(512) is form and w.sme2(128) is not form and w.sme2(128).svl_bits == 128
+    ref = quant.pack_sme2(w, 512)
+    assert (form.codes == ref.codes).all() and (form.scales == ref.scales).all()
+    loaded = quant.QuantizedWeights.load(w.save(tmp_path / "w.npz"))
+    assert set(np.load(tmp_path / "w.npz").files) == set(w.arrays())  # the form is not saved
+    assert (loaded.sme2(512).codes == form.codes).all()
+
+
+def test_weights_struct_fills_the_sme2_form_only_for_a_reported_svl():
+    rng = np.random.default_rng(5)
+    w4 = quant.quantize_weights(rng.standard_normal((64, 5)).astype(np.float32), 4, 32, True)
+    plain = qapi.weights_struct(w4)
+    assert not plain.sme2_codes and not plain.sme2_scales and plain.sme2_svl == 0
+    ws = qapi.weights_struct(w4, 256)
+    assert ws.sme2_svl == 256 and ws.sme2_codes == w4.sme2(256).codes.ctypes.data
+    assert ws.sme2_scales == w4.sme2(256).scales.ctypes.data
+    w8 = quant.quantize_weights(rng.standard_normal((64, 5)).astype(np.float32), 8, 32, True)
+    assert qapi.weights_struct(w8, 256).sme2_svl == 0  # 8 bits have no SME2 form
+
+
+def test_ctypes_struct_matches_autotune_h(tmp_path):
+    """Every field of qapi.at_qweights at the offset the C compiler gives it."""
+    fields = [name for name, _ in qapi.at_qweights._fields_]
+    body = "".join(f'    printf("{f} %zu\\n", offsetof(at_qweights, {f}));\n' for f in fields)
+    src = tmp_path / "layout.c"
+    src.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "autotune.h"\nint main(void)\n{\n'
+                   f'{body}    printf("sizeof %zu\\n", sizeof(at_qweights));\n    return 0;\n}}\n')
+    exe = tmp_path / "layout"
+    cc = subprocess.run(["cc", "-std=c11", f"-I{kernels_src() / 'include'}", str(src), "-o", str(exe)],
+                        capture_output=True, text=True)
+    if cc.returncode:
+        pytest.skip(f"no host C compiler (cc): {cc.stderr[-300:]}")
+    seen = dict(line.split() for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                         check=True).stdout.splitlines())
+    for f in fields:
+        assert int(seen[f]) == getattr(qapi.at_qweights, f).offset, f
+    assert int(seen["sizeof"]) == ctypes.sizeof(qapi.at_qweights)
+
+
+# --------------------------------------------------------------------------- under QEMU
+
+
+def _target(svl: int = 512) -> Target:
+    try:
+        return arm_target("sme2", X86, svl)
+    except ToolchainError as exc:
+        pytest.skip(f"needs the Arm cross compiler (clang-19) and QEMU >= 10.1 (scripts/setup.sh --test): {exc}")
+
+
+@pytest.fixture(scope="module")
+def sme2_qdriver(tmp_path_factory) -> tuple[Target, Path]:
+    """(target, qdriver.c linked statically with the SME2 target's libautotune.a: no float kernels)."""
+    target = _target()
+    home = tmp_path_factory.mktemp("qsme2lib")
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib",
+                            cache=home / "cache")
+    exe = home / "qdriver"
+    rt._run([*target.cc, *rt._strict(target), f"-I{lib.header.parent}", str(rt.HERE / "qdriver.c"),
+             str(lib.archive), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
+    return target, exe
+
+
+def _qemu(target: Target, cpu: str) -> list[str]:
+    return [*target.runner[:-1], cpu]
+
+
+def _driver_svl(target: Target, exe: Path, cpu: str) -> int:
+    done = subprocess.run([*_qemu(target, cpu), str(exe), "svl"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def _cases(kind: str, svl: int) -> list[tuple[str, np.ndarray, quant.QuantizedWeights, dict]]:
+    """Odd shapes for VL = svl / 32: every M of the docstring against N = 1, 5, 4VL +- 1,
+    K not a multiple of the block, a NaN row, bias and clamp, ldc > N; seeded."""
+    rng = np.random.default_rng(29)
+    width = 4 * (svl // 32)
+    ns = (1, 5, width - 1, width + 1)
+    ks = ((50, 32), (96, 32), (200, 64), (129, 128))
+    cases = []
+    for i, m in enumerate((1, 2, 15, 16, 17, 33, 1, 17)):
+        n, (k, block) = ns[i % len(ns)], ks[i % len(ks)]
+        A = rng.standard_normal((m, k)).astype(np.float32)
+        W = rng.standard_normal((k, n)).astype(np.float32)
+        if not KINDS[kind]:
+            W[:, ::2] += 1.5  # off-centre columns: zero points away from 8
+        opts: dict = {}
+        if i % 3 == 1:
+            A[m // 2, k - 1] = np.nan  # in the last (partial) block
+        if i % 2 == 1:
+            opts["bias"] = rng.standard_normal(n).astype(np.float32)
+        if i % 4 == 2:
+            opts["clamp"] = (-2.0, 1.5)
+        if i % 3 == 0:
+            opts["ldc"] = n + 3
+        w = quant.quantize_weights(W, 4, block, KINDS[kind])
+        cases.append((f"{kind} M={m} K={k} N={n} block={block} {sorted(opts)}", A, w, opts))
+    return cases
+
+
+def _check_case(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights, opts: dict) -> str | None:
+    if "bias" not in opts and "clamp" not in opts:
+        return _check(C, A, w)
+    want = quant.reference_qmatmul(A, w, opts.get("bias"), opts.get("clamp"))
+    bound = quant.scaling_error_bound(A, w).astype(np.float64)
+    if "bias" in opts:  # one more rounding, of |C + bias|
+        bound = bound + np.abs(want.astype(np.float64)) * np.finfo(np.float32).eps
+    return qsuite._check(C, want, bound)
+
+
+def _translated(target: Target, exe: Path, cpu: str, inp: Path, out: Path, log: Path) -> set[str]:
+    """The quantised kernels' symbols QEMU translated (so reached) while qdriver ran ``inp``."""
+    done = subprocess.run([*_qemu(target, cpu), "-d", "in_asm", "-D", str(log), str(exe), str(inp), str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-800:]
+    symbols = set(re.findall(r"^IN: (\S+)", log.read_text(errors="replace"), re.M))
+    # A block inside a kernel may be named after its streaming entry <name>_s (same code).
+    return {s.removesuffix("_s") if "_sme2_" in s else s for s in symbols
+            if s.startswith(("at_q4s_", "at_q4a_", "at_q8_"))}
+
+
+def _library_choice(svl: int, sme2_qdriver, work: Path) -> None:
+    target, exe = sme2_qdriver
+    cpu = _sme_cpu(svl)
+    assert _driver_svl(target, exe, cpu) == svl
+    calls, labels = [], []
+    for kind in KINDS:
+        for label, A, w, opts in _cases(kind, svl):
+            calls.append(("", A, w, {**opts, "sme2": w.sme2(svl)}))
+            labels.append(label)
+    problems = []
+    for label, (_, A, w, opts), (status, C) in zip(labels, calls, _run(target, exe, cpu, calls, work)):
+        if status != AT_OK:
+            problems.append(f"{label}: status {status}")
+        elif (problem := _check_case(C, A, w, opts)) is not None:
+            problems.append(f"{label}: {problem}")
+    assert not problems, f"SVL {svl}:\n" + "\n".join(problems[:10])
+    # Which kernels ran: the SME2 block and GEMV of both kinds, no NEON kernel.
+    ran = _translated(target, exe, cpu, work / f"in-{cpu}.bin", work / "out-log.bin", work / "qemu.log")
+    assert ran == set(SME2_KERNELS), ran
+
+
+@pytest.mark.arm
+def test_library_choice_runs_the_sme2_kernels_at_svl_512(sme2_qdriver, tmp_path):
+    _library_choice(512, sme2_qdriver, tmp_path)
+
+
+@pytest.mark.arm
+@pytest.mark.slow
+@pytest.mark.parametrize("svl", [128, 256, 1024, 2048])
+def test_library_choice_runs_the_sme2_kernels_at_other_svls(sme2_qdriver, tmp_path, svl):
+    _library_choice(svl, sme2_qdriver, tmp_path)
+
+
+@pytest.mark.arm
+def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qdriver):
+    target, exe = sme2_qdriver
+    done = subprocess.run([*_qemu(target, "cortex-a76"), str(exe), "names"], capture_output=True, text=True,
+                          timeout=60)
+    names = done.stdout.split()
+    assert names[-len(SME2_KERNELS):] == list(SME2_KERNELS)
+    assert not any("_sme2_" in n for n in names[:-len(SME2_KERNELS)]) and any("_i8mm_" in n for n in names)
+
+
+@pytest.mark.arm
+def test_forced_sme2_kernels_and_every_fallback(sme2_qdriver, tmp_path):
+    """Forced by name: right answers with a usable form (the block kernel over every row,
+    partial tiles included; the GEMV row by row); refused (AT_ENOKERNEL) for weights
+    without a form, packed for another SVL, or 8-bit.  The library's choice with a form
+    for another SVL, or on cortex-a76 (no SME2) with the right form: the NEON path."""
+    target, exe = sme2_qdriver
+    svl, other = 512, 256
+    cpu = _sme_cpu(svl)
+    calls, expected = [], []
+    for kind in KINDS:
+        for _, A, w, opts in _cases(kind, svl)[1:6]:
+            for name in (n for n in SME2_KERNELS if n.startswith(f"at_{kind}_")):
+                calls.append((name, A, w, {**opts, "sme2": w.sme2(svl)}))
+                expected.append(AT_OK)
+        _, A, w, opts = _cases(kind, svl)[4]
+        calls.append((f"at_{kind}_sme2_1vlx4vl", A, w, opts))  # no form
+        expected.append(AT_ENOKERNEL)
+        calls.append((f"at_{kind}_sme2_1x4vl", A, w, {**opts, "sme2": w.sme2(other)}))
+        expected.append(AT_ENOKERNEL)
+        wrong = "q4a" if kind == "q4s" else "q4s"
+        calls.append((f"at_{wrong}_sme2_1vlx4vl", A, w, {**opts, "sme2": w.sme2(svl)}))
+        expected.append(AT_ENOKERNEL)
+    rng = np.random.default_rng(2)
+    A8 = rng.standard_normal((3, 64)).astype(np.float32)
+    w8 = quant.quantize_weights(rng.standard_normal((64, 7)).astype(np.float32), 8, 32, True)
+    calls.append(("at_q4s_sme2_1vlx4vl", A8, w8, {}))
+    expected.append(AT_ENOKERNEL)
+    results = _run(target, exe, cpu, calls, tmp_path)
+    assert [s for s, _ in results] == expected
+    for (name, A, w, opts), (status, C) in zip(calls, results):
+        if status == AT_OK:
+            assert (problem := _check_case(C, A, w, opts)) is None, f"{name} at M={A.shape[0]}: {problem}"
+
+    # The library's choice where the SME2 form cannot be used: right answers, NEON kernels.
+    for where, form_svl in ((cpu, other), ("cortex-a76", svl)):
+        calls = [("", A, w, {**opts, "sme2": w.sme2(form_svl)}) for kind in KINDS for _, A, w, opts in
+                 _cases(kind, svl)]
+        work = tmp_path / where.replace(",", "_").replace("=", "")
+        work.mkdir()
+        for (_, A, w, opts), (status, C) in zip(calls, _run(target, exe, where, calls, work)):
+            assert status == AT_OK
+            assert (problem := _check_case(C, A, w, opts)) is None, f"{where}, M={A.shape[0]}: {problem}"
+        ran = _translated(target, exe, where, work / f"in-{where}.bin", work / "out-log.bin", work / "qemu.log")
+        assert ran and not any("_sme2_" in s for s in ran), (where, ran)
+        if where == "cortex-a76":
+            assert all("_dotprod_" in s for s in ran), ran
+        # And forced on this CPU / for these weights: refused, never run.
+        _, A, w, opts = _cases("q4s", svl)[2]
+        (status, _), = _run(target, exe, where, [("at_q4s_sme2_1vlx4vl", A, w, {"sme2": w.sme2(form_svl)})], work)
+        assert status == AT_ENOKERNEL
+
+
+@pytest.mark.arm
+def test_cache_keys_of_the_sme2_library(sme2_qdriver):
+    """The generated SME2 header's -I folder is named by its text and given to qgemm.c and
+    the quantiser only, so compile_file's keys (argv, source and header texts) are the
+    same in a second build (every object comes from the cache), and a NEON library
+    built with the same cache compiles only the two files whose flags differ
+    (exec.c without AT_SME2_EXEC, qgemm.c without AT_QSME2): the rest of the runtime
+    is shared."""
+    target, exe = sme2_qdriver
+    home = exe.parent
+
+    def objects() -> set[str]:
+        return {p.name for p in (home / "cache").rglob("*.o")}
+
+    before = objects()
+    assert any(True for _ in (home / "cache").glob("qsme2-*/at_qsme2.h"))
+    params = default_params(None, {}, provenance="emulated")
+    again = build_arm_runtime(target, [], [], params, {}, home / "lib2", cache=home / "cache")
+    assert not again.cached  # a new folder: linked again ...
+    assert objects() == before  # ... from cached objects
+    build_arm_runtime(arm_target("neon", X86), [], [], params, {}, home / "lib-neon", cache=home / "cache")
+    assert len(objects() - before) == 2
