@@ -12,7 +12,10 @@ from autotune import quant, qsuite
 from autotune.runtime import qapi
 
 from .isa import requires_isa
-from .test_quant_kernels import KINDS, qlib, using  # noqa: F401  (the session's quantised library)
+from . import test_quant_kernels
+
+#: The session's quantised library and its kinds, shared with test_quant_kernels.
+KINDS, qlib, using = test_quant_kernels.KINDS, test_quant_kernels.qlib, test_quant_kernels.using
 
 pytestmark = requires_isa("avx2")
 
@@ -22,7 +25,7 @@ SHAPES = [(33, 1000, 333), (2, 4100, 1000), (64, 256, 1000), (300, 1000, 40), (1
 
 
 @pytest.fixture
-def threads(qlib):  # noqa: F811
+def threads(qlib):
     """Set the library's thread count for one test; its environment's count afterwards."""
     yield qlib.lib.at_set_num_threads
     qlib.lib.at_set_num_threads(0)
@@ -30,7 +33,7 @@ def threads(qlib):  # noqa: F811
 
 @pytest.mark.parametrize("m,k,n", SHAPES)
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_any_thread_count_gives_one_threads_bits(qlib, threads, m, k, n, kind):  # noqa: F811
+def test_any_thread_count_gives_one_threads_bits(qlib, threads, m, k, n, kind):
     rng = np.random.default_rng(m * k + n)
     A = rng.standard_normal((m, k)).astype(np.float32)
     A[m // 2, k // 3] = np.nan  # a NaN row crosses every thread's columns
@@ -46,7 +49,7 @@ def test_any_thread_count_gives_one_threads_bits(qlib, threads, m, k, n, kind): 
         assert np.array_equal(qapi.call(qlib.lib, A, w, None, None), one, equal_nan=True), count
 
 
-def test_qmatmul_follows_the_librarys_thread_count(using):  # noqa: F811
+def test_qmatmul_follows_the_librarys_thread_count(using):
     rng = np.random.default_rng(8)
     A = rng.standard_normal((16, 1024)).astype(np.float32)
     w = autotune.quantize_weights(rng.standard_normal((1024, 700)).astype(np.float32))
