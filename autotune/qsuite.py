@@ -119,7 +119,7 @@ def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Pat
         cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
         built = tmp / out.name
         _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
-              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(tmp / "at_qtable.c"),
+              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(src / "runtime" / "features.c"), str(tmp / "at_qtable.c"),
               str(obj), "-lm"], target)
         built.replace(out)
     return out

@@ -67,6 +67,11 @@ void at__set_error(const char *fmt, ...);
 /* cpu.c: whether this CPU can run kernel i of at_kernel_table (its features,
  * and the SVL of an SME2 kernel); computed once per process. */
 int at__kernel_usable(int index);
+/* features.c: whether this CPU has one feature (a HostInfo name of `len` bytes),
+ * all of a space-separated list, and each name of a list passed to fn. */
+int at__has_feature(const char *name, size_t len);
+int at__has_features(const char *list);
+void at__each_feature(const char *list, void (*fn)(const char *, size_t, void *), void *ctx);
 /* This CPU's streaming vector length in bytes (0 without SME): the SVL of the
  * SME2 kernels at__kernel_usable() lets plans use. */
 int32_t at__svl_bytes(void);

@@ -19,54 +19,6 @@
 
 #include "at_internal.h"
 
-#if defined(__linux__) && defined(__aarch64__)
-#include <sys/auxv.h>
-#endif
-#if defined(__APPLE__) && defined(__aarch64__)
-#include <sys/sysctl.h>
-#endif
-
-#define IS(lit) (len == sizeof(lit) - 1 && memcmp(name, lit, len) == 0)
-
-#if defined(__APPLE__) && defined(__aarch64__)
-static int sysctl_flag(const char *key)
-{
-    int value = 0;
-    size_t size = sizeof value;
-    return sysctlbyname(key, &value, &size, NULL, 0) == 0 && value != 0;
-}
-#endif
-
-/* Whether this CPU has one feature.  Names this build cannot test count as
- * absent: a kernel that needs something unknown is never run. */
-static int has_feature(const char *name, size_t len)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (IS("avx512f")) return __builtin_cpu_supports("avx512f");
-    if (IS("avx512vl")) return __builtin_cpu_supports("avx512vl");
-    if (IS("avx512bw")) return __builtin_cpu_supports("avx512bw");
-    if (IS("avx512dq")) return __builtin_cpu_supports("avx512dq");
-    if (IS("avx2")) return __builtin_cpu_supports("avx2");
-    if (IS("fma")) return __builtin_cpu_supports("fma");
-#elif defined(__linux__) && defined(__aarch64__)
-    /* Bits of arch/arm64/include/uapi/asm/hwcap.h. */
-    if (IS("asimd")) return (getauxval(AT_HWCAP) >> 1) & 1;
-    if (IS("sme")) return (getauxval(AT_HWCAP2) >> 23) & 1;
-    if (IS("smef64f64")) return (getauxval(AT_HWCAP2) >> 25) & 1;
-    if (IS("sme2")) return (getauxval(AT_HWCAP2) >> 37) & 1;
-#elif defined(__APPLE__) && defined(__aarch64__)
-    if (IS("asimd")) return 1; /* every Apple arm64 core */
-    if (IS("sme")) return sysctl_flag("hw.optional.arm.FEAT_SME");
-    if (IS("smef64f64")) return sysctl_flag("hw.optional.arm.FEAT_SME_F64F64");
-    if (IS("sme2")) return sysctl_flag("hw.optional.arm.FEAT_SME2");
-#endif
-    (void)name;
-    (void)len;
-    return 0;
-}
-#undef IS
-
 /* This thread's streaming vector length in bytes, read now; only on a CPU with
  * SME.  RDSVL is an SME instruction that runs outside streaming mode; it is
  * spelled as its encoding so this file keeps the baseline flags. */
@@ -82,7 +34,7 @@ static int32_t rdsvl(void)
 }
 
 /* The streaming vector length in bytes; 0 without SME. */
-static int32_t streaming_vector_bytes(void) { return has_feature("sme", 3) ? rdsvl() : 0; }
+static int32_t streaming_vector_bytes(void) { return at__has_feature("sme", 3) ? rdsvl() : 0; }
 
 /* Asked once, like the usable mask: kernels are chosen for the SVL of the first
  * call.  Linux keeps one SVL per thread, and prctl(PR_SME_SET_VL) changes it at
@@ -105,29 +57,9 @@ int32_t at__svl_bytes(void)
  * region it guards.  Only for a CPU with SME (a plan with SME2 steps implies it). */
 int at__svl_unchanged(void) { return rdsvl() == at__svl_bytes(); }
 
-/* Calls fn(feature, length, ctx) for every feature the space-separated list names. */
-static void each_feature(const char *list, void (*fn)(const char *, size_t, void *), void *ctx)
-{
-    const char *p = list ? list : "";
-    while (*p) {
-        while (*p == ' ') p++;
-        const char *end = p;
-        while (*end && *end != ' ') end++;
-        if (end > p) fn(p, (size_t)(end - p), ctx);
-        p = end;
-    }
-}
-
-static void check_one(const char *name, size_t len, void *ctx)
-{
-    if (!has_feature(name, len)) *(int *)ctx = 0;
-}
-
 static int kernel_runs_here(const at_kernel *k, int32_t svl_bytes)
 {
-    int ok = 1;
-    each_feature(k->requires, check_one, &ok);
-    return ok && (k->svl_bytes == 0 || k->svl_bytes == svl_bytes);
+    return at__has_features(k->requires) && (k->svl_bytes == 0 || k->svl_bytes == svl_bytes);
 }
 
 /* One byte per kernel, computed at the first question and kept: the answers
@@ -173,7 +105,7 @@ struct missing {
 static void note_missing(const char *name, size_t len, void *ctx)
 {
     struct missing *m = ctx;
-    if (has_feature(name, len)) return;
+    if (at__has_feature(name, len)) return;
     for (const char *word = m->text; *word;) { /* already listed? */
         size_t n = strcspn(word, " ");
         if (n == len && memcmp(word, name, len) == 0) return;
@@ -221,7 +153,7 @@ int at_cpu_check(void)
         int usable = at__kernel_usable(i);
         total++;
         runnable += usable;
-        if (!usable) each_feature(at_kernel_table[i].kernel.requires, note_missing, &m);
+        if (!usable) at__each_feature(at_kernel_table[i].kernel.requires, note_missing, &m);
     }
     if (runnable == total) return AT_OK;
     if (sets && svl && !own_set) {

@@ -18,12 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__linux__) && defined(__aarch64__)
-#include <sys/auxv.h>
-#endif
-#if defined(__APPLE__) && defined(__aarch64__)
-#include <sys/sysctl.h>
-#endif
 
 #include "at_internal.h"
 #include "at_qkernel.h"
@@ -228,65 +222,8 @@ static char *workspace(size_t size)
     return data;
 }
 
-#if defined(__APPLE__) && defined(__aarch64__)
-static int sysctl_flag(const char *key)
-{
-    int value = 0;
-    size_t size = sizeof value;
-    return sysctlbyname(key, &value, &size, NULL, 0) == 0 && value != 0;
-}
-#endif
-
-/* Whether this CPU has one feature, by the names the registry's entries use.
- * Names this build cannot test count as absent: an entry that needs something
- * unknown is never run.  (cpu.c answers the same for the float kernels, but
- * install's validation library links qgemm.c without the rest of the runtime.) */
-static int has_feature(const char *name, size_t len)
-{
-#define IS(lit) (len == sizeof(lit) - 1 && memcmp(name, lit, len) == 0)
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (IS("avx2")) return __builtin_cpu_supports("avx2");
-    if (IS("fma")) return __builtin_cpu_supports("fma");
-    if (IS("avx512f")) return __builtin_cpu_supports("avx512f");
-    if (IS("avx512vl")) return __builtin_cpu_supports("avx512vl");
-    if (IS("avx512bw")) return __builtin_cpu_supports("avx512bw");
-    if (IS("avx512vnni")) return __builtin_cpu_supports("avx512vnni");
-    if (IS("avxvnni")) return __builtin_cpu_supports("avxvnni");
-#elif defined(__linux__) && defined(__aarch64__)
-    /* Bits of arch/arm64/include/uapi/asm/hwcap.h: HWCAP_ASIMD, HWCAP_ASIMDDP,
-     * HWCAP2_I8MM, HWCAP2_SME, HWCAP2_SME2. */
-    if (IS("asimd")) return (getauxval(AT_HWCAP) >> 1) & 1;
-    if (IS("dotprod")) return (getauxval(AT_HWCAP) >> 20) & 1;
-    if (IS("i8mm")) return (getauxval(AT_HWCAP2) >> 13) & 1;
-    if (IS("sme")) return (getauxval(AT_HWCAP2) >> 23) & 1;
-    if (IS("sme2")) return (getauxval(AT_HWCAP2) >> 37) & 1;
-#elif defined(__APPLE__) && defined(__aarch64__)
-    if (IS("asimd")) return 1; /* every Apple arm64 core */
-    if (IS("dotprod")) return sysctl_flag("hw.optional.arm.FEAT_DotProd");
-    if (IS("i8mm")) return sysctl_flag("hw.optional.arm.FEAT_I8MM");
-    if (IS("sme")) return sysctl_flag("hw.optional.arm.FEAT_SME");
-    if (IS("sme2")) return sysctl_flag("hw.optional.arm.FEAT_SME2");
-#endif
-#undef IS
-    (void)name;
-    (void)len;
-    return 0;
-}
-
 /* Whether this CPU has every feature entry e names. */
-static int runnable(const at_qkernel_entry *e)
-{
-    const char *p = e->features ? e->features : "";
-    while (*p) {
-        while (*p == ' ') p++;
-        const char *end = p;
-        while (*end && *end != ' ') end++;
-        if (end > p && !has_feature(p, (size_t)(end - p))) return 0;
-        p = end;
-    }
-    return 1;
-}
+static int runnable(const at_qkernel_entry *e) { return at__has_features(e->features); }
 
 static int kind_of(const at_qweights *w) { return w->bits == 8 ? AT_Q8 : w->symmetric ? AT_Q4S : AT_Q4A; }
 
@@ -500,7 +437,7 @@ static int have_sme2(void)
     static _Atomic int known = -1;
     int ok = atomic_load_explicit(&known, memory_order_relaxed);
     if (ok < 0) {
-        ok = has_feature("sme2", 4);
+        ok = at__has_feature("sme2", 4);
         atomic_store_explicit(&known, ok, memory_order_relaxed);
     }
     return ok;
