@@ -222,18 +222,47 @@ def _layout(spec: KernelSpec, svl_bits: int) -> _Layout:
                    var_pred)
 
 
-class _Asm:
-    def __init__(self) -> None:
+class Asm:
+    """Assembly lines, one instruction each with its comment in a column (``width``)."""
+
+    def __init__(self, width: int = 46) -> None:
         self.lines: list[str] = []
+        self.width = width
 
     def __call__(self, text: str, comment: str = "") -> None:
-        self.lines.append(f"    {text:<46}// {comment}" if comment else f"    {text}")
+        self.lines.append(f"    {text:<{self.width}}// {comment}" if comment else f"    {text}")
 
     def label(self, name: str) -> None:
         self.lines.append(f"{name}:")
 
     def note(self, text: str) -> None:
         self.lines.append(f"    // {text}")
+
+
+def commit_lazy_za_save(asm: Asm, label) -> None:
+    """Before an ordinary entry's ``smstart``: save a caller's dormant ZA (AAPCS64's lazy
+    scheme: a TPIDR2 block names the buffer) and clear TPIDR2, so ZA is ours to use.
+    ``label(tail)`` makes the entry's local labels; the caller defines ``za_free``
+    (right after this) and ``bad_tpidr2`` (a trap for a malformed block)."""
+    asm.note("Commit a caller's lazy ZA save (AAPCS64 TPIDR2 block) before using ZA.")
+    asm("mrs x16, tpidr2_el0")
+    asm(f"cbz x16, {label('za_free')}")
+    asm("ldur x14, [x16, #8]")
+    asm("lsr x14, x14, #16", "reserved bytes 10-15 must be zero")
+    asm(f"cbnz x14, {label('bad_tpidr2')}")
+    asm("ldr x17, [x16]", "za_save_buffer")
+    asm("ldrh w15, [x16, #8]", "num_za_save_slices")
+    asm(f"cbz x17, {label('za_saved')}")
+    asm("mov w12, #0")
+    asm(f"cbz w15, {label('za_saved')}")
+    asm.label(label("za_save"))
+    asm("str za[w12, 0], [x17]")
+    asm("addsvl x17, x17, #1")
+    asm("add w12, w12, #1")
+    asm("cmp w12, w15")
+    asm(f"b.lo {label('za_save')}")
+    asm.label(label("za_saved"))
+    asm("msr tpidr2_el0, xzr")
 
 
 def _header(k: _Layout) -> list[str]:
@@ -292,7 +321,7 @@ def _frame(k: _Layout) -> int:
     return 96 if k.variable else 80
 
 
-def _prologue(asm: _Asm, k: _Layout) -> None:
+def _prologue(asm: Asm, k: _Layout) -> None:
     """Frame, callee-saved d8-d15, alpha and beta into general registers."""
     reg, fr = k.gpr, k.fpr
     asm(f"stp x29, x30, [sp, #-{_frame(k)}]!")
@@ -307,7 +336,7 @@ def _prologue(asm: _Asm, k: _Layout) -> None:
     asm("cset x11, eq", "x11 = (beta == 0): then C is never read")
 
 
-def _entry_points(asm: _Asm, k: _Layout) -> None:
+def _entry_points(asm: Asm, k: _Layout) -> None:
     """Both entries; the ordinary one commits a lazy ZA save and enters streaming mode."""
     name, L = k.spec.name, k.local
     # The streaming entry: the caller (a plan's streaming region) is already in
@@ -322,30 +351,12 @@ def _entry_points(asm: _Asm, k: _Layout) -> None:
     if k.variable:
         asm(f"mov x7, #{k.spec.mr}", "the contract's block: all rows ...")
         asm(f"movk x7, #{k.spec.nr}, lsl #32", "... and all columns")
-    asm.note("Commit a caller's lazy ZA save (AAPCS64 TPIDR2 block) before using ZA.")
-    asm("mrs x16, tpidr2_el0")
-    asm(f"cbz x16, {L('za_free')}")
-    asm("ldur x14, [x16, #8]")
-    asm("lsr x14, x14, #16", "reserved bytes 10-15 must be zero")
-    asm(f"cbnz x14, {L('bad_tpidr2')}")
-    asm("ldr x17, [x16]", "za_save_buffer")
-    asm("ldrh w15, [x16, #8]", "num_za_save_slices")
-    asm(f"cbz x17, {L('za_saved')}")
-    asm("mov w12, #0")
-    asm(f"cbz w15, {L('za_saved')}")
-    asm.label(L("za_save"))
-    asm("str za[w12, 0], [x17]")
-    asm("addsvl x17, x17, #1")
-    asm("add w12, w12, #1")
-    asm("cmp w12, w15")
-    asm(f"b.lo {L('za_save')}")
-    asm.label(L("za_saved"))
-    asm("msr tpidr2_el0, xzr")
+    commit_lazy_za_save(asm, L)
     asm.label(L("za_free"))
     asm("smstart", "streaming mode and ZA, once per call")
 
 
-def _setup(asm: _Asm, k: _Layout) -> None:
+def _setup(asm: Asm, k: _Layout) -> None:
     """The common body's start: zero the accumulators, scale the leading
     dimensions to bytes, make the predicates."""
     t, vl = k.t, k.vl
@@ -372,7 +383,7 @@ def _setup(asm: _Asm, k: _Layout) -> None:
             asm(f"mov z{zr}.{t}, #0")
 
 
-def _variable_predicates(asm: _Asm, k: _Layout) -> None:
+def _variable_predicates(asm: Asm, k: _Layout) -> None:
     """A variable block's lanes from its extent (x7 = rows | cols << 32): one predicate
     per row and column tile (all false past the extent) and the in-place loads'
     multi-vector counters; the column count waits on the stack for the store."""
@@ -397,7 +408,7 @@ def _variable_predicates(asm: _Asm, k: _Layout) -> None:
             f"op({side.upper()}) tiles {first}..{first + n - 1} in place")
 
 
-def _load(asm: _Asm, k: _Layout, s: int) -> None:
+def _load(asm: Asm, k: _Layout, s: int) -> None:
     """Load one K step's operands into set ``s`` and advance the operand pointers."""
     t, ld, regs = k.t, k.ld, k.regs
     for ptr, groups, placed in (("x1", k.a_groups, regs.a), ("x3", k.b_groups, regs.b)):
@@ -417,7 +428,7 @@ def _load(asm: _Asm, k: _Layout, s: int) -> None:
     asm("add x3, x3, x4", "next K step of op(B)")
 
 
-def _mopas(asm: _Asm, k: _Layout, s: int) -> None:
+def _mopas(asm: Asm, k: _Layout, s: int) -> None:
     """The outer products of set ``s`` into ZA, and the SVE rows' fmla."""
     t, tn, regs = k.t, k.tn, k.regs
     for i in range(k.tm):
@@ -430,7 +441,7 @@ def _mopas(asm: _Asm, k: _Layout, s: int) -> None:
                 f"SVE row {k.za_rows + i}, column tile {j}" if j == 0 else "")
 
 
-def _k_loop(asm: _Asm, k: _Layout) -> None:
+def _k_loop(asm: Asm, k: _Layout) -> None:
     """Two stages, ping and pong: step p+1 loads while step p multiplies."""
     L = k.local
     asm.note("K loop in two stages: the loads of step p+1 are issued before the outer")
@@ -461,7 +472,7 @@ def _single_groups(tiles: int) -> bool:
     return tiles in (1, 2, 4)
 
 
-def _load_wide(asm: _Asm, k: _Layout) -> None:
+def _load_wide(asm: Asm, k: _Layout) -> None:
     """The operands of four K steps, stage by stage, and the pointer updates.
 
     A packed panel holds its K steps back to back (ld = tiles x VL), so a stage's
@@ -507,7 +518,7 @@ def _load_wide(asm: _Asm, k: _Layout) -> None:
             asm(f"add {ptr}, {ptr}, {ldr}, lsl #2", "next four K steps")
 
 
-def _mopas_wide(asm: _Asm, k: _Layout, step: int) -> None:
+def _mopas_wide(asm: Asm, k: _Layout, step: int) -> None:
     t, tn, w = k.t, k.tn, k.wide
     for i in range(k.tm):
         for j in range(tn):
@@ -515,7 +526,7 @@ def _mopas_wide(asm: _Asm, k: _Layout, step: int) -> None:
                 f"z{w.a[step][i]}.{t}, z{w.b[step][j]}.{t}")
 
 
-def _k_loop_wide(asm: _Asm, k: _Layout) -> None:
+def _k_loop_wide(asm: Asm, k: _Layout) -> None:
     """Four K steps per iteration: every load of the four steps, then their outer
     products (an out-of-order core overlaps the next iteration's loads with them);
     then K % 4 steps one at a time, from z0 (op(A)) and z8 (op(B))."""
@@ -555,7 +566,7 @@ def _k_loop_wide(asm: _Asm, k: _Layout) -> None:
 _ONE_BITS = {"f32": "#0x3f800000", "f64": "#0x3ff0000000000000"}
 
 
-def _store_za_plain(asm: _Asm, k: _Layout) -> None:
+def _store_za_plain(asm: Asm, k: _Layout) -> None:
     """C = ZA when alpha == 1 and beta == 0 (a BLAS call's usual case, KleidiAI's
     only one): four columns of a tile per SME2 four-slice MOVA, stored from four
     column pointers at the row tiles' ``#i, mul vl`` offsets, no arithmetic;
@@ -620,7 +631,7 @@ def _store_za_plain(asm: _Asm, k: _Layout) -> None:
     asm(f"b {L('stored')}")
 
 
-def _tile_columns(asm: _Asm, k: _Layout) -> None:
+def _tile_columns(asm: Asm, k: _Layout) -> None:
     """x0 = the columns of the next column tile, min(x17, VL); x17 = the columns after it."""
     asm(f"mov x0, #{k.vl}")
     asm("cmp x17, x0")
@@ -628,7 +639,7 @@ def _tile_columns(asm: _Asm, k: _Layout) -> None:
     asm("sub x17, x17, x0")
 
 
-def _store_za(asm: _Asm, k: _Layout) -> None:
+def _store_za(asm: Asm, k: _Layout) -> None:
     """C = alpha * ZA + beta * C for the ZA rows, one column at a time; beta == 0
     (x11) takes a loop that never reads C."""
     spec, t, ld, vl, tm, tn, L = k.spec, k.t, k.ld, k.vl, k.tm, k.tn, k.local
@@ -679,7 +690,7 @@ def _store_za(asm: _Asm, k: _Layout) -> None:
         asm.label(L(f"c{j}_done"))
 
 
-def _store_sve_rows(asm: _Asm, k: _Layout) -> None:
+def _store_sve_rows(asm: Asm, k: _Layout) -> None:
     """A hybrid kernel's SVE rows: the accumulators are rows of C, turned into
     columns through za0 and stored like the ZA part under predicate p7."""
     spec, t, ld, vl, tn, L = k.spec, k.t, k.ld, k.vl, k.tn, k.local
@@ -716,7 +727,7 @@ def _store_sve_rows(asm: _Asm, k: _Layout) -> None:
         asm.label(L(f"s{j}_done"))
 
 
-def _epilogue(asm: _Asm, k: _Layout) -> None:
+def _epilogue(asm: Asm, k: _Layout) -> None:
     """Leave streaming mode (unless entered in it), restore, return; the trap for
     a malformed TPIDR2 block."""
     L = k.local
@@ -735,7 +746,7 @@ def _epilogue(asm: _Asm, k: _Layout) -> None:
 
 def _emit(spec: KernelSpec, svl_bits: int) -> str:
     k = _layout(spec, svl_bits)
-    asm = _Asm()
+    asm = Asm()
     _entry_points(asm, k)
     _setup(asm, k)
     if k.wide is not None:
