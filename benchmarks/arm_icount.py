@@ -43,7 +43,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from autotune import home as at_home
 from autotune.host import detect
@@ -142,11 +142,18 @@ def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: in
     if checked.returncode not in (0, 1):
         raise RuntimeError(f"{' '.join(args)} failed ({checked.returncode}): {checked.stderr[-2000:]}")
     lines = [ln for ln in checked.stdout.splitlines() if ln.startswith("{")]
-    result = Count(check=json.loads(lines[-1]) if lines else {"wrong": -1})
+    return counted_run(runner, [*args, "count"], Count(check=json.loads(lines[-1]) if lines else {"wrong": -1}))
+
+
+def counted_run(runner: Sequence[str], program: Sequence[str], result: Count,
+                qemu_flags: Sequence[str] = ()) -> Count:
+    """Run ``program`` under ``runner`` (a qemu-aarch64 command) logging every executed
+    instruction, and tally the log into ``result`` by phase and symbol.  The log goes
+    through a FIFO, so a run of millions of instructions never lands on disk."""
     with tempfile.TemporaryDirectory(prefix="at-icount-") as tmp:
         fifo = Path(tmp) / "log"
         os.mkfifo(fifo)
-        argv = [*runner, "-one-insn-per-tb", "-d", "exec,nochain", "-D", str(fifo), *args, "count"]
+        argv = [*runner, "-one-insn-per-tb", "-d", "exec,nochain", *qemu_flags, "-D", str(fifo), *program]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         with open(fifo, "rb") as log:
             tally(log, result)

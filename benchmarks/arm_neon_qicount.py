@@ -33,12 +33,10 @@ and the dequantised W (relative Frobenius error, its f16 scales differ).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +46,7 @@ from autotune.host import HostInfo
 from autotune.link import build_arm_runtime, default_params
 from autotune.toolchain import arm_target
 
-from .arm_icount import Count, tally
+from .arm_icount import Count, counted_run
 
 HERE = Path(__file__).resolve().parent
 DRIVER = HERE / "arm_neon_qicount.c"
@@ -124,20 +122,8 @@ def write_input(path: Path, A: np.ndarray, w: quant.QuantizedWeights) -> None:
 
 
 def count(runner: tuple[str, ...], exe: Path, inp: Path, who: str, out: Path) -> Count:
-    """Instructions per phase and symbol of one run (the log goes through a FIFO)."""
-    result = Count()
-    with tempfile.TemporaryDirectory(prefix="at-neon-qicount-") as tmp:
-        fifo = Path(tmp) / "log"
-        os.mkfifo(fifo)
-        argv = [*runner, "-one-insn-per-tb", "-d", "exec,nochain", *unlogged(exe), "-D", str(fifo),
-                str(exe), str(inp), who, str(out)]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        with open(fifo, "rb") as log:
-            tally(log, result)
-        err = proc.communicate()[1]
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {err[-2000:]!r}")
-    return result
+    """Instructions per phase and symbol of one run (KleidiAI's RHS packing left out of the log)."""
+    return counted_run(runner, [str(exe), str(inp), who, str(out)], Count(), unlogged(exe))
 
 
 def run(args: argparse.Namespace) -> list[dict]:
