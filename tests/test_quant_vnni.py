@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import shutil
 import subprocess
 
@@ -101,7 +102,9 @@ def test_real_vnni_kernels_compile_to_vpdpbusd(tmp_path):
 def test_real_vnni_kernels_on_a_cpu_that_has_them(tmp_path, isa):
     missing = [f for f in quant_x86.HOST_FEATURES[isa] if f not in host.detect().features]
     if missing:
-        pytest.skip(f"needs {', '.join(missing)} ({isa}), which this CPU does not have")
+        cap = os.environ.get(host.ISA_CAP_VARIABLE)
+        pytest.skip(f"needs {', '.join(missing)} ({isa}), which this CPU does not have"
+                    + (f" under {host.ISA_CAP_VARIABLE}={cap}" if cap else ""))
     kernels = [k for k in FORMS if k.isa == isa]
     _validate(_library(tmp_path, kernels, emulate=False), kernels)
 
