@@ -8,6 +8,9 @@ add), over odd shapes and adversarial scales.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -27,8 +30,8 @@ KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
 
 
 #: The forms the default suite compiles (the whole family takes a minute: see the slow test):
-#: GEMV and block kernels of one, two and four panels, per kind.
-FORMS = [quant_x86.QKernel(kind, "avx2", mr, nr) for kind in KINDS for mr, nr in ((1, 8), (1, 32), (2, 16), (4, 8))]
+#: GEMV and block kernels of one, two and four panels, per kind (4x16: what install picks on Zen 3).
+FORMS = [quant_x86.QKernel(kind, "avx2", mr, nr) for kind in KINDS for mr, nr in ((1, 8), (1, 32), (2, 16), (4, 8), (4, 16))]
 
 
 @pytest.fixture(scope="session")
@@ -261,3 +264,15 @@ def test_kernel_records_names_and_the_generated_unit():
     assert '{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "avx2 fma"}' in quant_registry.emit_registry([k])
     assert '"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "fma"}' in quant_registry.emit_registry([k], ["fma"])
     assert all(quant_x86.fits(f) for f in quant_x86.family()) and not quant_x86.fits(quant_x86.QKernel("q8", "avx2", 8, 32))
+
+
+@pytest.mark.parametrize("compiler", [c for c in ("gcc", "clang", "clang-19") if shutil.which(c)])
+def test_the_unit_compiles_with_every_compiler_and_optimisation_level(compiler, tmp_path):
+    """The AVX2 4-bit kernels are inline assembly asking for up to 15 ymm and 11 general
+    registers: a compiler that cannot allocate them (at -O0 most of all) rejects the unit."""
+    source = tmp_path / "kernels.c"
+    source.write_text(quant_x86.generate(quant_x86.family("avx2")))
+    for level in ("-O0", "-O3"):
+        done = subprocess.run([compiler, level, "-mavx2", "-mfma", "-c", str(source), "-o", str(tmp_path / "k.o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, f"{compiler} {level}: {done.stderr[-2000:]}"

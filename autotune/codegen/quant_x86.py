@@ -138,10 +138,61 @@ def isas_for(features: Sequence[str]) -> tuple[str, ...]:
 _signature = signature  # shared with the registry and the other ISAs' kernels
 
 
+def _nibble_products(mr: int, np_: int) -> list[str]:
+    """The C lines of one AVX2 sub-block of 4-bit products: int16 sums ``h{r}_{p}``.
+
+    One GNU inline-assembly statement (AT&T syntax, which gcc and clang both read)
+    over pointers ``a{r}`` (row r's 32 activation codes), ``w`` (panel 0's 128 bytes;
+    panel p ``p * wstride`` further) and ``low4``.  Written by hand because compilers
+    do not keep the sums in registers: gcc 12 and clang 19 spilled intrinsics'
+    versions of the 4x16 tile on every step (55-91 GMAC/s on a Zen 3 in L1, this
+    form 103).  Registers: the mr x np sums, one weight vector per panel, the
+    broadcast codes, a product and ``low4``: at most 15 ymm (:func:`fits`).
+    Per quarter v of the sub-block, the low nibbles meet codes 8v..8v+3 and the high
+    ones 8v+4..8v+7, as the qpanel8 layout places them.
+    """
+    sums = [f"h{r}_{p}" for r in range(mr) for p in range(np_)]
+    weights = [f"nib{p}" for p in range(np_)]
+    started: set[str] = set()
+    body = []
+    for v in range(4):
+        for half in ("low", "high"):
+            for p, reg in enumerate(weights):
+                where = f"{32 * v}(%[w])" if p == 0 else \
+                    f"{32 * v}(%[panel3])" if p == 3 else f"{32 * v}(%[w],%[wstride],{p})"
+                body.append(f"vmovdqu {where}, %[{reg}]")
+                if half == "high":
+                    body.append(f"vpsrlw $4, %[{reg}], %[{reg}]")
+                body.append(f"vpand %[low4], %[{reg}], %[{reg}]")
+            offset = 8 * v + (4 if half == "high" else 0)
+            for r in range(mr):
+                body.append(f"vpbroadcastd {offset}(%[a{r}]), %[codes]")
+                for p, reg in enumerate(weights):
+                    h = f"h{r}_{p}"
+                    if h in started:  # vpmaddubsw: unsigned nibbles (first source) x signed codes
+                        body += [f"vpmaddubsw %[codes], %[{reg}], %[product]", f"vpaddw %[product], %[{h}], %[{h}]"]
+                    else:
+                        body.append(f"vpmaddubsw %[codes], %[{reg}], %[{h}]")
+                        started.add(h)
+    outputs = [f'[{x}] "=&x"({x})' for x in sums + weights + ["codes", "product"]]
+    inputs = [f'[a{r}] "r"(a{r})' for r in range(mr)] + ['[w] "r"(w)', '[wstride] "r"(wstride)',
+                                                         '[low4] "x"(low4)']
+    if np_ == 4:
+        inputs.append('[panel3] "r"(w + 3 * wstride)')  # no scale 3 in an address
+    return [f"__m256i {', '.join(sums + weights)}, codes, product;",
+            "__asm__(", *(f'    "{line}\\n\\t"' for line in body),
+            f"    : {', '.join(outputs)}",
+            f"    : {', '.join(inputs)}",
+            '    : "memory");']
+
+
 def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
     mr, np_ = k.mr, k.panels
     rows, panels = range(mr), range(np_)
     four = k.kind != "q8"
+    # AVX2's 4-bit kernels keep C's tile in memory (L1) and their int16 sums in registers
+    # across a sub-block, written in assembly (_nibble_products); see the module's notes.
+    in_memory = four and not k.vnni
     bpb = 128 if four else 256
     attribute = "" if emulate_vnni or not _TARGET_ATTRIBUTE[k.isa] else \
         f"__attribute__((target(\"{_TARGET_ATTRIBUTE[k.isa]}\")))\n"
@@ -163,72 +214,74 @@ def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
     if not four:
         out.append("    (void)asum; /* symmetric 8-bit codes: no zero point to multiply it */")
     out.append("    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */")
-    for r in rows:
-        out.append("    " + " ".join(f"__m256 c{r}_{p} = load_c ? _mm256_loadu_ps(C + {r} * ldc + {p * PANEL}) "
-                                     f": _mm256_setzero_ps();" for p in panels))
-    out.append("    for (int64_t b = 0; b < blocks; ++b) {")
-    for r in rows:
-        out.append("        " + " ".join(f"__m256i s{r}_{p} = _mm256_setzero_si256();" for p in panels))
-    out.append("        for (int64_t u = 0; u < sub; ++u) {")
-    out.append("            const int64_t t = b * sub + u; /* sub-block index along K */")
-    for r in rows:
-        out.append(f"            const int8_t *a{r} = qa + {r} * lda + t * {SUB};")
-    if k.vnni:
-        # vpdpbusd(sum, unsigned bytes, signed bytes): the nibbles (or |w|) are the
-        # unsigned side; four products per lane go straight into the int32 sums.
-        for v in range(4 if four else 8):
-            for p in panels:
-                out.append(f"            {{ /* k = {8 if four else 4}*{v} ... of panel {p} */")
-                out.append(f"                const __m256i raw = _mm256_loadu_si256((const __m256i *)"
-                           f"(wq + {p} * wstride + t * {bpb} + {v * 32}));")
-                if four:
-                    out.append("                const __m256i lo = _mm256_and_si256(raw, low4);")
-                    out.append("                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);")
-                    for r in rows:
-                        for half, off in (("lo", 8 * v), ("hi", 8 * v + 4)):
-                            out.append(f"                s{r}_{p} = {dot}(s{r}_{p}, {half}, "
-                                       f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {off})));")
-                else:
-                    out.append("                const __m256i wabs = _mm256_abs_epi8(raw);")
-                    for r in rows:
-                        a = f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {4 * v}))"
-                        out.append(f"                s{r}_{p} = {dot}(s{r}_{p}, wabs, _mm256_sign_epi8({a}, raw));")
-                out.append("            }")
-    elif four:
+    if in_memory:
+        out.append("    if (!load_c) {")
         for r in rows:
-            out.append("            " + " ".join(f"__m256i h{r}_{p};" for p in panels))
-        for v in range(4):
-            for p in panels:
-                out.append(f"            {{ /* k = 8*{v} .. 8*{v}+7 of panel {p} */")
-                out.append(f"                const __m256i raw = _mm256_loadu_si256((const __m256i *)"
-                           f"(wq + {p} * wstride + t * {bpb} + {v * 32}));")
-                out.append("                const __m256i lo = _mm256_and_si256(raw, low4);")
-                out.append("                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);")
-                for r in rows:
-                    for half, off in (("lo", 8 * v), ("hi", 8 * v + 4)):
-                        product = (f"_mm256_maddubs_epi16({half}, "
-                                   f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {off})))")
-                        if v == 0 and half == "lo":
-                            out.append(f"                h{r}_{p} = {product};")
-                        else:
-                            out.append(f"                h{r}_{p} = _mm256_add_epi16(h{r}_{p}, {product});")
-                out.append("            }")
-        for r in rows:
-            for p in panels:
-                out.append(f"            s{r}_{p} = _mm256_add_epi32(s{r}_{p}, _mm256_madd_epi16(h{r}_{p}, ones));")
+            out.append("        " + " ".join(f"_mm256_storeu_ps(C + {r} * ldc + {p * PANEL}, _mm256_setzero_ps());"
+                                             for p in panels))
+        out.append("    }")
     else:
-        for g in range(8):
-            for p in panels:
-                out.append(f"            {{ /* k = 4*{g} .. 4*{g}+3 of panel {p} */")
-                out.append(f"                const __m256i w = _mm256_loadu_si256((const __m256i *)"
-                           f"(wq + {p} * wstride + t * {bpb} + {g * 32}));")
-                out.append("                const __m256i wabs = _mm256_abs_epi8(w);")
-                for r in rows:
-                    a = f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {4 * g}))"
-                    out.append(f"                s{r}_{p} = _mm256_add_epi32(s{r}_{p}, _mm256_madd_epi16("
-                               f"_mm256_maddubs_epi16(wabs, _mm256_sign_epi8({a}, w)), ones));")
-                out.append("            }")
-    out.append("        }")
+        for r in rows:
+            out.append("    " + " ".join(f"__m256 c{r}_{p} = load_c ? _mm256_loadu_ps(C + {r} * ldc + {p * PANEL}) "
+                                         f": _mm256_setzero_ps();" for p in panels))
+    out.append("    for (int64_t b = 0; b < blocks; ++b) {")
+    if in_memory:
+        # The block's first sub-block sets its int32 sums, the rest (blocks above 32) add:
+        # the common block of 32 pays no additions of zero.
+        for r in rows:
+            out.append("        " + " ".join(f"__m256i s{r}_{p};" for p in panels))
+        for loop in ("{", "for (int64_t u = 1; u < sub; ++u) {"):
+            t = "b * sub" if loop == "{" else "b * sub + u"
+            out.append(f"        {loop}")
+            out.extend(f"            const int8_t *a{r} = qa + {r} * lda + ({t}) * {SUB};" for r in rows)
+            out.append(f"            const uint8_t *w = wq + ({t}) * {bpb};")
+            out.extend("            " + line for line in _nibble_products(mr, np_))
+            for r in rows:
+                widened = [(f"s{r}_{p}", f"_mm256_madd_epi16(h{r}_{p}, ones)") for p in panels]
+                out.append("            " + " ".join(f"{s_} = {m};" if loop == "{" else
+                                                     f"{s_} = _mm256_add_epi32({s_}, {m});" for s_, m in widened))
+            out.append("        }")
+    else:
+        for r in rows:
+            out.append("        " + " ".join(f"__m256i s{r}_{p} = _mm256_setzero_si256();" for p in panels))
+        out.append("        for (int64_t u = 0; u < sub; ++u) {")
+        out.append("            const int64_t t = b * sub + u; /* sub-block index along K */")
+        for r in rows:
+            out.append(f"            const int8_t *a{r} = qa + {r} * lda + t * {SUB};")
+        if k.vnni:
+            # vpdpbusd(sum, unsigned bytes, signed bytes): the nibbles (or |w|) are the
+            # unsigned side; four products per lane go straight into the int32 sums.
+            for v in range(4 if four else 8):
+                for p in panels:
+                    out.append(f"            {{ /* k = {8 if four else 4}*{v} ... of panel {p} */")
+                    out.append(f"                const __m256i raw = _mm256_loadu_si256((const __m256i *)"
+                               f"(wq + {p} * wstride + t * {bpb} + {v * 32}));")
+                    if four:
+                        out.append("                const __m256i lo = _mm256_and_si256(raw, low4);")
+                        out.append("                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);")
+                        for r in rows:
+                            for half, off in (("lo", 8 * v), ("hi", 8 * v + 4)):
+                                out.append(f"                s{r}_{p} = {dot}(s{r}_{p}, {half}, "
+                                           f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {off})));")
+                    else:
+                        out.append("                const __m256i wabs = _mm256_abs_epi8(raw);")
+                        for r in rows:
+                            a = f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {4 * v}))"
+                            out.append(f"                s{r}_{p} = {dot}(s{r}_{p}, wabs, _mm256_sign_epi8({a}, raw));")
+                    out.append("            }")
+        else:
+            for g in range(8):
+                for p in panels:
+                    out.append(f"            {{ /* k = 4*{g} .. 4*{g}+3 of panel {p} */")
+                    out.append(f"                const __m256i w = _mm256_loadu_si256((const __m256i *)"
+                               f"(wq + {p} * wstride + t * {bpb} + {g * 32}));")
+                    out.append("                const __m256i wabs = _mm256_abs_epi8(w);")
+                    for r in rows:
+                        a = f"_mm256_set1_epi32(*(const int32_t *)(a{r} + {4 * g}))"
+                        out.append(f"                s{r}_{p} = _mm256_add_epi32(s{r}_{p}, _mm256_madd_epi16("
+                                   f"_mm256_maddubs_epi16(wabs, _mm256_sign_epi8({a}, w)), ones));")
+                    out.append("            }")
+        out.append("        }")
     out.append("        /* The block's scaling step: C += float(isum) * (sa * sw), one FMA. */")
     for p in panels:
         out.append(f"        const __m256 w{p} = _mm256_loadu_ps(ws + {p} * sstride + b * {PANEL});")
@@ -243,11 +296,17 @@ def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
             if four:
                 zero = "zero_point" if k.kind == "q4s" else f"z{p}"
                 isum = f"_mm256_fnmadd_ps({zero}, as{r}, {isum})"
-            out.append(f"        c{r}_{p} = _mm256_fmadd_ps({isum}, _mm256_mul_ps(sa{r}, w{p}), c{r}_{p});")
+            scale = f"_mm256_mul_ps(sa{r}, w{p})"
+            if in_memory:
+                c = f"C + {r} * ldc + {p * PANEL}"
+                out.append(f"        _mm256_storeu_ps({c}, _mm256_fmadd_ps({isum}, {scale}, _mm256_loadu_ps({c})));")
+            else:
+                out.append(f"        c{r}_{p} = _mm256_fmadd_ps({isum}, {scale}, c{r}_{p});")
     out.append("    }")
-    for r in rows:
-        for p in panels:
-            out.append(f"    _mm256_storeu_ps(C + {r} * ldc + {p * PANEL}, c{r}_{p});")
+    if not in_memory:
+        for r in rows:
+            for p in panels:
+                out.append(f"    _mm256_storeu_ps(C + {r} * ldc + {p * PANEL}, c{r}_{p});")
     out.append("}")
     return "\n".join(out)
 
