@@ -223,6 +223,65 @@ def test_library_choice_on_more_cpu_models(qdriver, tmp_path, model):
     _library_choice_on(model, qdriver, tmp_path)
 
 
+def _adversarial_rows(k: int, block: int, rng: np.random.Generator) -> np.ndarray:
+    """Rows of A whose quantisation is easy to get wrong by one code, one scale bit or one sum."""
+    def subnormal(top: int) -> np.ndarray:  # multiples of 2^-149: sa 1 to 3 of those, a / sa a tie or > 127
+        return np.ldexp(rng.integers(-top, top + 1, k).astype(np.float64), -149)
+
+    def anchored(values: np.ndarray, top: float) -> np.ndarray:  # +-top somewhere in every block: sa = top / 127
+        starts = np.arange(0, k, block)
+        at = np.minimum(starts + rng.integers(0, block, starts.size), k - 1)
+        values[at] = top * rng.choice([-1.0, 1.0], at.size)
+        return values
+
+    lanes = rng.permutation(k - k % block)
+    rows = [rng.standard_normal(k),
+            anchored(rng.integers(-254, 255, k) / 2.0, 127.0),  # sa = 1: every code a tie or exact
+            anchored(rng.integers(-254, 255, k) * 24.5, 49.0 * 127),  # sa = 49: ties a * (1 / sa) misses
+            anchored((rng.integers(-127, 127, k) + 0.5) / 127.0, 1.0),  # near the ties of sa = 1/127
+            -np.abs(rng.standard_normal(k)),  # the largest magnitude negative: codes reach -127
+            subnormal(190),  # sa = 2^-149 where max|n| < 190.5: quotients up to 190, clipped both ways
+            subnormal(317),  # sa = 2 or 3 x 2^-149: ties at .5 and clipping
+            rng.standard_normal(k) * 1e-40,  # subnormal: sa underflows or is subnormal
+            rng.standard_normal(k) * 1e-43,
+            rng.standard_normal(k) * 1e37,  # large, with C still finite
+            rng.standard_normal(k) * 3e38,  # at the top of float32's range (and some +-Inf)
+            np.where(rng.random(k) < 0.5, -0.0, 0.0),  # zero blocks, signed zeros
+            np.where(np.arange(k) == lanes[0], np.nan, rng.standard_normal(k)),  # one NaN in a whole block
+            np.where(np.arange(k) == lanes[1], np.inf, np.where(np.arange(k) == lanes[2], -np.inf, 1.0)),
+            np.r_[rng.standard_normal(k - 1), np.nan]]  # a NaN in the last, partial block
+    with np.errstate(over="ignore"):  # 3e38 * normal rounds to +-Inf in float32 on purpose
+        return np.array(rows).astype(np.float32)
+
+
+@pytest.mark.arm
+def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qdriver, tmp_path):
+    """qgemm.c's quantisation of A (NEON for whole blocks, scalar for a partial one) is
+    quantize_activations' bit for bit.  With W = 7 I in symmetric 4 bits every weight
+    scale is 1 or 0 and only the diagonal block counts, so C[m, n] = float(7 qa) * sa
+    rounded once in any order of the scaling, and the kernels' zero-point correction
+    (8 times the code sum) cancels only if the library's sum is right: a code, a scale
+    bit or a sum the library gets differently from the reference shows as an inequality.
+    Each A as one call (the block kernel, M > 1) and row by row (the GEMV, M = 1)."""
+    target, exe = qdriver
+    rng = np.random.default_rng(17)
+    calls = []
+    for block in (32, 64, 128):
+        for k in (4 * block, 3 * block + 9, 2 * block + 31):  # whole blocks only, a partial last one
+            A = _adversarial_rows(k, block, rng)
+            w = quant.quantize_weights(7 * np.eye(k, dtype=np.float32), 4, block, True)
+            assert set(np.unique(w.block_scales())) == {0.0, 1.0}
+            calls += [("", A, w)] + [("", A[i:i + 1], w) for i in range(len(A))]
+            codes, scales = quant.quantize_activations(A, block, w.padded_k)
+            assert (np.abs(codes[1:7]) == 127).any(axis=1).all() and np.isnan(scales[-3:]).any(axis=1).all()
+    for (_, A, w), (status, C) in zip(calls, _run(target, exe, "max", calls, tmp_path)):
+        assert status == AT_OK
+        want = quant.reference_qmatmul(A, w)
+        wrong = np.argwhere(~((C == want) | (np.isnan(C) & np.isnan(want))))
+        assert not wrong.size, f"M={A.shape[0]} K={A.shape[1]} block={w.block}: C{wrong[0]} {C[tuple(wrong[0])]!r} " \
+                               f"is not {want[tuple(wrong[0])]!r} ({len(wrong)} differ)"
+
+
 # --------------------------------------------------------------------------- the instruction-count benchmark
 
 
