@@ -30,7 +30,7 @@ from . import build, codegen, families, measure, qsuite, table
 from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import KernelSpec
-from .table import KernelRecord, TunedTable
+from .table import KernelRecord, TunedTable, library_dir
 from .link import LibraryBuild, build_table_library, default_params
 from .pkgconfig import write_pc
 from .toolchain import Target, native_isas, target_for
@@ -459,10 +459,6 @@ def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:
                                           or deep_speed(record) > deep_speed(best[record.spec.dtype])):
             best[record.spec.dtype] = record
     return {dtype: (r.spec.mr, r.spec.nr) for dtype, r in best.items()}
-
-
-def library_dir(target: str, home: Path | None = None) -> Path:
-    return (home or default_home()) / "lib" / target
 
 
 def _measured_record(spec: KernelSpec, object_hash: str, frame: pd.DataFrame) -> KernelRecord:
