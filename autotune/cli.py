@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -470,7 +470,11 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
             listing.add_row(record.name, f"{score:.1f}" if score else "-",
                             f"{record.best_gflops:.1f}" if record.best_gflops else "-", share)
         out.print(listing)
-    print_quantised(table.settings.get("quant"), out)
+    quant = table.settings.get("quant")
+    if quant and quant.get("verdicts"):
+        print_quantised(quant, out)
+    else:
+        print_quant_library(table.settings.get("quant_library"), table.target, out)
     if table.rejected:
         out.print(f"[yellow]{len(table.rejected)} rejected[/], e.g. {table.rejected[0].name}: "
                   f"{table.rejected[0].reason}", soft_wrap=True)
@@ -498,6 +502,31 @@ def print_quantised(quant: dict | None, out: Console) -> None:
         listing.add_row(name, verdict, "*" if name in selected else "",
                         *(f"{1e6 * times[str(m)]:.0f}" if str(m) in times else "-" for m in ms))
     out.print(listing)
+
+
+def print_quant_library(entries: Sequence[Mapping[str, str]] | None, target: str, out: Console) -> None:
+    """The quantised kernels a library carries without a measured choice (``settings["quant_library"]``,
+    autotune.install.library_qkernels): an Arm library's, which picks among them where it runs."""
+    if entries is None:  # a table written before install recorded them
+        command = "autotune install" + ("" if target == "host" else f" --target {target}")
+        out.print(f"quantised kernels: not recorded; run `{command}`", soft_wrap=True, highlight=False)
+        return
+    if not entries:
+        out.print("quantised kernels: none in this library; qmatmul computes with its portable C code",
+                  highlight=False)
+        return
+    listing = Table(title="quantised kernels in the library (not measured)", title_justify="left")
+    for column in ("kernel", "weights", "form", "needs"):
+        listing.add_column(column, overflow="fold")
+    for entry in entries:
+        listing.add_row(entry["name"], entry["kind"], entry["form"], entry["needs"] or "-")
+    out.print(listing)
+    out.print("qmatmul chooses where the library runs: per kind of weights, the first block kernel above "
+              "(M > 1) and the first gemv kernel (one row) whose features the CPU has; its portable C code "
+              "where none fits", highlight=False)
+    if any(entry["needs"] == "sme2" for entry in entries):
+        out.print("the sme2 kernels come first on weights that carry an SME2 form for the CPU's vector length",
+                  highlight=False)
 
 
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:
