@@ -389,7 +389,8 @@ def library_qkernels(isas: Iterable[str], quant: Mapping[str, Any]) -> list[dict
     (:func:`autotune.qsuite.library_parts`); for Arm every NEON kernel, in the
     registry's order (:func:`autotune.link.build_arm_runtime`), then for SME2 its
     kernels, which at_qmatmul_f32 runs first on weights with an SME2 form for the
-    CPU's vector length.  tests/test_cli_quant.py checks the Arm list against the library.
+    CPU's vector length.  tests/test_cli_quant.py checks the record against what an emulated
+    neon library and a native avx2 one report.
     """
     from .codegen import quant_neon, quant_registry, quant_sme2, quant_x86
 
