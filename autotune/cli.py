@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -22,11 +22,8 @@ from rich.table import Table
 from . import __version__
 from .home import HomeError, home
 from .host import IsaCapError, describe, detect
-from .install import InstallError, InstallOptions, install, library_dir
 from .pkgconfig import PC_NAME, pc_dir
-from .plans import PlanError
-from .runtime.loader import LIBRARY_NAME
-from .table import TableError, TunedTable, kernel_score, load, table_path
+from .table import TableError, TunedTable, kernel_score, library_dir, load, table_path
 from .specs import SVL_CHOICES
 from .toolchain import KNOWN_ISAS, ToolchainError
 from .trials import summary_line
@@ -90,7 +87,10 @@ def seconds(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
+    """The command line.  ``with_bench=False`` leaves out `bench`'s own options, which
+    come from the benchmarks package (it imports pandas): a command other than
+    `bench` parses without them."""
     parser = argparse.ArgumentParser(prog="autotune", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
@@ -167,6 +167,27 @@ def build_parser() -> argparse.ArgumentParser:
                     "missing: they are Debian's libopenblas-dev, libblis-dev and libxsmm-dev and "
                     "PyPI's mkl (`bash scripts/setup.sh --bench` in a source checkout installs them). "
                     "The full run takes about 10 minutes on 2 cores, --quick about one.")
+    if with_bench:
+        add_bench_arguments(bench)
+
+    report = commands.add_parser(
+        "report", help="write the HTML tuning report (one self-contained offline file)",
+        description="Write one self-contained HTML page showing what was tuned: host and peak, "
+                    "heatmaps of kernel speed over mr x nr, GFLOPS against K, the selection, "
+                    "rejected kernels, and the tuning history and plans once they exist.")
+    report.add_argument("--target", type=target, default="host", help=TARGET_HELP)
+    report.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
+                        help="where to write it (default: $AUTOTUNE_HOME/reports/<target>.html)")
+    report.add_argument("--open", action="store_true", help="open it in a web browser")
+
+    clean = commands.add_parser("clean", help="delete the build cache (tables are kept unless --all)",
+                                description="Delete the build cache and journals under $AUTOTUNE_HOME.")
+    clean.add_argument("--all", action="store_true", help="also delete the tuned tables")
+    return parser
+
+
+def add_bench_arguments(bench: argparse.ArgumentParser) -> None:
+    """`bench`'s options and its `dask` run, as the benchmarks package declares them."""
     try:
         suite = benchmarks_module()
         suite.add_arguments(bench)
@@ -185,20 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
         # options, says what is missing.
         bench.set_defaults(bench_unavailable=True)
 
-    report = commands.add_parser(
-        "report", help="write the HTML tuning report (one self-contained offline file)",
-        description="Write one self-contained HTML page showing what was tuned: host and peak, "
-                    "heatmaps of kernel speed over mr x nr, GFLOPS against K, the selection, "
-                    "rejected kernels, and the tuning history and plans once they exist.")
-    report.add_argument("--target", type=target, default="host", help=TARGET_HELP)
-    report.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
-                        help="where to write it (default: $AUTOTUNE_HOME/reports/<target>.html)")
-    report.add_argument("--open", action="store_true", help="open it in a web browser")
 
-    clean = commands.add_parser("clean", help="delete the build cache (tables are kept unless --all)",
-                                description="Delete the build cache and journals under $AUTOTUNE_HOME.")
-    clean.add_argument("--all", action="store_true", help="also delete the tuned tables")
-    return parser
+def requested_command(argv: Sequence[str] | None) -> str | None:
+    """The command ``argv`` names: its first word that is not an option (the top level
+    has options only without values: -h, --version), None for none."""
+    words = sys.argv[1:] if argv is None else argv
+    return next((word for word in words if not word.startswith("-")), None)
 
 
 def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
@@ -282,8 +295,22 @@ def report_os_error(exc: OSError, err: Console) -> int:
     return 2
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """The errors whose message says all a user needs: printed on one line, status 2.
+
+    InstallError and PlanError belong to modules that load pandas, numpy and the
+    build stages; one can only have been raised once its module is loaded, so they
+    join the tuple then, and the commands that do not need those modules never load them.
+    """
+    errors: list[type[Exception]] = [ToolchainError, TableError, HomeError, IsaCapError]
+    for module, name in (("autotune.install", "InstallError"), ("autotune.plans", "PlanError")):
+        if module in sys.modules:
+            errors.append(getattr(sys.modules[module], name))
+    return tuple(errors)
+
+
 def run(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv)
+    args = parse_args(build_parser(with_bench=requested_command(argv) == "bench"), argv)
     out = console()
     err = console(stderr=True)
     try:
@@ -302,7 +329,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "clean":
             return cmd_clean(args, out)
-    except (ToolchainError, TableError, HomeError, InstallError, PlanError, IsaCapError) as exc:
+    except user_errors() as exc:
         # One line however long: a wrapped path or command cannot be copied.
         err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
         return 2
@@ -326,6 +353,8 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_install(args: argparse.Namespace, err: Console) -> int:
+    from .install import InstallOptions, install  # the build stages and pandas: for install alone
+
     result = install(InstallOptions(target=args.target, quick=args.quick, force=args.force,
                                     jobs=args.jobs, only=tuple(args.only),
                                     svl_bits=args.svl, budget_s=args.budget, seed=args.seed),
@@ -347,6 +376,8 @@ def cmd_install(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_show(args: argparse.Namespace, out: Console) -> int:
     if args.paths:
+        from .runtime.loader import LIBRARY_NAME  # the runtime package loads numpy
+
         root = home()
         rows = {
             "home": root,
@@ -439,7 +470,11 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
             listing.add_row(record.name, f"{score:.1f}" if score else "-",
                             f"{record.best_gflops:.1f}" if record.best_gflops else "-", share)
         out.print(listing)
-    print_quantised(table.settings.get("quant"), out)
+    quant = table.settings.get("quant")
+    if quant and quant.get("verdicts"):
+        print_quantised(quant, out)
+    else:
+        print_quant_library(table.settings.get("quant_library"), table.target, out)
     if table.rejected:
         out.print(f"[yellow]{len(table.rejected)} rejected[/], e.g. {table.rejected[0].name}: "
                   f"{table.rejected[0].reason}", soft_wrap=True)
@@ -467,6 +502,31 @@ def print_quantised(quant: dict | None, out: Console) -> None:
         listing.add_row(name, verdict, "*" if name in selected else "",
                         *(f"{1e6 * times[str(m)]:.0f}" if str(m) in times else "-" for m in ms))
     out.print(listing)
+
+
+def print_quant_library(entries: Sequence[Mapping[str, str]] | None, target: str, out: Console) -> None:
+    """The quantised kernels a library carries without a measured choice (``settings["quant_library"]``,
+    autotune.install.library_qkernels): an Arm library's, which picks among them where it runs."""
+    if entries is None:  # a table written before install recorded them
+        command = "autotune install" + ("" if target == "host" else f" --target {target}")
+        out.print(f"quantised kernels: not recorded; run `{command}`", soft_wrap=True, highlight=False)
+        return
+    if not entries:
+        out.print("quantised kernels: none in this library; qmatmul computes with its portable C code",
+                  highlight=False)
+        return
+    listing = Table(title="quantised kernels in the library (not measured)", title_justify="left")
+    for column in ("kernel", "weights", "form", "needs"):
+        listing.add_column(column, overflow="fold")
+    for entry in entries:
+        listing.add_row(entry["name"], entry["kind"], entry["form"], entry["needs"] or "-")
+    out.print(listing)
+    out.print("qmatmul chooses where the library runs: per kind of weights, the first block kernel above "
+              "(M > 1) and the first gemv kernel (one row) whose features the CPU has; its portable C code "
+              "where none fits", highlight=False)
+    if any(entry["needs"] == "sme2" for entry in entries):
+        out.print("the sme2 kernels come first on weights that carry an SME2 form for the CPU's vector length",
+                  highlight=False)
 
 
 def cmd_plan(args: argparse.Namespace, out: Console) -> int:

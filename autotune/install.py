@@ -30,7 +30,7 @@ from . import build, codegen, families, measure, qsuite, table
 from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import KernelSpec
-from .table import KernelRecord, TunedTable
+from .table import KernelRecord, TunedTable, library_dir
 from .link import LibraryBuild, build_table_library, default_params
 from .pkgconfig import write_pc
 from .toolchain import Target, native_isas, target_for
@@ -353,7 +353,8 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
         params=default_params(host if provenance != "emulated" else None, main_kernels(chosen),
                               provenance=provenance),
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
-                  **({"svl_bits": list(svls)} if svls else {}), **({"quant": quant} if quant else {})},
+                  **({"svl_bits": list(svls)} if svls else {}), **({"quant": quant} if quant else {}),
+                  "quant_library": library_qkernels(targets, quant)},
     )
     # The library is built and tuned in a staging directory; the table and its
     # library then replace the previous pair together (commit), so an interrupted
@@ -376,6 +377,36 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
 
         record_example_plans(options.target, installed, root)
     return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes), installed)
+
+
+def library_qkernels(isas: Iterable[str], quant: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The quantised kernels the library for ``isas`` links, as its at_qkernel_name lists
+    them (preferred first): name, kind of weights, form (block: rows > 1; gemv: one row)
+    and the CPU features it needs.  The table records them for `autotune show`: an Arm
+    library cannot be asked in this process, and its choice is made where it runs.
+
+    What the link stage links: for x86 the kernels the quantised stage selected
+    (:func:`autotune.qsuite.library_parts`); for Arm every NEON kernel, in the
+    registry's order (:func:`autotune.link.build_arm_runtime`), then for SME2 its
+    kernels, which at_qmatmul_f32 runs first on weights with an SME2 form for the
+    CPU's vector length.  tests/test_cli_quant.py checks the record against what an emulated
+    neon library and a native avx2 one report.
+    """
+    from .codegen import quant_neon, quant_registry, quant_sme2, quant_x86
+
+    isas = tuple(isas)
+    if any(isa in families.ARM_ISAS for isa in isas):
+        kernels: list = quant_neon.family()
+    elif any(isa in quant_x86.TARGETS for isa in isas):
+        kernels = [qsuite.parse_name(name) for name in quant.get("selected", ())]
+    else:
+        kernels = []
+    entries = [{"name": k.name, "kind": k.kind, "form": "block" if k.mr > 1 else "gemv",
+                "needs": " ".join(quant_registry.kernel_features(k))} for k in kernels]
+    if "sme2" in isas:
+        entries += [{"name": name, "kind": kind, "form": "block" if form == "mopa" else "gemv",
+                     "needs": "sme2"} for name, form, kind in quant_sme2.KERNELS]
+    return entries
 
 
 def staging_dir(target: str, home: Path | None = None) -> Path:
@@ -459,10 +490,6 @@ def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:
                                           or deep_speed(record) > deep_speed(best[record.spec.dtype])):
             best[record.spec.dtype] = record
     return {dtype: (r.spec.mr, r.spec.nr) for dtype, r in best.items()}
-
-
-def library_dir(target: str, home: Path | None = None) -> Path:
-    return (home or default_home()) / "lib" / target
 
 
 def _measured_record(spec: KernelSpec, object_hash: str, frame: pd.DataFrame) -> KernelRecord:

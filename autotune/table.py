@@ -16,14 +16,15 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
 
 from . import __version__
 from .home import home as default_home
 from .host import HostInfo
 from .specs import KernelSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 PROVENANCES = ("measured", "model", "emulated")
@@ -88,6 +89,39 @@ class KernelRecord:
         )
 
 
+class StoredRows(NamedTuple):
+    """Measurements as a stored table holds them: column names and rows of values."""
+
+    columns: tuple[str, ...]
+    data: tuple[tuple[Any, ...], ...]
+
+
+class _Measurements:
+    """``TunedTable.measurements``: a DataFrame, made from the stored rows when first read.
+
+    `autotune show` loads a table without reading its raw measurements, and building
+    the frame at load imported pandas: half a second of the command.  A frame given to the constructor is kept as it is; the rows a
+    stored table carries (:class:`StoredRows`) become one on the first read.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, table: "TunedTable | None", owner: type | None = None) -> Any:
+        if table is None:  # the class's value: the dataclass's default, no measurements
+            return StoredRows(MEASUREMENT_COLUMNS, ())
+        value = table.__dict__[self.slot]
+        if isinstance(value, StoredRows):
+            import pandas as pd
+
+            value = pd.DataFrame(list(value.data), columns=list(value.columns))
+            table.__dict__[self.slot] = value  # the same frame on every read, as a field's value
+        return value
+
+    def __set__(self, table: "TunedTable", value: "pd.DataFrame | StoredRows") -> None:
+        table.__dict__[self.slot] = value  # the dataclass's __init__; the frozen class refuses any other
+
+
 @dataclass(frozen=True, eq=False)
 class TunedTable:
     target: str
@@ -95,7 +129,7 @@ class TunedTable:
     provenance: str
     peak_gflops: Mapping[str, float]
     kernels: tuple[KernelRecord, ...]
-    measurements: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=MEASUREMENT_COLUMNS))
+    measurements: pd.DataFrame = _Measurements()  # a frame, or StoredRows that become one when read
     selection: tuple[str, ...] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
     settings: Mapping[str, Any] = field(default_factory=dict)  # how the numbers were measured
@@ -168,13 +202,17 @@ class TunedTable:
             )
         host_data = {k: v for k, v in data["host"].items() if k != "fingerprint"}
         measurements = data.get("measurements") or {"columns": list(MEASUREMENT_COLUMNS), "data": []}
+        rows = StoredRows(tuple(measurements["columns"]), tuple(map(tuple, measurements["data"])))
+        if any(len(row) != len(rows.columns) for row in rows.data):
+            # Checked here, as the frame is made later: a damaged table is refused at load.
+            raise ValueError(f"a measurement row does not have the {len(rows.columns)} columns named")
         return cls(
             target=data["target"],
             host=HostInfo.from_dict(host_data),
             provenance=data["provenance"],
             peak_gflops=dict(data.get("peak_gflops", {})),
             kernels=tuple(KernelRecord.from_dict(k) for k in data.get("kernels", [])),
-            measurements=pd.DataFrame(measurements["data"], columns=measurements["columns"]),
+            measurements=rows,
             selection=tuple(data.get("selection", [])),
             params=dict(data.get("params", {})),
             settings=dict(data.get("settings", {})),
@@ -197,6 +235,11 @@ def _json_number(value: Any) -> Any:
 
 def table_path(target: str, home: Path | None = None) -> Path:
     return (home or default_home()) / "tables" / f"{target}.json"
+
+
+def library_dir(target: str, home: Path | None = None) -> Path:
+    """Where the library built from ``target``'s table is installed (install.commit puts it there)."""
+    return (home or default_home()) / "lib" / target
 
 
 def atomic_write_text(path: Path, text: str) -> None:
