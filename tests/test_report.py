@@ -527,3 +527,26 @@ def test_peer_shapes_without_a_ratio_still_render(small):
     page = render_report(small, extra=ReportExtras(benchmarks=frame))
     row = page[page.index('<td class="mono">f32 plan 4x4x4</td>'):]
     assert row[:row.index("</tr>")].count("–") == 3  # no ratio for any library
+
+
+def test_quantised_kernels_have_their_own_section_measured_or_only_listed(small):
+    assert 'id="quantised"' not in render_report(small)
+    quant = {"verdicts": {"at_q4s_avx2_4x16": "validated", "at_q4s_avx2_1x8": "wrong answer at 5x100x41"},
+             "selected": ["at_q4s_avx2_4x16"],
+             "seconds": {"at_q4s_avx2_4x16": {"16": 2.5e-4, "64": 8.75e-4}}}
+    page = render_report(dataclasses.replace(small, settings={**small.settings, "quant": quant}))
+    section = page[page.index('<section id="quantised">'):]
+    section = section[:section.index("</section>")]
+    assert 'href="#quantised"' in page and "K = N = 1024" in section
+    assert re.search(r'at_q4s_avx2_4x16</td><td>validated</td>\s*<td>&#10003;</td>'
+                     r'<td class="num">250</td><td class="num">875</td>', section), section
+    assert re.search(r'class="bad">wrong answer at 5x100x41</td>\s*<td></td><td class="num">&ndash;</td>', section)
+    assert "{&#39;verdicts" not in page and "{'verdicts" not in page  # not dumped among the settings
+
+    library = [{"name": "at_q4s_i8mm_4x8", "kind": "q4s", "form": "block", "needs": "i8mm"},
+               {"name": "at_q4s_sme2_1x4vl", "kind": "q4s", "form": "gemv", "needs": "sme2"}]
+    page = render_report(dataclasses.replace(small, settings={**small.settings, "quant_library": library}))
+    section = page[page.index('<section id="quantised">'):]
+    assert "not measured here" in section
+    assert '<td class="mono">at_q4s_sme2_1x4vl</td><td>q4s</td><td>gemv</td><td>sme2</td>' in section
+    assert "&#39;needs&#39;" not in page

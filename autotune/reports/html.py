@@ -129,6 +129,9 @@ def _context(table: TunedTable, extra: ReportExtras) -> dict[str, Any]:
         sections.append(("params", "Parameters"))
     if plan_figures:
         sections.append(("plans", "Plans"))
+    quantised = _quantised(table.settings)
+    if quantised:
+        sections.append(("quantised", "Quantised"))
     sections.append(("peers", "Peers"))  # with the command that measures them when there are none
 
     best_by_dtype = {}
@@ -159,6 +162,7 @@ def _context(table: TunedTable, extra: ReportExtras) -> dict[str, Any]:
         "params": params,
         "other_params": other_params,
         "plans": plan_figures,
+        "quantised": quantised,
         "benchmarks": benchmarks,
         "benchmark_figure": _benchmark_figure(benchmarks),
         "benchmark_ratios": _ratio_table(benchmarks),
@@ -180,11 +184,31 @@ def _settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
               "repeats": "repeats", "isas": "ISAs"}
     rows = []
     for key, value in settings.items():
-        if key == "peak_by_isa":
-            continue  # shown in the peak table
+        if key in ("peak_by_isa", "quant", "quant_library"):
+            continue  # shown in the peak table and the quantised section
         text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
         rows.append((labels.get(key, key), text))
     return rows
+
+
+def _quantised(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The quantised kernels: those install validated and timed (x86, ``settings["quant"]``),
+    else those the library carries unmeasured (``settings["quant_library"]``); None for neither."""
+    quant = settings.get("quant") or {}
+    if quant.get("verdicts"):
+        from ..qsuite import MEASURE_KN
+
+        seconds = quant.get("seconds", {})
+        ms = sorted({int(m) for times in seconds.values() for m in times})
+        selected = set(quant.get("selected", ()))
+        rows = [(name, verdict, name in selected,
+                 [1e6 * seconds.get(name, {})[str(m)] if str(m) in seconds.get(name, {}) else None for m in ms])
+                for name, verdict in sorted(quant["verdicts"].items())]
+        return {"measured": True, "kn": MEASURE_KN, "ms": ms, "rows": rows}
+    library = settings.get("quant_library")
+    if library:
+        return {"measured": False, "entries": list(library)}
+    return None
 
 
 def _pad_table(pad: pd.DataFrame) -> tuple[list[str], list[tuple[str, str, list[float | None]]]]:
