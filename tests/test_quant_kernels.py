@@ -8,6 +8,7 @@ add), over odd shapes and adversarial scales.
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import subprocess
 
@@ -276,3 +277,37 @@ def test_the_unit_compiles_with_every_compiler_and_optimisation_level(compiler, 
         done = subprocess.run([compiler, level, "-mavx2", "-mfma", "-c", str(source), "-o", str(tmp_path / "k.o")],
                               capture_output=True, text=True)
         assert done.returncode == 0, f"{compiler} {level}: {done.stderr[-2000:]}"
+
+
+def _product_in(lib, X: np.ndarray, lda: int, m: int, k: int, w: quant.QuantizedWeights, Y: np.ndarray, ldc: int,
+                kernel: str | None = None) -> None:
+    """at_qmatmul_f32 on A = X's first m rows and k columns (row stride lda) into Y (row stride ldc)."""
+    ws = qapi.weights_struct(w, qapi.sme2_svl(lib))
+    args = (m, X.ctypes.data, lda, ctypes.byref(ws), None, None, Y.ctypes.data, ldc)
+    status = lib.at_qmatmul_f32(*args) if kernel is None else lib.at_qmatmul_f32_using(kernel.encode(), *args)
+    assert status == 0, lib.at_last_error().decode()
+
+
+@pytest.mark.parametrize("name", [None] + [k.name for k in FORMS if k.kind == "q4s"] + ["at_q4a_avx2_4x16",
+                                                                                      "at_q8_avx2_4x16"])
+def test_leading_dimensions_far_above_the_operands_and_c_over_a(qlib, name):
+    """lda and ldc far above K and N: the columns past N keep their values; and C may
+    overwrite A (K = N, one buffer): A is quantised before the first store to C."""
+    kind = qsuite.parse_name(name).kind if name else "q4a"
+    bits, symmetric = KINDS[kind]
+    rng = np.random.default_rng(5)
+    m, k, n = 13, 70, 37
+    w = quant.quantize_weights(rng.standard_normal((k, n)).astype(np.float32), bits, 32, symmetric)
+    lda, ldc = k + 1000, n + 4099
+    X = rng.standard_normal((m, lda)).astype(np.float32)
+    Y = np.full((m, ldc), -7.25, np.float32)
+    _product_in(qlib.lib, X, lda, m, k, w, Y, ldc, name)
+    _within(Y[:, :n], X[:, :k], w)
+    assert (Y[:, n:] == -7.25).all()
+
+    square = quant.quantize_weights(rng.standard_normal((k, k)).astype(np.float32), bits, 32, symmetric)
+    apart = np.empty((m, k), np.float32)
+    _product_in(qlib.lib, X, lda, m, k, square, apart, k, name)
+    shared = X.copy()
+    _product_in(qlib.lib, shared, lda, m, k, square, shared, lda, name)
+    assert np.array_equal(shared[:, :k], apart) and np.array_equal(shared[:, k:], X[:, k:])
