@@ -328,51 +328,57 @@ static void finish_rows(int64_t M, int64_t N, const float *bias, const float *cl
 }
 
 /* How many blocks of K one slice covers: a group of panels' weights for a slice
- * (about SLICE_BYTES) stay in L1 while every row passes over them; the slices of
- * one group of panels follow each other, so its columns of C (M x nr) stay in L1
- * too instead of going through L3 once per slice.  Measured on
+ * (about SLICE_BYTES) stay in L1 while a pass of rows goes over them; the slices of
+ * one group of panels follow each other, so the pass's columns of C (PASS_ROWS x nr,
+ * in cover's dense buffer) stay in L1 too.  Measured on
  * this Zen 3 VM (64 x 4096 x 4096, 4 bits, one thread, noisy): 17-22 GMAC/s with
  * whole-K panels, 28-38 with 4 KiB slices; 16 KiB slices fell in between. */
 #define SLICE_BYTES 4096
 
+/* Rows of C one pass covers: a multiple of every kernel's mr (1, 2, 4, 6, 8), and
+ * few enough that their columns of a group of panels (at most 12 KiB) and a slice of
+ * weights share L1.  Above it, the weights are read once per pass. */
+#define PASS_ROWS 96
+
 /* Rows [m0, m0 + rows) and panels [p_begin, p_end) of C with kernel k (NULL: the
  * portable kernel, a row at a time); rows is a multiple of k's mr, p_begin and
- * p_end of its panels per tile.  Columns past N go to a tile on the stack. */
+ * p_end of its panels per tile.  The kernels write a pass's columns of a group of
+ * panels to `dense` (row stride: the group's width), copied to C once the group
+ * is done: with C's own stride (ldc = 4096 floats: 16 KiB) every row's tile
+ * shares one L1 set and a few L2 ones, and was evicted between slices of K. */
 static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind, const int8_t *qa, const float *sa,
-                  const float *asum, int64_t kp, int64_t blocks, int64_t sub, int64_t p_begin, int64_t p_end,
+                  const float *asum, int64_t ldq, int64_t blocks, int64_t sub, int64_t p_begin, int64_t p_end,
                   int64_t wstride, int64_t sstride, const at_qweights *w, float *C, int64_t ldc)
 {
-    float tile[8 * AT_QPAD_COLUMNS] = {0};
-    const int64_t mr = k ? k->mr : 1, step = k ? k->nr / QPANEL : 1;
+    float dense[PASS_ROWS * AT_QPAD_COLUMNS];
+    const int64_t mr = k ? k->mr : 1, step = k ? k->nr / QPANEL : 1, width = step * QPANEL;
     const int64_t block_bytes = sub * (kind == AT_Q8 ? 256 : 128) * step;
     const int64_t slice = block_bytes >= SLICE_BYTES ? 1 : SLICE_BYTES / block_bytes;
-    for (int64_t p = p_begin; p < p_end; p += step) {
-        const int64_t n0 = p * QPANEL, width = step * QPANEL;
-        const int whole = n0 + width <= w->n;
-        const int64_t cols = w->n - n0 < width ? w->n - n0 : width;
-        for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
-            const int64_t nb = blocks - b0 < slice ? blocks - b0 : slice;
-            const int64_t code_offset = b0 * sub * (kind == AT_Q8 ? 256 : 128);
-            const uint8_t *wq = w->codes + p * wstride + code_offset;
-            const float *ws = w->scales + p * sstride + b0 * QPANEL;
-            const float *wz = w->zeros ? w->zeros + p * sstride + b0 * QPANEL : NULL;
-            for (int64_t m = m0; m < m0 + rows; m += mr) {
-                float *out = whole ? C + m * ldc + n0 : tile;
-                const int64_t ldo = whole ? ldc : width;
-                if (!whole && b0 > 0)
-                    for (int64_t r = 0; r < mr && cols > 0; ++r)
-                        memcpy(tile + r * width, C + (m + r) * ldc + n0, sizeof(float) * (size_t)cols);
-                const int64_t a_off = m * kp + b0 * sub * QSUB, s_off = m * blocks + b0;
-                if (k) {
-                    k->fn(nb, sub, qa + a_off, kp, sa + s_off, asum + s_off, blocks, wq, wstride, ws, wz, sstride,
-                          out, ldo, b0 > 0);
-                } else {
-                    portable_1x8(kind, nb, sub, qa + a_off, sa + s_off, asum + s_off, wq, ws, wz, out, b0 > 0);
+    /* Tiles wholly in the padding past N (zero scales) are not computed. */
+    const int64_t tiles_in_n = (w->n + width - 1) / width, p_stop = p_end < tiles_in_n * step ? p_end : tiles_in_n * step;
+    for (int64_t r0 = m0; r0 < m0 + rows; r0 += PASS_ROWS) {
+        const int64_t pass = m0 + rows - r0 < PASS_ROWS ? m0 + rows - r0 : PASS_ROWS;
+        for (int64_t p = p_begin; p < p_stop; p += step) {
+            const int64_t n0 = p * QPANEL, cols = w->n - n0 < width ? w->n - n0 : width;
+            for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
+                const int64_t nb = blocks - b0 < slice ? blocks - b0 : slice;
+                const int64_t code_offset = b0 * sub * (kind == AT_Q8 ? 256 : 128);
+                const uint8_t *wq = w->codes + p * wstride + code_offset;
+                const float *ws = w->scales + p * sstride + b0 * QPANEL;
+                const float *wz = w->zeros ? w->zeros + p * sstride + b0 * QPANEL : NULL;
+                for (int64_t m = r0; m < r0 + pass; m += mr) {
+                    float *out = dense + (m - r0) * width;
+                    const int64_t a_off = m * ldq + b0 * sub * QSUB, s_off = m * blocks + b0;
+                    if (k) {
+                        k->fn(nb, sub, qa + a_off, ldq, sa + s_off, asum + s_off, blocks, wq, wstride, ws, wz,
+                              sstride, out, width, b0 > 0);
+                    } else {
+                        portable_1x8(kind, nb, sub, qa + a_off, sa + s_off, asum + s_off, wq, ws, wz, out, b0 > 0);
+                    }
                 }
-                if (!whole)
-                    for (int64_t r = 0; r < mr && cols > 0; ++r)
-                        memcpy(C + (m + r) * ldc + n0, tile + r * width, sizeof(float) * (size_t)cols);
             }
+            for (int64_t m = r0; m < r0 + pass; ++m)
+                memcpy(C + m * ldc + n0, dense + (m - r0) * width, sizeof(float) * (size_t)cols);
         }
     }
 }
