@@ -144,9 +144,9 @@ def _nibble_products(mr: int, np_: int) -> list[str]:
     One GNU inline-assembly statement (AT&T syntax, which gcc and clang both read)
     over pointers ``a{r}`` (row r's 32 activation codes), ``w`` (panel 0's 128 bytes;
     panel p ``p * wstride`` further) and ``low4``.  Written by hand because compilers
-    do not keep the sums in registers: gcc 12 and clang 19 spilled intrinsics'
-    versions of the 4x16 tile on every step (55-91 GMAC/s on a Zen 3 in L1, this
-    form 103).  Registers: the mr x np sums, one weight vector per panel, the
+    do not keep the sums in registers: gcc 12 and clang 19 spilled the intrinsics
+    version's 4x16 tile on every step (48-54 GMAC/s in L1 on a Zen 3; this form
+    74-88, docs/quantised.md).  Registers: the mr x np sums, one weight vector per panel, the
     broadcast codes, a product and ``low4``: at most 15 ymm (:func:`fits`).
     Per quarter v of the sub-block, the low nibbles meet codes 8v..8v+3 and the high
     ones 8v+4..8v+7, as the qpanel8 layout places them.

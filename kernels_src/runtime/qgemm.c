@@ -342,7 +342,7 @@ static void finish_rows(int64_t M, int64_t N, const float *bias, const float *cl
 
 /* Rows [m0, m0 + rows) and panels [p_begin, p_end) of C with kernel k (NULL: the
  * portable kernel, a row at a time); rows is a multiple of k's mr, p_begin and
- * p_end of its panels per tile.  The kernels write a pass's columns of a group of
+ * p_end of its panels per tile; ldq is the row stride of A's codes.  The kernels write a pass's columns of a group of
  * panels to `dense` (row stride: the group's width), copied to C once the group
  * is done: with C's own stride (ldc = 4096 floats: 16 KiB) every row's tile
  * shares one L1 set and a few L2 ones, and was evicted between slices of K. */
