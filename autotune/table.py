@@ -100,8 +100,9 @@ class _Measurements:
     """``TunedTable.measurements``: a DataFrame, made from the stored rows when first read.
 
     `autotune show` loads a table without reading its raw measurements, and building
-    the frame at load imported pandas: half a second of the command.  A frame given to the constructor is kept as it is; the rows a
-    stored table carries (:class:`StoredRows`) become one on the first read.
+    the frame at load imported pandas: half a second of the command.  A frame given
+    to the constructor is kept as it is; the rows a stored table carries
+    (:class:`StoredRows`) become one on the first read.
     """
 
     def __set_name__(self, owner: type, name: str) -> None:

@@ -9,6 +9,7 @@ add), over odd shapes and adversarial scales.
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
 import subprocess
 
@@ -267,7 +268,13 @@ def test_kernel_records_names_and_the_generated_unit():
     assert all(quant_x86.fits(f) for f in quant_x86.family()) and not quant_x86.fits(quant_x86.QKernel("q8", "avx2", 8, 32))
 
 
-@pytest.mark.parametrize("compiler", [c for c in ("gcc", "clang", "clang-19") if shutil.which(c)])
+#: The host's C compiler (install's, which always exists) and whichever of gcc and clang
+#: are installed too, each once (cc is often gcc under another name).
+COMPILERS = list({os.path.realpath(shutil.which(c) or c): c
+                  for c in (toolchain.find_cc()[0], "gcc", "clang", "clang-19") if shutil.which(c)}.values())
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
 def test_the_unit_compiles_with_every_compiler_and_optimisation_level(compiler, tmp_path):
     """The AVX2 4-bit kernels are inline assembly asking for up to 15 ymm and 11 general
     registers: a compiler that cannot allocate them (at -O0 most of all) rejects the unit."""
