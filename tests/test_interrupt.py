@@ -60,9 +60,16 @@ def wait_for(proc: subprocess.Popen, condition, timeout: float = 300.0) -> None:
 
 
 def study_state(home: Path) -> dict[str, int]:
-    """Each tuning file and the time it was last written."""
+    """Each tuning file and the time it was last written.  SQLite's journal comes and
+    goes while the install writes the study: one listed and gone before its stat is skipped."""
     folder = home / "tuning"
-    return {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} if folder.exists() else {}
+    state = {}
+    for p in folder.iterdir() if folder.exists() else ():
+        try:
+            state[p.name] = p.stat().st_mtime_ns
+        except FileNotFoundError:
+            continue
+    return state
 
 
 def journal_lines(home: Path) -> int:
