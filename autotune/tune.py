@@ -154,18 +154,46 @@ class _Interrupt:
 
     A KeyboardInterrupt raised at an arbitrary point can land inside optuna's
     storage write and leave the study half updated (optuna 5 then fails with an
-    UnboundLocalError of its own).  So the first Ctrl-C only sets ``hit``; the
-    search checks it between shapes and stops cleanly.  A second one raises at
-    once, as usual.
+    UnboundLocalError of its own, or logs the interrupt's traceback as a failed
+    trial).  So the first Ctrl-C only sets ``hit``; the search checks it between
+    shapes and stops cleanly.  A second one raises at once, as usual, except while
+    optuna's own code runs (``shielded``): there it waits for the next measurement
+    or checkpoint, which comes within one shape's time.
     """
 
     def __init__(self) -> None:
-        self.hit = False
+        self.presses = 0
+        self.shielded = False
+
+    @property
+    def hit(self) -> bool:
+        return self.presses > 0
+
+    @property
+    def insisted(self) -> bool:
+        """Pressed twice: skip whatever is left that only refines the result."""
+        return self.presses > 1
 
     def handler(self, signum: int, frame: Any) -> None:
-        if self.hit:
+        self.presses += 1
+        if self.insisted and not self.shielded:
             raise KeyboardInterrupt
-        self.hit = True
+
+    def raise_if_insisted(self) -> None:
+        if self.insisted:
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def shield(self, on: bool = True) -> Iterator[None]:
+        before, self.shielded = self.shielded, on
+        try:
+            yield
+        finally:
+            self.shielded = before
+        if not on:
+            return
+        # A second press that came while shielded is taken now.
+        self.raise_if_insisted()
 
 
 @contextmanager
@@ -413,11 +441,18 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
                 if stop.hit:
                     # Ends the trial through optuna's own path, storage intact.
                     raise optuna.TrialPruned("interrupted")
-                trial.report(partial, step)
-                if trial.should_prune():
+                with stop.shield():
+                    trial.report(partial, step)
+                    pruned = trial.should_prune()
+                if pruned:
                     raise optuna.TrialPruned()
 
-            return suite_time(runner, candidate, study_shapes, report)
+            try:
+                with stop.shield(False):
+                    return suite_time(runner, candidate, study_shapes, report)
+            except KeyboardInterrupt:
+                stop.presses = max(stop.presses, 2)  # however it came, it means stop now
+                raise optuna.TrialPruned("interrupted") from None
 
         def after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
             nonlocal best_estimate
@@ -429,8 +464,10 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
 
         try:
             if time.perf_counter() < end:
-                study.optimize(objective, n_trials=n_trials, timeout=max(0.0, end - time.perf_counter()),
-                               callbacks=[after])
+                # Shielded: a second Ctrl-C must not land inside optuna's storage writes.
+                with stop.shield():
+                    study.optimize(objective, n_trials=n_trials,
+                                   timeout=max(0.0, end - time.perf_counter()), callbacks=[after])
         except KeyboardInterrupt:
             interrupted = True
         if stop.hit or interrupted:
@@ -463,6 +500,7 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
             if candidates:
                 rounds = 1 if interrupted else CONFIRM_ROUNDS
                 try:
+                    stop.raise_if_insisted()
                     times = race(runner, [incumbent] + [c for c, _ in candidates], study_shapes, rounds)
                 except KeyboardInterrupt:
                     # Unconfirmed, so not kept: only measured wins replace the default.
@@ -486,6 +524,7 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
     obj_default = obj_tuned = default_total
     if incumbent != default:
         try:
+            stop.raise_if_insisted()
             obj_default, obj_tuned = race(runner, [default, incumbent], shapes, rounds)
         except KeyboardInterrupt:
             # Every kept study was confirmed against its incumbent: their sum stands.

@@ -261,6 +261,53 @@ def test_a_real_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path):
     assert again.record["studies"][0]["trials"] == res.record["studies"][0]["trials"] + 2
 
 
+def test_ctrl_c_twice_inside_optunas_storage_writes_waits_for_a_safe_point(tmp_path, monkeypatch, caplog):
+    """Both presses land while optuna writes a new trial's parameters (as in a CI run):
+    raised there, the interrupt went through optuna, which logged its traceback."""
+    runner = FakeRunner()
+    write = optuna.storages.RDBStorage._set_trial_param
+    presses = []
+
+    def press_while_writing(self, *args, **kwargs):
+        if runner.calls > len(SUITE) + 100 and len(presses) < 2:
+            presses.append(runner.calls)
+            os.kill(os.getpid(), signal.SIGINT)
+        return write(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "_set_trial_param", press_while_writing)
+    with caplog.at_level("WARNING", logger="optuna"):
+        res = run(tmp_path, runner=runner, n_trials=40)
+    assert len(presses) == 2, "the presses never came inside storage writes"
+    assert res.interrupted and len(res.record["studies"]) < 4
+    assert not any(t["state"] == "FAIL" for t in res.record["trials"])
+    assert not any(r.exc_info for r in caplog.records), caplog.text
+    # Pressed twice: the trial under way ends at its first shape, and nothing is raced.
+    assert runner.calls == presses[0] + 1
+    assert_kept_only_if_faster(res)
+    monkeypatch.undo()
+    again = run(tmp_path, n_trials=2)  # the storage was left consistent
+    assert again.record["studies"][0]["trials"] == res.record["studies"][0]["trials"] + 2
+
+
+def test_a_second_ctrl_c_during_a_measurement_ends_the_search_at_once(tmp_path):
+    first = len(SUITE) + 100
+    runner = FakeRunner(sigint_after=first)  # the second press
+    time_shape = runner.time_shape
+
+    def pressed_before(shape):
+        if runner.calls + 1 == first:
+            os.kill(os.getpid(), signal.SIGINT)  # the first press
+        return time_shape(shape)
+
+    runner.time_shape = pressed_before
+    res = run(tmp_path, runner=runner, n_trials=40)
+    assert res.interrupted and len(res.record["studies"]) == 1
+    # No confirmation race and no final race after the second press.
+    assert runner.calls == first
+    assert not any(t["state"] == "FAIL" for t in res.record["trials"])
+    assert_kept_only_if_faster(res)
+
+
 def test_params_roundtrip_and_with_values():
     p = PlannerParams.from_mapping(make_table().params)
     q = p.with_values("f64", {"blk_m": 64, "grid": 2, "thread_flops": 1e6})
