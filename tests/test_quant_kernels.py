@@ -286,6 +286,25 @@ def test_the_unit_compiles_with_every_compiler_and_optimisation_level(compiler, 
         assert done.returncode == 0, f"{compiler} {level}: {done.stderr[-2000:]}"
 
 
+@pytest.mark.parametrize("block", [32, 256, 1024, 4096])
+@pytest.mark.parametrize("m", [8, 40])
+def test_every_kernel_computes_the_same_bits_whatever_the_block(qlib, m, block):
+    """The AVX2 kernels take one int32 dot product and one FMA per block and column, in
+    order of K, so on the rows a kernel covers (M a multiple of every mr) they agree bit
+    for bit, whatever the tile or the slicing of K (many blocks per slice, or one)."""
+    rng = np.random.default_rng(block)
+    k = 2 * block + 40  # a partial last block
+    A = rng.standard_normal((m, k)).astype(np.float32)
+    for kind, (bits, symmetric) in KINDS.items():
+        w = quant.quantize_weights(rng.standard_normal((k, 37)).astype(np.float32), bits, block, symmetric)
+        gemv, *blocks = [f.name for f in FORMS if f.kind == kind]
+        first = qapi.call(qlib.lib, A, w, None, None, gemv)
+        _within(first, A, w)
+        for name in blocks:
+            C = qapi.call(qlib.lib, A, w, None, None, name)
+            assert np.array_equal(C, first), f"{name} differs from {gemv} by {np.abs(C - first).max()}"
+
+
 def _product_in(lib, X: np.ndarray, lda: int, m: int, k: int, w: quant.QuantizedWeights, Y: np.ndarray, ldc: int,
                 kernel: str | None = None) -> None:
     """at_qmatmul_f32 on A = X's first m rows and k columns (row stride lda) into Y (row stride ldc)."""
