@@ -382,27 +382,17 @@ def install(options: InstallOptions = InstallOptions(), console: Console | None 
 def library_qkernels(isas: Iterable[str], quant: Mapping[str, Any]) -> list[dict[str, str]]:
     """The quantised kernels the library for ``isas`` links, as its at_qkernel_name lists
     them (preferred first): name, kind of weights, form (block: rows > 1; gemv: one row)
-    and the CPU features it needs.  The table records them for `autotune show`: an Arm
-    library cannot be asked in this process, and its choice is made where it runs.
-
-    What the link stage links: for x86 the kernels the quantised stage selected
-    (:func:`autotune.qsuite.library_parts`); for Arm every NEON kernel, in the
-    registry's order (:func:`autotune.link.build_arm_runtime`), then for SME2 its
-    kernels, which at_qmatmul_f32 runs first on weights with an SME2 form for the
-    CPU's vector length.  tests/test_cli_quant.py checks the record against what an emulated
-    neon library and a native avx2 one report.
+    and the CPU features it needs, then an SME2 library's SME2 kernels, which
+    at_qmatmul_f32 runs first on weights with an SME2 form for the CPU's vector length.
+    The table records them for `autotune show`: an Arm library cannot be asked in this
+    process, and its choice is made where it runs.  Which ones: :func:`qsuite.registry_kernels`.
     """
-    from .codegen import quant_neon, quant_registry, quant_sme2, quant_x86
+    from .codegen import quant_registry, quant_sme2
 
     isas = tuple(isas)
-    if any(isa in families.ARM_ISAS for isa in isas):
-        kernels: list = quant_neon.family()
-    elif any(isa in quant_x86.TARGETS for isa in isas):
-        kernels = [qsuite.parse_name(name) for name in quant.get("selected", ())]
-    else:
-        kernels = []
     entries = [{"name": k.name, "kind": k.kind, "form": "block" if k.mr > 1 else "gemv",
-                "needs": " ".join(quant_registry.kernel_features(k))} for k in kernels]
+                "needs": " ".join(quant_registry.kernel_features(k))}
+               for k in qsuite.registry_kernels(isas, quant.get("selected", ()))]
     if "sme2" in isas:
         entries += [{"name": name, "kind": kind, "form": "block" if form == "mopa" else "gemv",
                      "needs": "sme2"} for name, form, kind in quant_sme2.KERNELS]

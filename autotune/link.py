@@ -37,7 +37,7 @@ from .families import ARM_ISAS
 from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
-from .qsuite import library_parts
+from .qsuite import library_parts, registry_kernels
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import library_name
 from .specs import KernelSpec
@@ -542,7 +542,7 @@ def build_arm_runtime(
     names = (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE) + ((*SME2_SOURCES, *SME2_HEADERS) if sme2 else ())
     for name in names:
         parts += [name, (runtime_dir / name).read_bytes()]
-    qkernels = quant_neon.family()
+    qkernels = registry_kernels((target.isa,))
     qunits = quant_neon.units(qkernels)
     qtable_c = emit_registry(qkernels)
     qflags = {u.name: [*(f for f in base if not f.startswith(("-march", "-mcpu"))), u.march] for u in qunits}

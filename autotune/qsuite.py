@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -207,13 +207,34 @@ def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+def registry_kernels(isas: Iterable[str], selected: Sequence[str] = ()) -> list:
+    """The kernels in the registry (at_qtable.c) of a library for ``isas``, in its order.
+
+    An Arm library: every NEON kernel (:func:`autotune.codegen.quant_neon.family`), since
+    qgemm.c picks among them by the CPU's features where it runs and an emulated install
+    times nothing.  An x86 library: the quantised stage's ``selected`` kernels.  Else none.
+    The one rule behind :func:`library_parts`, :func:`autotune.link.build_arm_runtime` and
+    the table's record of them (:func:`autotune.install.library_qkernels`); an SME2
+    library also carries quant_sme2's kernels, outside the registry.
+    """
+    from .codegen import quant_neon
+    from .families import ARM_ISAS
+
+    isas = tuple(isas)
+    if any(isa in ARM_ISAS for isa in isas):
+        return quant_neon.family()
+    if any(isa in quant_x86.TARGETS for isa in isas):
+        return [parse_name(name) for name in selected]
+    return []
+
+
 def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) -> tuple[str, list[Path]] | None:
     """(at_qtable.c, objects) for the kernels a table selected, None without any."""
     names = (settings.get("quant") or {}).get("selected") or []
     target = next((t for isa, t in targets.items() if isa in quant_x86.TARGETS), None)
-    if not names or target is None:
+    kernels = registry_kernels([target.isa] if target else [], names)
+    if not kernels or target is None:
         return None
-    kernels = [parse_name(n) for n in names]
     obj = compile_kernels(target, kernels, home)
     if not obj.ok:
         raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
@@ -229,8 +250,9 @@ def _cases(kind: str) -> list[tuple[str, np.ndarray, object]]:
     bits, symmetric = (8, True) if kind == "q8" else (4, kind == "q4s")
     rng = np.random.default_rng(17)
     cases = []
-    # 71 rows: many row tiles per pass for every mr up to 8, and a tail; 1024-row blocks:
-    # slices of K of one block each, with C loaded back between them (qgemm.c's cover).
+    # 71 rows: passes of many row tiles for every mr up to 8 (where qgemm.c's cover
+    # prefetches), and a tail; 1024-row blocks: slices of K of one block each, with C
+    # loaded back between them.
     for m, k, n, block in ((1, 1, 1, 32), (1, 33, 5, 32), (2, 64, 8, 32), (5, 100, 41, 32), (7, 96, 17, 64),
                            (9, 300, 70, 32), (13, 257, 33, 96), (16, 128, 96, 32), (3, 1000, 40, 128),
                            (71, 300, 70, 32), (40, 2100, 37, 1024)):
