@@ -18,7 +18,10 @@ through threadpoolctl, PyTorch's through ``torch.set_num_threads``; the issue's
 targets are stated for one thread and are judged on one-thread runs only.
 
 Each is timed best-of-``repeats`` after a warm-up, each repeat looping for at least
-``min_time`` seconds.  Ratios are peer time / autotune time (above 1: autotune is
+``min_time`` seconds.  The repeats are interleaved (a round of every peer, ``repeats``
+times), so a machine whose speed drifts over the run gives every peer the same windows:
+on a shared VM one peer's block of repeats could otherwise fall in a slow minute and
+another's in a fast one.  Ratios are peer time / autotune time (above 1: autotune is
 faster).  Every peer's C is checked against the f32 product on the dequantised W
 within :func:`autotune.quant.quantization_error_bound` (torch int4, which gets
 the dequantised W exactly, within a float tolerance of it), and a wrong one is
@@ -29,7 +32,7 @@ is reported with the reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,18 +53,23 @@ class Row:
     note: str = ""
 
 
-def _best(fn: Callable[[], object], repeats: int, min_time: float) -> float:
-    fn()
-    best = float("inf")
+def _one_repeat(fn: Callable[[], object], min_time: float) -> float:
+    """Seconds per call of ``fn`` over calls lasting at least ``min_time`` in all."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_time:
+            return elapsed / calls
+
+
+def _best_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int, min_time: float) -> dict[str, float]:
+    """Each function's best repeat, the repeats taken in rounds of every function."""
+    best = dict.fromkeys(fns, float("inf"))
     for _ in range(repeats):
-        calls, start = 0, time.perf_counter()
-        while True:
-            fn()
-            calls += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time:
-                break
-        best = min(best, elapsed / calls)
+        for name, fn in fns.items():
+            best[name] = min(best[name], _one_repeat(fn, min_time))
     return best
 
 
@@ -159,16 +167,12 @@ def measure(shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 5, m
             peers["autotune"] = f"no libautotune: {api._state.reason}"
         peers.update(_torch_peers(A, w, Wd, threads))
         peers["numpy f32"] = lambda: np.matmul(A, Wd)
-        for peer, fn in peers.items():
-            if isinstance(fn, str):
-                rows.append(Row((m, k, n), peer, None, fn))
-                continue
-            problem = _right(peer, fn(), A, w, Wd)
-            if problem:
-                rows.append(Row((m, k, n), peer, None, problem))
-                continue
+        # The first call of each is its warm-up and its check; only right ones are timed.
+        problems = {peer: fn if isinstance(fn, str) else _right(peer, fn(), A, w, Wd) for peer, fn in peers.items()}
+        timed = _best_interleaved({peer: fn for peer, fn in peers.items() if not problems[peer]}, repeats, min_time)
+        for peer in peers:
             note = "numpy threads not pinned (no threadpoolctl)" if peer == "numpy f32" and limits is None else ""
-            rows.append(Row((m, k, n), peer, _best(fn, repeats, min_time), note))
+            rows.append(Row((m, k, n), peer, timed.get(peer), problems[peer] or note))
     if limits is not None:
         limits.restore_original_limits()
     rt.set_num_threads(before)

@@ -287,3 +287,14 @@ def test_arm_icount_neon_runs_without_sme():
     at = sme2.index("-cpu")
     assert "sme512=on" in sme2[at + 1] and neon[at + 1] == "max,sme=off"
     assert neon[:at + 1] == sme2[:at + 1] and neon[at + 2:] == sme2[at + 2:]
+
+
+def test_quantised_peers_are_timed_in_interleaved_rounds() -> None:
+    """Each round times every peer once, so a machine that drifts gives all of them the same windows."""
+    from benchmarks import quantised
+
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("autotune", "numpy f32", "torch int4")}
+    best = quantised._best_interleaved(fns, repeats=3, min_time=0.0)
+    assert calls == ["autotune", "numpy f32", "torch int4"] * 3
+    assert set(best) == set(fns) and all(0.0 <= s < 1.0 for s in best.values())
