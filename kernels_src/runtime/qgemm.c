@@ -343,7 +343,7 @@ static void finish_rows(int64_t M, int64_t N, const float *bias, const float *cl
 /* Row tiles a pass needs before cover prefetches the next slice of weights while
  * they go over this one.  Measured on this Zen 3 (4x16, 4096 x 4096, one thread,
  * paired runs): spread over 16 tiles (M = 64) 3-7% faster, over 8 (M = 32) from 7%
- * slower to 8% faster; issued before 1 tile (M = 1 and 4) 25-60% slower, the stream
+ * slower to 8% faster; issued before 1 tile (M = 1 and 4) 24-64% slower, the stream
  * of weights from memory being the bound there. */
 #define PREFETCH_TILES 8
 
