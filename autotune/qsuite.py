@@ -31,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from . import build
-from .codegen import quant_x86
+from .codegen import quant_neon, quant_x86
 from .codegen.quant_x86 import QKernel
 from .codegen.quant_registry import emit_registry
+from .families import ARM_ISAS
 from .home import kernels_src
 from .toolchain import Target
 
@@ -217,9 +218,6 @@ def registry_kernels(isas: Iterable[str], selected: Sequence[str] = ()) -> list:
     the table's record of them (:func:`autotune.install.library_qkernels`); an SME2
     library also carries quant_sme2's kernels, outside the registry.
     """
-    from .codegen import quant_neon
-    from .families import ARM_ISAS
-
     isas = tuple(isas)
     if any(isa in ARM_ISAS for isa in isas):
         return quant_neon.family()
@@ -232,8 +230,10 @@ def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) 
     """(at_qtable.c, objects) for the kernels a table selected, None without any."""
     names = (settings.get("quant") or {}).get("selected") or []
     target = next((t for isa, t in targets.items() if isa in quant_x86.TARGETS), None)
-    kernels = registry_kernels([target.isa] if target else [], names)
-    if not kernels or target is None:
+    if target is None:
+        return None
+    kernels = registry_kernels([target.isa], names)
+    if not kernels:
         return None
     obj = compile_kernels(target, kernels, home)
     if not obj.ok:

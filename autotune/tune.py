@@ -179,12 +179,18 @@ class _Interrupt:
         if self.insisted and not self.shielded:
             raise KeyboardInterrupt
 
+    def insist(self) -> None:
+        """A KeyboardInterrupt came some other way: it means stop now, as two presses do."""
+        self.presses = max(self.presses, 2)
+
     def raise_if_insisted(self) -> None:
         if self.insisted:
             raise KeyboardInterrupt
 
     @contextmanager
     def shield(self, on: bool = True) -> Iterator[None]:
+        """``on``: optuna's code runs inside; a second press waits for the block's end.
+        Off: a measurement inside a shielded block, where a second press raises at once."""
         before, self.shielded = self.shielded, on
         try:
             yield
@@ -451,7 +457,7 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
                 with stop.shield(False):
                     return suite_time(runner, candidate, study_shapes, report)
             except KeyboardInterrupt:
-                stop.presses = max(stop.presses, 2)  # however it came, it means stop now
+                stop.insist()
                 raise optuna.TrialPruned("interrupted") from None
 
         def after(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -342,10 +342,10 @@ static void finish_rows(int64_t M, int64_t N, const float *bias, const float *cl
 
 /* Row tiles a pass needs before cover prefetches the next slice of weights while
  * they go over this one.  Measured on this Zen 3 (4x16, 4096 x 4096, one thread,
- * paired runs): spread over 16 tiles (M = 64) 3-7% faster, over 8 (M = 32) from 7%
- * slower to 8% faster; issued before 1 tile (M = 1 and 4) 24-64% slower, the stream
- * of weights from memory being the bound there. */
-#define PREFETCH_TILES 8
+ * paired runs): spread over 16 tiles (M = 64) faster in 7 of 7 pairs (1-7%); over 8
+ * (M = 32) from 14% slower to 8% faster; issued before 1 tile (M = 1 and 4) 24-64%
+ * slower, the stream of weights from memory being the bound there. */
+#define PREFETCH_TILES 16
 
 /* Rows [m0, m0 + rows) and panels [p_begin, p_end) of C with kernel k (NULL: the
  * portable kernel, a row at a time); rows is a multiple of k's mr, p_begin and
@@ -373,15 +373,16 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
                 const uint8_t *wq = w->codes + p * wstride + b0 * sub * packed;
                 const float *ws = w->scales + p * sstride + b0 * QPANEL;
                 const float *wz = w->zeros ? w->zeros + p * sstride + b0 * QPANEL : NULL;
-                /* Passes of many row tiles: the next slice's codes into L2, a share before each tile. */
+                /* Passes of many row tiles: the next slice's codes into L2, a share of its
+                 * lines (of every panel of the group) before each tile. */
                 const int64_t next = blocks - b0 - nb < slice ? blocks - b0 - nb : slice, tiles = pass / mr;
-                const int64_t here = nb * sub * packed, lines = next * sub * packed / 64;
-                const int64_t share = tiles >= PREFETCH_TILES ? (lines * step + tiles - 1) / tiles : 0;
-                int64_t line = 0;
+                const int64_t lines = next * sub * packed / 64;
+                const int64_t share = tiles >= PREFETCH_TILES ? (lines + tiles - 1) / tiles : 0;
+                const uint8_t *ahead = wq + nb * sub * packed, *ahead_end = ahead + lines * 64;
                 for (int64_t m = r0; m < r0 + pass; m += mr) {
                     float *out = dense + (m - r0) * width;
-                    for (int64_t i = 0; i < share && line < lines * step; ++i, ++line)
-                        __builtin_prefetch(wq + line / lines * wstride + here + line % lines * 64, 0, 1);
+                    for (int64_t i = 0; i < share && ahead < ahead_end; ++i, ahead += 64)
+                        for (int64_t q = 0; q < step; ++q) __builtin_prefetch(ahead + q * wstride, 0, 1);
                     const int64_t a_off = m * ldq + b0 * sub * QSUB, s_off = m * blocks + b0;
                     if (k) {
                         k->fn(nb, sub, qa + a_off, ldq, sa + s_off, asum + s_off, blocks, wq, wstride, ws, wz,
