@@ -250,9 +250,9 @@ def _cases(kind: str) -> list[tuple[str, np.ndarray, object]]:
     bits, symmetric = (8, True) if kind == "q8" else (4, kind == "q4s")
     rng = np.random.default_rng(17)
     cases = []
-    # 71 rows: passes of many row tiles for every mr up to 8 (where qgemm.c's cover
-    # prefetches), and a tail; 1024-row blocks: slices of K of one block each, with C
-    # loaded back between them.
+    # 71 rows: passes of 8 row tiles and more for every mr up to 8 (16 and more, where
+    # qgemm.c's cover prefetches, for mr up to 4), and a tail; 1024-row blocks: slices of
+    # K of one block each, with C loaded back between them.
     for m, k, n, block in ((1, 1, 1, 32), (1, 33, 5, 32), (2, 64, 8, 32), (5, 100, 41, 32), (7, 96, 17, 64),
                            (9, 300, 70, 32), (13, 257, 33, 96), (16, 128, 96, 32), (3, 1000, 40, 128),
                            (71, 300, 70, 32), (40, 2100, 37, 1024)):
