@@ -17,16 +17,18 @@ symmetric) and every peer multiplies the same f32 A by it:
 through threadpoolctl, PyTorch's through ``torch.set_num_threads``; the issue's
 targets are stated for one thread and are judged on one-thread runs only.
 
-Each is timed best-of-``repeats`` after a warm-up, each repeat looping for at least
-``min_time`` seconds.  The repeats are interleaved (a round of every peer, ``repeats``
-times), so a machine whose speed drifts over the run gives every peer the same windows:
-on a shared VM one peer's block of repeats could otherwise fall in a slow minute and
-another's in a fast one.  Ratios are peer time / autotune time (above 1: autotune is
-faster).  Every peer's C is checked against the f32 product on the dequantised W
-within :func:`autotune.quant.quantization_error_bound` (torch int4, which gets
-the dequantised W exactly, within a float tolerance of it), and a wrong one is
-reported, not timed.  A missing peer (PyTorch not installed, a shape it refuses)
-is reported with the reason.
+Each is timed after a warm-up in ``repeats`` rounds, a repeat looping for at least
+``min_time`` seconds.  In a round every peer is timed right after a repeat of autotune,
+and the ratio is the median over the rounds of those adjacent pairs' peer time /
+autotune time (above 1: autotune is faster).  A shared VM's speed drifts by up to 1.5x
+between seconds and minutes: two repeats timed back to back see the same speed, where
+each peer's best of its own repeats may come from windows seconds apart (the PyTorch f32
+peer alone takes seconds a call).  The times shown are each peer's best repeat.
+
+Every peer's C is checked against the f32 product on the dequantised W within
+:func:`autotune.quant.quantization_error_bound` (torch int4, which gets the dequantised
+W exactly, within a float tolerance of it), and a wrong one is reported, not timed.  A
+missing peer (PyTorch not installed, a shape it refuses) is reported with the reason.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class Row:
     peer: str
     seconds: float | None
     note: str = ""
+    #: Median of peer time / autotune time over the rounds' adjacent pairs (None for autotune).
+    ratio: float | None = None
 
 
 def _one_repeat(fn: Callable[[], object], min_time: float) -> float:
@@ -64,13 +68,32 @@ def _one_repeat(fn: Callable[[], object], min_time: float) -> float:
             return elapsed / calls
 
 
-def _best_interleaved(fns: Mapping[str, Callable[[], object]], repeats: int, min_time: float) -> dict[str, float]:
-    """Each function's best repeat, the repeats taken in rounds of every function."""
+def _paired_rounds(fns: Mapping[str, Callable[[], object]], repeats: int, min_time: float,
+                   reference: str = "autotune") -> tuple[dict[str, float], dict[str, float]]:
+    """Each function's best repeat, and each one's median ratio to ``reference`` in adjacent pairs.
+
+    A round times, for every other function, a repeat of ``reference`` and then one of
+    it.  Without ``reference`` among ``fns`` (it failed its check), or with nothing
+    else, the rounds time each function once and there are no ratios.
+    """
     best = dict.fromkeys(fns, float("inf"))
+    ratios: dict[str, list[float]] = {name: [] for name in fns if name != reference}
+
+    def timed(name: str) -> float:
+        seconds = _one_repeat(fns[name], min_time)
+        best[name] = min(best[name], seconds)
+        return seconds
+
     for _ in range(repeats):
-        for name, fn in fns.items():
-            best[name] = min(best[name], _one_repeat(fn, min_time))
-    return best
+        if reference not in fns or not ratios:
+            for name in fns:
+                timed(name)
+            continue
+        for name in ratios:
+            ours = timed(reference)
+            ratios[name].append(timed(name) / max(ours, 1e-12))
+    medians = {name: float(np.median(r)) for name, r in ratios.items() if r}
+    return best, medians
 
 
 def _torch_peers(A: np.ndarray, w, Wd: np.ndarray, threads: int = 1) -> dict[str, Callable[[], np.ndarray] | str]:
@@ -169,10 +192,11 @@ def measure(shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 5, m
         peers["numpy f32"] = lambda: np.matmul(A, Wd)
         # The first call of each is its warm-up and its check; only right ones are timed.
         problems = {peer: fn if isinstance(fn, str) else _right(peer, fn(), A, w, Wd) for peer, fn in peers.items()}
-        timed = _best_interleaved({peer: fn for peer, fn in peers.items() if not problems[peer]}, repeats, min_time)
+        best, ratios = _paired_rounds({peer: fn for peer, fn in peers.items() if not problems[peer]}, repeats,
+                                      min_time)
         for peer in peers:
             note = "numpy threads not pinned (no threadpoolctl)" if peer == "numpy f32" and limits is None else ""
-            rows.append(Row((m, k, n), peer, timed.get(peer), problems[peer] or note))
+            rows.append(Row((m, k, n), peer, best.get(peer), problems[peer] or note, ratios.get(peer)))
     if limits is not None:
         limits.restore_original_limits()
     rt.set_num_threads(before)
@@ -181,20 +205,17 @@ def measure(shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 5, m
 
 def report(rows: Sequence[Row], threads: int = 1) -> str:
     """A text table: per shape, each peer's time and its ratio to autotune's; then the targets (one thread)."""
-    lines = [f"{'M x K x N':>18}  {'peer':<15} {'ms':>9} {'x autotune':>11}  note   ({threads} thread"
-             f"{'s' * (threads > 1)})"]
+    lines = [f"{'M x K x N':>18}  {'peer':<15} {'best ms':>9} {'x autotune':>11}  note   ({threads} thread"
+             f"{'s' * (threads > 1)}; x autotune: median of adjacent pairs)"]
     verdicts = []
-    for shape in dict.fromkeys(r.shape for r in rows):
-        mine = [r for r in rows if r.shape == shape]
-        ours = next((r.seconds for r in mine if r.peer == "autotune"), None)
-        for r in mine:
-            ms = f"{r.seconds * 1e3:9.3f}" if r.seconds else f"{'-':>9}"
-            ratio = f"{r.seconds / ours:11.2f}" if r.seconds and ours and r.peer != "autotune" else f"{'':>11}"
-            lines.append(f"{'x'.join(map(str, shape)):>18}  {r.peer:<15} {ms} {ratio}  {r.note}")
-            if r.peer in TARGETS and r.seconds and ours:
-                met = r.seconds / ours >= TARGETS[r.peer]
-                verdicts.append(f"{'x'.join(map(str, shape))}: {r.seconds / ours:.2f}x {r.peer} "
-                                f"(target {TARGETS[r.peer]}x) {'met' if met else 'NOT met'}")
+    for r in rows:
+        shape = "x".join(map(str, r.shape))
+        ms = f"{r.seconds * 1e3:9.3f}" if r.seconds else f"{'-':>9}"
+        ratio = f"{r.ratio:11.2f}" if r.ratio else f"{'':>11}"
+        lines.append(f"{shape:>18}  {r.peer:<15} {ms} {ratio}  {r.note}")
+        if r.peer in TARGETS and r.ratio:
+            met = r.ratio >= TARGETS[r.peer]
+            verdicts.append(f"{shape}: {r.ratio:.2f}x {r.peer} (target {TARGETS[r.peer]}x) {'met' if met else 'NOT met'}")
     if threads != 1:
         return "\n".join(lines)
     return "\n".join(lines + ["", "targets (one thread):", *verdicts])

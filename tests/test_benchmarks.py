@@ -289,12 +289,48 @@ def test_arm_icount_neon_runs_without_sme():
     assert neon[:at + 1] == sme2[:at + 1] and neon[at + 2:] == sme2[at + 2:]
 
 
-def test_quantised_peers_are_timed_in_interleaved_rounds() -> None:
-    """Each round times every peer once, so a machine that drifts gives all of them the same windows."""
+def test_quantised_peers_are_timed_in_pairs_with_autotune(monkeypatch) -> None:
+    """Every peer's repeat comes right after one of autotune's, and its ratio is the median
+    of those pairs: a machine whose speed drifts gives each pair the same window."""
     from benchmarks import quantised
 
     calls: list[str] = []
-    fns = {name: (lambda name=name: calls.append(name)) for name in ("autotune", "numpy f32", "torch int4")}
-    best = quantised._best_interleaved(fns, repeats=3, min_time=0.0)
-    assert calls == ["autotune", "numpy f32", "torch int4"] * 3
-    assert set(best) == set(fns) and all(0.0 <= s < 1.0 for s in best.values())
+    # Fake clocks: autotune takes 1 s a call, numpy 2, 2, 8 (one slow window), torch 3.
+    costs = {"autotune": iter([1.0] * 6), "numpy f32": iter([2.0, 2.0, 8.0]), "torch int4": iter([3.0] * 3)}
+
+    def repeat(fn, min_time: float) -> float:
+        fn()
+        return next(costs[calls[-1]])
+
+    fns = {name: (lambda name=name: calls.append(name)) for name in costs}
+    monkeypatch.setattr(quantised, "_one_repeat", repeat)
+    best, ratios = quantised._paired_rounds(fns, repeats=3, min_time=0.0)
+    assert calls == ["autotune", "numpy f32", "autotune", "torch int4"] * 3
+    assert best == {"autotune": 1.0, "numpy f32": 2.0, "torch int4": 3.0}
+    assert ratios == {"numpy f32": 2.0, "torch int4": 3.0}
+
+
+def test_quantised_peers_are_timed_alone_when_there_is_no_pair() -> None:
+    from benchmarks import quantised
+
+    calls: list[str] = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("numpy f32", "torch int4")}
+    best, ratios = quantised._paired_rounds(fns, repeats=2, min_time=0.0)
+    assert calls == ["numpy f32", "torch int4"] * 2 and ratios == {} and set(best) == set(fns)
+    calls.clear()  # autotune with no peer left to compare: still timed
+    best, ratios = quantised._paired_rounds({"autotune": lambda: calls.append("autotune")}, repeats=3, min_time=0.0)
+    assert calls == ["autotune"] * 3 and ratios == {} and best["autotune"] < 1.0
+
+
+def test_quantised_report_judges_the_targets_by_the_paired_ratio() -> None:
+    from benchmarks.quantised import Row, report
+
+    shape = (64, 4096, 4096)
+    rows = [Row(shape, "autotune", 0.015), Row(shape, "numpy f32", 0.031, ratio=1.97),
+            Row(shape, "torch int4 bf16", 0.05, ratio=3.5), Row(shape, "torch int4", None, "no torch")]
+    text = report(rows)
+    # numpy's best over autotune's would be 2.07: the verdict follows the pairs' median
+    assert "64x4096x4096: 1.97x numpy f32 (target 2.0x) NOT met" in text
+    assert "64x4096x4096: 3.50x torch int4 bf16 (target 1.5x) met" in text
+    assert "torch int4" in text and "no torch" in text
+    assert "2.07" not in text
