@@ -192,6 +192,17 @@ def test_saved_weights_load_back_equal(tmp_path, bits, symmetric):
     assert np.array_equal(back.codes, w.codes) and np.array_equal(back.scales, w.scales)
 
 
+@pytest.mark.parametrize("bits, symmetric", FORMATS, ids=FORMAT_IDS)
+def test_packed_arrays_start_on_a_cache_line_also_when_loaded(tmp_path, bits, symmetric):
+    """The kernels' 32-byte loads of codes and scales must not straddle two lines (numpy
+    places large arrays 16 bytes into a page, and np.load wherever it likes)."""
+    w = quantize_weights(np.random.default_rng(8).standard_normal((300, 70)), bits=bits, symmetric=symmetric)
+    for weights in (w, QuantizedWeights.load(w.save(tmp_path / "w"))):
+        packed = weights.packed
+        arrays = [packed.codes, packed.scales] + ([] if packed.zeros is None else [packed.zeros])
+        assert all(a.ctypes.data % 64 == 0 and a.flags.c_contiguous for a in arrays)
+
+
 def test_damaged_arrays_are_refused():
     w = quantize_weights(np.random.default_rng(8).standard_normal((64, 4)), symmetric=False)
     arrays = w.arrays()

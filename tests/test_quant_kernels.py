@@ -228,8 +228,8 @@ def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path,
 
     def broken(kernels, emulate_vnni=False):  # the 1x8 form forgets the zero point: the checks must see it
         text = real(kernels, emulate_vnni)
-        head, _, tail = text.partition("void at_q4s_avx2_1x8(")
-        return head + "void at_q4s_avx2_1x8(" + tail.replace("_mm256_fnmadd_ps(zero_point", "_mm256_fmadd_ps(zero_point", 1)
+        head, _, tail = text.partition("/* at_q4s_avx2_1x8:")
+        return head + "/* at_q4s_avx2_1x8:" + tail.replace("_mm256_fnmadd_ps(zero_point", "_mm256_fmadd_ps(zero_point", 1)
 
     monkeypatch.setattr(quant_x86, "generate", broken)
     stage = qsuite.run_stage(target, tmp_path, patterns=["at_q4s_avx2_1x8", "at_q4s_avx2_2x8"])

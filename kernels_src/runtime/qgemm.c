@@ -357,7 +357,7 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
                   const float *asum, int64_t ldq, int64_t blocks, int64_t sub, int64_t p_begin, int64_t p_end,
                   int64_t wstride, int64_t sstride, const at_qweights *w, float *C, int64_t ldc)
 {
-    float dense[PASS_ROWS * AT_QPAD_COLUMNS];
+    _Alignas(64) float dense[PASS_ROWS * AT_QPAD_COLUMNS]; /* the kernels' 32-byte rows of C never split a line */
     const int64_t mr = k ? k->mr : 1, step = k ? k->nr / QPANEL : 1, width = step * QPANEL;
     const int64_t packed = kind == AT_Q8 ? 256 : 128; /* bytes of one panel's sub-block */
     const int64_t block_bytes = sub * packed * step;
