@@ -218,9 +218,9 @@ class PackedWeights:
 def _aligned(a: np.ndarray, alignment: int = 64) -> np.ndarray:
     """A C-contiguous copy of ``a`` starting on an ``alignment``-byte boundary.
 
-    numpy places large arrays 16 bytes into a page, so half the kernels' 32-byte loads
-    of codes would straddle two cache lines: 2-6% of a 64 x 4096 x 4096 product on a
-    Zen 3 (docs/quantised.md, "Fourth round")."""
+    numpy promises 16 bytes: it placed the codes of a 4096 x 4096 W 48 bytes into a
+    line, where half the kernels' 32-byte loads straddle two lines: 3-7% of a
+    64 x 4096 x 4096 product on a Zen 3 (docs/quantised.md, "Fourth round")."""
     raw = np.empty(a.nbytes + alignment, np.uint8)
     start = -raw.ctypes.data % alignment
     out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
