@@ -36,6 +36,7 @@ from .codegen.quant_x86 import QKernel
 from .codegen.quant_registry import emit_registry
 from .families import ARM_ISAS
 from .home import kernels_src
+from .suite import best_of_rounds
 from .toolchain import Target
 
 #: The object's name in the build cache.
@@ -286,6 +287,12 @@ def _check(C: np.ndarray, want: np.ndarray, bound: np.ndarray) -> str | None:
     return f"C[{i},{j}] = {C[i, j]!r}, reference {want[i, j]!r}, bound {bound[i, j]!r}"
 
 
+def _seconds(fn: Callable[..., object], *args: object) -> float:
+    start = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - start
+
+
 def _main(argv: Sequence[str]) -> int:
     import ctypes
 
@@ -298,7 +305,7 @@ def _main(argv: Sequence[str]) -> int:
     if command == "measure":  # kernels are chosen by their one-thread speed, as the targets are stated
         lib.at_set_num_threads(1)
     cases: dict[str, list] = {}
-    calls: dict[tuple[str, int], Callable[[], object]] = {}
+    calls: dict[tuple[str, int], Callable[[], float]] = {}
     for name in names:
         print(json.dumps({"event": "start", "kernel": name}), flush=True)
         kind = parse_name(name).kind
@@ -325,8 +332,10 @@ def _main(argv: Sequence[str]) -> int:
                 if m > 1 and parse_name(name).mr == 1 and m > 16:
                     continue  # a GEMV kernel covers M > 1 only as a row-at-a-time fallback
                 qapi.call(lib, A, w, None, None, name)  # the warm-up, and where a crash shows
-                calls[(name, m)] = (lambda A=A, w=w, name=name: qapi.call(lib, A, w, None, None, name))
+                calls[(name, m)] = (lambda A=A, w=w, name=name: _seconds(qapi.call, lib, A, w, None, None, name))
     if command == "measure":
+        # In rounds of every kernel: timed one after another, one install put q4a's 4x16
+        # 30% ahead of q4s's (the same loop with less to do) and chose q4s's 2x8.
         best = best_of_rounds(calls, MEASURE_ROUNDS,
                               lambda key: print(json.dumps({"event": "start", "kernel": key[0]}), flush=True))
         for name in names:
@@ -334,26 +343,6 @@ def _main(argv: Sequence[str]) -> int:
             print(json.dumps({"event": "result", "kernel": name, "status": "measured", "seconds": seconds}),
                   flush=True)
     return 0
-
-
-def best_of_rounds(calls: Mapping[object, Callable[[], object]], rounds: int,
-                   before: Callable[[object], object] = lambda key: None) -> dict[object, float]:
-    """Each call's best time over ``rounds`` rounds that time every call once.
-
-    A shared machine's speed drifts between seconds.  Timed one after another, kernels
-    were compared across those windows: one install timed q4a's 4x16 tile 30% faster
-    than q4s's, the same loop with less to do, and chose q4s's 2x8.  A round gives every
-    kernel the same windows.  ``before(key)`` runs before each timed call (the
-    subprocess names the kernel it is in, for a crash).
-    """
-    best = dict.fromkeys(calls, float("inf"))
-    for _ in range(rounds):
-        for key, call in calls.items():
-            before(key)
-            start = time.perf_counter()
-            call()
-            best[key] = min(best[key], time.perf_counter() - start)
-    return best
 
 
 if __name__ == "__main__":

@@ -216,7 +216,8 @@ class PackedWeights:
 
 
 def _aligned(a: np.ndarray, alignment: int = 64) -> np.ndarray:
-    """A C-contiguous copy of ``a`` starting on an ``alignment``-byte boundary.
+    """A C-contiguous copy of ``a`` (any strides: the one copy a transposed view needs)
+    starting on an ``alignment``-byte boundary.
 
     numpy promises 16 bytes: it placed the codes of a 4096 x 4096 W 48 bytes into a
     line, where half the kernels' 32-byte loads straddle two lines: 3-7% of a
@@ -235,25 +236,25 @@ def pack_panels(w: QuantizedWeights) -> PackedWeights:
     panels, subs = n_pad // PANEL, kp // SUB
     scales = np.zeros((n_pad, blocks), np.float32)
     scales[:n] = w.block_scales()
-    packed_scales = scales.reshape(panels, PANEL, blocks).transpose(0, 2, 1).reshape(panels, -1)
+    packed_scales = _aligned(scales.reshape(panels, PANEL, blocks).transpose(0, 2, 1)).reshape(panels, -1)
     if w.bits == 8:
         codes = np.zeros((n_pad, kp), np.int8)
         codes[:n] = w.codes
         # [panel, c, sub, g, j] -> [panel, sub, g, c, j]
         grid = codes.reshape(panels, PANEL, subs, 8, 4).transpose(0, 2, 3, 1, 4)
-        return PackedWeights(_aligned(grid.view(np.uint8).reshape(panels, -1)), _aligned(packed_scales), None)
+        return PackedWeights(_aligned(grid.view(np.uint8)).reshape(panels, -1), packed_scales, None)
     nibbles = np.full((n_pad, kp), SYMMETRIC_ZERO_POINT, np.uint8)
     nibbles[:n, 0::2] = w.codes & 0x0F
     nibbles[:n, 1::2] = w.codes >> 4
     # [panel, c, sub, v, half, j] -> low/high halves of [panel, sub, v, c, j]
     grid = nibbles.reshape(panels, PANEL, subs, 4, 2, 4).transpose(0, 2, 3, 4, 1, 5)
-    codes = (grid[:, :, :, 0] | (grid[:, :, :, 1] << 4)).astype(np.uint8).reshape(panels, -1)
+    codes = _aligned((grid[:, :, :, 0] | (grid[:, :, :, 1] << 4)).astype(np.uint8, copy=False)).reshape(panels, -1)
     zeros = None
     if w.zero_points is not None:
         z = np.full((n_pad, blocks), SYMMETRIC_ZERO_POINT, np.float32)
         z[:n] = w.zero_points
-        zeros = _aligned(z.reshape(panels, PANEL, blocks).transpose(0, 2, 1).reshape(panels, -1))
-    return PackedWeights(_aligned(codes), _aligned(packed_scales), zeros)
+        zeros = _aligned(z.reshape(panels, PANEL, blocks).transpose(0, 2, 1)).reshape(panels, -1)
+    return PackedWeights(codes, packed_scales, zeros)
 
 
 #: Streaming vector lengths (bits) the SME2 format is made for: those of the Arm library.

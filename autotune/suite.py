@@ -14,12 +14,14 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
 from .params import DTYPE_INDEX, DTYPES, PlannerParams
 from .runtime.loader import load
+
+K = TypeVar("K")
 
 _TRANS = {"nn": (0, 0), "nt": (0, 1), "tn": (1, 0), "tt": (1, 1)}
 
@@ -209,11 +211,25 @@ def suite_time(runner: SuiteRunner, params: PlannerParams, shapes: Sequence[Suit
     return total
 
 
+def best_of_rounds(measures: Mapping[K, Callable[[], float]], rounds: int,
+                   before: Callable[[K], object] = lambda key: None) -> dict[K, float]:
+    """Each measure's least result (seconds) over ``rounds`` rounds that run every measure once.
+
+    A shared machine's speed drifts between seconds: measured one after another, two
+    settings or kernels are compared across different windows, while a round gives
+    every one of them the same ones.  ``before(key)`` runs before each measure (the
+    quantised install stage names the kernel it is in, for a crash).
+    """
+    best = dict.fromkeys(measures, math.inf)
+    for _ in range(max(1, rounds)):
+        for key, measure in measures.items():
+            before(key)
+            best[key] = min(best[key], measure())
+    return best
+
+
 def race(runner: SuiteRunner, settings: Sequence[PlannerParams], shapes: Sequence[SuiteShape],
           rounds: int) -> list[float]:
-    """Best of interleaved rounds for each setting: drift on a shared machine hits all alike."""
-    best = [math.inf] * len(settings)
-    for _ in range(max(1, rounds)):
-        for i, params in enumerate(settings):
-            best[i] = min(best[i], suite_time(runner, params, shapes))
-    return best
+    """Best of interleaved rounds for each setting (:func:`best_of_rounds`)."""
+    best = best_of_rounds({i: (lambda p=p: suite_time(runner, p, shapes)) for i, p in enumerate(settings)}, rounds)
+    return [best[i] for i in range(len(settings))]

@@ -195,7 +195,7 @@ def test_saved_weights_load_back_equal(tmp_path, bits, symmetric):
 @pytest.mark.parametrize("bits, symmetric", FORMATS, ids=FORMAT_IDS)
 def test_packed_arrays_start_on_a_cache_line_also_when_loaded(tmp_path, bits, symmetric):
     """The kernels' 32-byte loads of codes and scales must not straddle two lines (numpy
-    places large arrays 16 bytes into a page, and np.load wherever it likes)."""
+    promises 16-byte alignment, and np.load places arrays where it likes)."""
     w = quantize_weights(np.random.default_rng(8).standard_normal((300, 70)), bits=bits, symmetric=symmetric)
     for weights in (w, QuantizedWeights.load(w.save(tmp_path / "w"))):
         packed = weights.packed

@@ -12,7 +12,6 @@ import ctypes
 import os
 import shutil
 import subprocess
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -221,21 +220,6 @@ def test_packed_format_places_every_weight_where_at_qkernel_h_says():
             assert np.array_equal(p.scales[panel, c::8], w.block_scales()[n])
         columns = p.scales.reshape(4, w.blocks, 8).transpose(0, 2, 1).reshape(32, w.blocks)
         assert not columns[w.n:].any()  # padded columns have zero scales
-
-
-def test_install_times_the_kernels_in_rounds_of_every_kernel(monkeypatch):
-    """Each round times every kernel once, so a drifting machine gives all the same windows."""
-    durations = {"a": iter([5.0, 2.0, 3.0]), "b": iter([1.0, 2.0, 9.0])}
-    now, order, named = [0.0], [], []
-
-    def call(name: str) -> None:
-        order.append(name)
-        now[0] += next(durations[name])
-
-    monkeypatch.setattr(qsuite, "time", SimpleNamespace(perf_counter=lambda: now[0]))
-    best = qsuite.best_of_rounds({n: (lambda n=n: call(n)) for n in durations}, 3, named.append)
-    assert order == named == ["a", "b"] * 3
-    assert best == {"a": 2.0, "b": 1.0}
 
 
 def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path, monkeypatch):

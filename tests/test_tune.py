@@ -22,7 +22,7 @@ import optuna
 import pytest
 from rich.console import Console
 
-from autotune import models, tune as tn
+from autotune import models, suite, tune as tn
 from autotune.params import DEFAULTS, PlannerParams
 from autotune.host import CacheLevel, HostInfo
 from autotune import link as library
@@ -405,3 +405,17 @@ def test_real_search_on_the_library_keeps_or_improves(runtime, tmp_path):
     now = loader.at_tune_params()
     runtime.lib.at_params_get(ctypes.byref(now))
     assert bytes(now) == bytes(baked)
+
+
+def test_kernels_and_settings_are_timed_in_rounds_of_every_one():
+    """Each round runs every measure once, so a drifting machine gives all the same windows."""
+    results = {"a": iter([5.0, 2.0, 3.0]), "b": iter([1.0, 2.0, 9.0])}
+    order, named = [], []
+
+    def measure(name: str) -> float:
+        order.append(name)
+        return next(results[name])
+
+    best = suite.best_of_rounds({n: (lambda n=n: measure(n)) for n in results}, 3, named.append)
+    assert order == named == ["a", "b"] * 3
+    assert best == {"a": 2.0, "b": 1.0}
