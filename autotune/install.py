@@ -683,7 +683,9 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
             # run ends here and the previous table and library stay.
             raise KeyboardInterrupt
         tuned = PlannerParams.from_mapping(result.params)
-        candidates = {"tuned": tuned, "measured": measured, "model": model}
+        # Untuned (a zero budget, or nothing won its confirmation), the search's result is
+        # the measured set itself: it competes under that name.
+        candidates = {**({"tuned": tuned} if result.kept else {}), "measured": measured, "model": model}
         verdict = judge(runner, candidates, held_out_suite(dtypes), rounds=1 if options.quick else 2)
     finally:
         runner.close()
