@@ -47,11 +47,23 @@ CONFIRM = 2
 #: A side wins a size only by more than this fraction, or by more than the
 #: repeats' own spread if that is larger.
 MARGIN = 0.03
-#: Interleaved rounds per size, and the most a noisy size may take.
-ROUNDS = 3
-MAX_ROUNDS = 9
-#: A sweep stops before a size whose one call would take longer than this.
-MAX_CALL_S = 0.25
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How hard a sweep measures: interleaved rounds per size, the most a noisy size
+    may take, and the longest call it times (it stops before a size whose one call
+    would take longer)."""
+
+    rounds: int = 3
+    max_rounds: int = 9
+    max_call_s: float = 0.25
+
+
+FULL = Effort()
+#: `install --quick`: fewer rounds, and no call past ~30 ms (about 700^3 f32 on one
+#: core of a current CPU): a crossover above that is stored as just past it.
+QUICK = Effort(rounds=2, max_rounds=4, max_call_s=0.03)
 
 
 @dataclass(frozen=True)
@@ -159,7 +171,7 @@ def _spread(samples: Sequence[float]) -> float:
 
 
 def measure_point(runner: SuiteRunner, side: int, base: tuple[PlannerParams, SuiteShape],
-                  alt: tuple[PlannerParams, SuiteShape], margin: float = MARGIN) -> Point:
+                  alt: tuple[PlannerParams, SuiteShape], margin: float = MARGIN, effort: Effort = FULL) -> Point:
     """Both sides of one size, in interleaved rounds; more rounds while the noise hides the answer."""
     samples: dict[str, list[float]] = {"base": [], "alt": []}
     sides = {"base": base, "alt": alt}
@@ -170,12 +182,12 @@ def measure_point(runner: SuiteRunner, side: int, base: tuple[PlannerParams, Sui
             samples[label].append(runner.time_shape(shape))
 
     while True:
-        for _ in range(ROUNDS):
+        for _ in range(effort.rounds):
             one_round()
         rounds = len(samples["base"])
         point = Point(side, min(samples["base"]), min(samples["alt"]),
                       round(max(_spread(samples["base"]), _spread(samples["alt"])), 4), rounds)
-        if point.verdict(margin) != "tie" or rounds + ROUNDS > MAX_ROUNDS or point.spread <= margin:
+        if point.verdict(margin) != "tie" or rounds + effort.rounds > effort.max_rounds or point.spread <= margin:
             return point
 
 
@@ -212,14 +224,14 @@ def thread_sweep(dtype: str = "f32") -> SweepSpec:
 
 
 def sweep(runner: SuiteRunner, spec: SweepSpec, params: PlannerParams,
-          advance: Callable[[], None] = lambda: None) -> tuple[Point, ...]:
+          advance: Callable[[], None] = lambda: None, effort: Effort = FULL) -> tuple[Point, ...]:
     """Climb the sizes until the alternative has won CONFIRM in a row (or a call gets too long)."""
     points: list[Point] = []
     for side in spec.sides:
-        if points and points[-1].base_s * (side / points[-1].side) ** 3 > MAX_CALL_S:
+        if points and points[-1].base_s * (side / points[-1].side) ** 3 > effort.max_call_s:
             break
         base, alt = spec.force(params, side)
-        points.append(measure_point(runner, side, base, alt))
+        points.append(measure_point(runner, side, base, alt, effort=effort))
         advance()
         if len(points) >= CONFIRM and all(p.verdict() == "alt" for p in points[-CONFIRM:]):
             break
@@ -266,8 +278,8 @@ def wait_for_quiet(max_wait_s: float = QUIET_WAIT_S, load: Callable[[], float | 
 
 
 def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequence[SweepSpec],
-                       advance: Callable[[], None] = lambda: None, busy: bool = False
-                       ) -> tuple[PlannerParams, tuple[Crossover, ...]]:
+                       advance: Callable[[], None] = lambda: None, busy: bool = False,
+                       effort: Effort = FULL) -> tuple[PlannerParams, tuple[Crossover, ...]]:
     """Run ``specs`` in turn, each on the parameters the ones before it set.
 
     Returns the parameters with every measured threshold in place, and what
@@ -282,7 +294,7 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
         if busy and spec.param == "thread_flops":
             found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy"))
             continue
-        points = sweep(runner, spec, params, advance)
+        points = sweep(runner, spec, params, advance, effort)
         flops, source = crossing(points)
         if flops is None:
             flops = model

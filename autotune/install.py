@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import os
 import shutil
 import signal
@@ -648,7 +649,8 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     skips the search, not the measurements.  ``extra``: a program's recorded shapes,
     which join the search's suite.
     """
-    from .crossovers import BUSY_LOAD, measure_crossovers, quiet_wait_s, specs_for, wait_for_quiet
+    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, quiet_wait_s, specs_for,
+                             wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
     from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, judge, tune
@@ -669,7 +671,8 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         with (make_progress(console) if show else nullcontext()) as progress:
             task = progress.add_task("measure crossovers", total=sum(len(s.sides) for s in sweeps)) \
                 if progress else None
-            measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy)
+            measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy,
+                                                 QUICK if options.quick else FULL)
             if progress:
                 progress.update(task, completed=sum(len(s.sides) for s in sweeps))
         stored = replace(stored, params=measured.to_mapping(stored.params),
@@ -686,7 +689,9 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         # Untuned (a zero budget, or nothing won its confirmation), the search's result is
         # the measured set itself: it competes under that name.
         candidates = {**({"tuned": tuned} if result.kept else {}), "measured": measured, "model": model}
-        verdict = judge(runner, candidates, held_out_suite(dtypes), rounds=1 if options.quick else 2)
+        # A quick install judges on one round and without the 1024^3 products.
+        shapes = held_out_suite(dtypes, 2.0 * 768**3 if options.quick else math.inf)
+        verdict = judge(runner, candidates, shapes, rounds=1 if options.quick else 2)
     finally:
         runner.close()
     record = dict(result.record)

@@ -114,10 +114,11 @@ def default_suite(dtypes: Sequence[str] = DTYPES, extra: Sequence[SuiteShape] = 
         tuple(s for s in extra if s.dtype in dtypes)
 
 
-def held_out_suite(dtypes: Sequence[str] = DTYPES) -> tuple[SuiteShape, ...]:
-    """The shapes that judge a tuning (:data:`_HELD_OUT`), for each dtype."""
-    return tuple(SuiteShape(kind, dt, tr, m, n, k, b, threads)
-                 for dt in dtypes for kind, tr, m, n, k, b, threads in _HELD_OUT)
+def held_out_suite(dtypes: Sequence[str] = DTYPES, max_flops: float = math.inf) -> tuple[SuiteShape, ...]:
+    """The shapes that judge a tuning (:data:`_HELD_OUT`), for each dtype, up to ``max_flops``."""
+    shapes = (SuiteShape(kind, dt, tr, m, n, k, b, threads)
+              for dt in dtypes for kind, tr, m, n, k, b, threads in _HELD_OUT)
+    return tuple(s for s in shapes if s.flops <= max_flops)
 
 
 # -- measuring ----------------------------------------------------------------------

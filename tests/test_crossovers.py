@@ -150,7 +150,7 @@ def test_a_noisy_size_is_measured_again_and_its_spread_widens_the_margin() -> No
 
     point = cx.measure_point(Noisy(), 64, (PlannerParams(), SuiteShape("small", "f32", "nn", 64, 64, 64, threads=1)),
                              (PlannerParams(), SuiteShape("small", "f32", "nn", 64, 64, 64)))
-    assert point.rounds > cx.ROUNDS  # the spread hid the 5%: more rounds were taken
+    assert point.rounds > cx.FULL.rounds  # the spread hid the 5%: more rounds were taken
     assert point.spread > cx.MARGIN and point.verdict() == "tie"
 
 
@@ -277,3 +277,13 @@ def test_quiet_wait_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
     assert cx.quiet_wait_s() == 3.5
     monkeypatch.setenv("AUTOTUNE_QUIET_WAIT", "soon")
     assert cx.quiet_wait_s() == cx.QUIET_WAIT_S
+
+
+def test_a_quick_sweep_stops_before_long_calls_and_takes_fewer_rounds() -> None:
+    machine = FakeMachine(pack_side=1e9)
+    points = cx.sweep(machine, cx.pack_sweep("f32"), PlannerParams(), effort=cx.QUICK)
+    full = cx.sweep(FakeMachine(pack_side=1e9), cx.pack_sweep("f32"), PlannerParams())
+    assert len(points) < len(full) and all(p.rounds == cx.QUICK.rounds for p in points)
+    # The next size's call would have passed the quick limit.
+    last = points[-1]
+    assert last.base_s * (cx.PACK_SIDES["f32"][len(points)] / last.side) ** 3 > cx.QUICK.max_call_s
