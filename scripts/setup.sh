@@ -43,7 +43,10 @@ if command -v apt-get >/dev/null 2>&1; then
   # pkg-config builds the README's C recipe; a program linked with -lblas (libblas-dev) and
   # Debian's numpy (python3-numpy, on the system BLAS) run on libautotune preloaded; gfortran
   # builds the README's Fortran recipe.
-  [ "$want_test" = 1 ] && apt_install chromium libblas-test pkgconf libblas-dev python3-numpy gfortran
+  # Debian's scipy and numpy test suites run on the preloaded library (tests/test_clients.py), also
+  # over the reference LAPACK (liblapack3), whose factorisations call dgemm_.
+  [ "$want_test" = 1 ] && apt_install chromium libblas-test pkgconf libblas-dev python3-numpy gfortran \
+    python3-scipy python3-pytest python3-hypothesis liblapack3
 elif ! command -v cc >/dev/null 2>&1; then
   echo "setup: no C compiler and no apt-get; install a C compiler (Xcode command line tools on macOS)" >&2
   exit 1
