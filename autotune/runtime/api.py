@@ -149,17 +149,6 @@ def _overlaps(X: np.ndarray, C: np.ndarray | None) -> bool:
     return C is not None and np.may_share_memory(X, C)
 
 
-def _items_overlap(C: np.ndarray) -> bool:
-    """Whether two items of a 3-D stack share an element (exact; only the slow path asks)."""
-    batch, m, n = C.shape
-    if batch < 2 or m == 0 or n == 0 or C.flags.c_contiguous or C.flags.f_contiguous:
-        return False
-    s0, s1, s2 = C.strides
-    item = (np.arange(m)[:, None] * s1 + np.arange(n)[None, :] * s2).ravel()
-    offsets = np.sort((np.arange(batch)[:, None] * s0 + item[None, :]).ravel())
-    return bool(np.any(np.diff(offsets) < C.itemsize))
-
-
 def numpy_gemm(A: ArrayLike, B: ArrayLike, C: np.ndarray | None = None, *, alpha: float = 1.0,
                beta: float = 0.0, trans_a: bool = False, trans_b: bool = False) -> np.ndarray:
     """``C = alpha * op(A) @ op(B) + beta * C``: ``gemm``'s contract, computed by numpy.
@@ -293,7 +282,9 @@ def gemm_batch(A: ArrayLike | Sequence[ArrayLike], B: ArrayLike | Sequence[Array
         matrices, possibly of different shapes) are computed item by item.
     C : ndarray (3-D) or sequence of 2-D arrays, optional
         ``(batch, M, N)``, updated in place and returned.  It may overlap ``A`` or
-        ``B``; its items must not overlap each other.
+        ``B``.  Items that share memory (a batch stride of 0 sums every product
+        into one matrix) are computed one after another in item order, so
+        ``beta=1`` accumulates exactly as a loop of :func:`gemm` calls would.
     alpha, beta, trans_a, trans_b
         As in :func:`numpy_gemm` (``gemm``), the same for every item.
 
@@ -306,7 +297,7 @@ def gemm_batch(A: ArrayLike | Sequence[ArrayLike], B: ArrayLike | Sequence[Array
     ------
     ValueError
         The stacks' lengths differ (and neither is 1), an item's inner dimensions
-        differ, ``C`` has the wrong shape or overlapping items, or ``beta != 0``
+        differ, ``C`` has the wrong shape, or ``beta != 0``
         without ``C``.
     TypeError
         As :func:`numpy_gemm`.
@@ -376,10 +367,6 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
         C = np.empty((batch, M, N), dtype=np.result_type(A, B))
     elif not isinstance(C, np.ndarray) or C.shape != (batch, M, N):
         raise ValueError(f"gemm_batch: C must be an array of shape {(batch, M, N)}")
-    elif _items_overlap(C):
-        # Each item would be written by another at once (and by other threads):
-        # numpy leaves matmul into such an out undefined; refuse rather than guess.
-        raise ValueError("gemm_batch: the items of C overlap in memory; pass a C whose items are distinct")
     if _overlaps(A, C):
         A = np.array(A, order="C")
     if _overlaps(B, C):

@@ -88,6 +88,36 @@ static void task_items(void *ctx, int t)
     if (rc) atomic_store(&j->rc, rc);
 }
 
+static int cmp_addr(const void *x, const void *y)
+{
+    uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Whether two items of a batch may write the same element of C: their byte
+ * ranges overlap.  Conservative (interleaved items that share no element count
+ * too): the answer only decides whether the items run one after another, and
+ * serial is always right.  A batch that sums several products into one C
+ * (every pointer the same, or stride 0) is the case this exists for: the items'
+ * threads would otherwise race on C's read-modify-write and lose products. */
+static int c_items_overlap(const at_plan *p, int64_t batch, void *const *C, int64_t sc_bytes)
+{
+    size_t es = p->info.dtype == AT_F32 ? sizeof(float) : sizeof(double);
+    uint64_t extent = ((uint64_t)(p->N - 1) * (uint64_t)p->ldc + (uint64_t)p->M) * es;
+    if (!C) {
+        uint64_t step = sc_bytes < 0 ? (uint64_t)0 - (uint64_t)sc_bytes : (uint64_t)sc_bytes;
+        return step < extent;
+    }
+    uintptr_t *start = malloc(sizeof *start * (size_t)batch);
+    if (!start) return 1; /* no memory to look: serial, still the right answer */
+    for (int64_t i = 0; i < batch; i++) start[i] = (uintptr_t)C[i];
+    qsort(start, (size_t)batch, sizeof *start, cmp_addr);
+    int overlap = 0;
+    for (int64_t i = 1; i < batch && !overlap; i++) overlap = start[i] - start[i - 1] < extent;
+    free(start);
+    return overlap;
+}
+
 int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *const *A,
                 const void *const *B, double beta, void *const *C, const void *A0, int64_t sa,
                 const void *B0, int64_t sb, void *C0, int64_t sc)
@@ -114,6 +144,22 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
         double flops = 2.0 * (double)plan->M * (double)plan->N * (double)plan->K * (double)batch;
         if (flops < plan->thread_flops) n = 1;
         if (n > batch) n = (int)batch;
+        if (n > 1 && c_items_overlap(plan, batch, C, j.sc)) {
+            /* Items sharing C run in item order, as a loop of single calls would;
+             * each still gets the threads its own plan splits it over. */
+            if (T <= 1) {
+                task_items(&j, 0);
+                return atomic_load(&j.rc);
+            }
+            for (int64_t i = 0; i < batch; i++) {
+                const void *a, *b;
+                void *c;
+                item_ptrs(&j, i, &a, &b, &c);
+                int rc = at__execute(plan, 1, alpha, NULL, NULL, beta, NULL, a, 0, b, 0, c, 0);
+                if (rc) return rc;
+            }
+            return AT_OK;
+        }
         j.nworkers = n;
         if (n <= 1)
             task_items(&j, 0);
