@@ -552,9 +552,40 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     return result[()] if not shape else result  # a scalar for vector . vector, as numpy
 
 
+def _unit_item(X: np.ndarray) -> bool:
+    """Whether each matrix of X (its last two dimensions) has a unit stride, as the
+    batch kernels need; other operands are copied once, at their own size."""
+    r, c = X.shape[-2:]
+    sr, sc = X.strides[-2:]
+    return r <= 1 or c <= 1 or sr == X.itemsize or sc == X.itemsize
+
+
+def _runs(stack: tuple[int, ...], views: Sequence[np.ndarray]) -> tuple[int, list[int]]:
+    """How many trailing stack dimensions merge into one batch stride in every view
+    (the items of one gemm_batch call), and that stride per view.  A broadcast
+    dimension has stride 0 and merges with a broadcast run, so (n, 1) x (1, n)
+    stacks run n calls of n items each; dimensions of size 1 merge with anything."""
+    t, run, inner = 0, 1, None
+    for d in range(len(stack) - 1, -1, -1):
+        if stack[d] != 1:
+            strides = [v.strides[d] for v in views]
+            if inner is None:
+                inner = strides
+            elif any(s != i * run for s, i in zip(strides, inner)):
+                break
+            run *= stack[d]
+        t += 1
+    return t, inner if inner is not None else [0] * len(views)
+
+
 def _product(A: np.ndarray, B: np.ndarray, R: np.ndarray, stack: tuple[int, ...], M: int, K: int,
              N: int) -> None:
-    """R[...] = A @ B for broadcast stacks A, B and a result R of shape stack + (M, N)."""
+    """R[...] = A @ B for broadcast stacks A, B and a result R of shape stack + (M, N).
+
+    Nothing is materialised: broadcast stacks are zero-stride views, and the stack
+    is walked as runs of items one gemm_batch call takes (one batch stride per
+    operand), an outer loop over what does not merge.  Memory beyond the result is
+    at most a copy of an operand whose matrices have no unit stride."""
     from . import gemm as _gemm  # the entry bound to the current library
 
     if K == 0:
@@ -563,21 +594,25 @@ def _product(A: np.ndarray, B: np.ndarray, R: np.ndarray, stack: tuple[int, ...]
     if not stack:
         _gemm(A, B, R)
         return
-    count = R.size // (M * N)
+    A = A if _unit_item(A) else np.ascontiguousarray(A)
+    B = B if _unit_item(B) else np.ascontiguousarray(B)
+    Av = np.broadcast_to(A, stack + (M, K))
+    Bv = np.broadcast_to(B, stack + (K, N))
+    t, (sa, sb, sr) = _runs(stack, (Av, Bv, R))
+    run = int(np.prod(stack[len(stack) - t:]))
+    as_strided = np.lib.stride_tricks.as_strided
 
-    def flat(X: np.ndarray, rows: int, cols: int) -> np.ndarray:
-        # An operand without a stack of its own is one matrix shared by every
-        # item (gemm_batch's 2-D operand), never count copies of it.
-        if X.ndim == 2 or X.size == rows * cols:
-            return X.reshape(rows, cols)
-        return np.broadcast_to(X, stack + (rows, cols)).reshape(count, rows, cols)
+    def items(X: np.ndarray, index: tuple[int, ...], stride: int, writeable: bool) -> np.ndarray:
+        base = X[index]
+        if stride == 0 and not writeable:
+            return base[(0,) * t]  # one matrix shared by the run: gemm_batch's 2-D operand
+        return as_strided(base, (run,) + base.shape[-2:], (stride,) + base.strides[-2:],
+                          writeable=writeable)
 
-    R3 = R.reshape(count, M, N)
-    A2, B2 = flat(A, M, K), flat(B, K, N)
-    if A2.ndim == B2.ndim == 2:  # every item is the same product: compute it once
-        _gemm(A2, B2, R3[0])
-        R3[1:] = R3[0]
-    else:
-        gemm_batch(A2, B2, R3)
-    if not np.may_share_memory(R3, R):  # out's stack was not flattenable: reshape copied
-        R[...] = R3.reshape(R.shape)
+    for index in np.ndindex(*stack[:len(stack) - t]):
+        a, b, r = items(Av, index, sa, False), items(Bv, index, sb, False), items(R, index, sr, True)
+        if a.ndim == b.ndim == 2:  # every item is the same product: compute it once
+            _gemm(a, b, r[0])
+            r[1:] = r[0]
+        else:
+            gemm_batch(a, b, r)
