@@ -431,6 +431,18 @@ def get_num_threads() -> int:
     return int(runtime.lib.at_get_num_threads()) if runtime is not None else 1
 
 
+def clear_plan_cache() -> None:
+    """Drop every cached plan (the library's shared cache and this thread's own).
+
+    Other threads drop the plans they keep on their next product.  The cache is
+    bounded in bytes anyway; this returns its memory at once, e.g. after a run of
+    huge one-off shapes.  No effect without a library.
+    """
+    runtime = _state.runtime
+    if runtime is not None:
+        runtime.lib.at_plan_cache_clear()
+
+
 def cache_stats() -> tuple[int, int]:
     """The plan cache's counters since the library was loaded.
 
