@@ -73,7 +73,13 @@ def _numpy_gemm(A: np.ndarray, B: np.ndarray, C: np.ndarray | None, alpha: float
     """The reference semantics computed by numpy (alpha == 0 reads neither A nor B)."""
     opA, opB = _op(A, trans_a), _op(B, trans_b)
     M, N = opA.shape[0], opB.shape[1]
-    dtype = np.result_type(A, B) if C is None else C.dtype
+    dtype = _scaled_dtype(A, B, alpha, beta if C is not None else 0.0)
+    if C is not None:
+        if not np.can_cast(dtype, C.dtype, "same_kind"):
+            raise TypeError(f"gemm: alpha={alpha!r}, beta={beta!r} on {A.dtype} x {B.dtype} make a {dtype} "
+                            f"product, which C's {C.dtype} cannot hold: pass a C of that dtype "
+                            "(numpy refuses the cast too)")
+        dtype = C.dtype
     if alpha == 0 or opA.shape[1] == 0:
         product = np.zeros((M, N), dtype=dtype)
     else:
@@ -87,6 +93,25 @@ def _numpy_gemm(A: np.ndarray, B: np.ndarray, C: np.ndarray | None, alpha: float
     else:
         C[...] = product + beta * C
     return C
+
+
+def _scaled_dtype(A: np.ndarray, B: np.ndarray, alpha: Any, beta: Any) -> np.dtype:
+    """The dtype of ``alpha * A @ B + beta * C`` as numpy computes it: integer
+    operands stay integers under integral scalars (the default 1.0 and 0.0), and
+    a fractional one makes the product float, never a silent truncation."""
+    def integral(x: Any) -> bool:
+        try:
+            return float(x).is_integer()  # False for inf and nan
+        except (TypeError, ValueError):
+            return False
+
+    return np.result_type(A, B, *(x for x in (alpha, beta) if not integral(x)))
+
+
+def _native(X: np.ndarray) -> np.ndarray:
+    """X in the machine's byte order (a copy when it is byte-swapped), so a '>f8'
+    operand runs in the kernels like any float64 one, whichever operand it is."""
+    return X if X.dtype.isnative else X.astype(X.dtype.newbyteorder("="))
 
 
 def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
@@ -115,6 +140,13 @@ def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
         raise ValueError(f"gemm: C is {C.shape[0]} x {C.shape[1]} but op(A) @ op(B) is {M} x {N}")
     if C is None and beta != 0:
         raise ValueError("gemm: beta needs an output C to scale")
+    A, B = _native(A), _native(B)
+    if C is not None and not C.dtype.isnative:
+        # Computed in native order, then stored back in C's own.
+        native = _native(C) if beta != 0 else np.empty(C.shape, C.dtype.newbyteorder("="))
+        _slow_path(A, B, native, alpha, beta, trans_a, trans_b)
+        C[...] = native
+        return C
     runtime = _state.runtime
     floats = A.dtype in _SUPPORTED and B.dtype in _SUPPORTED
     if floats and A.dtype != B.dtype:
@@ -227,7 +259,8 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
         reason = (f"no _atfast extension beside {runtime.path}: install Python's headers (python3-dev) "
                   "and run `autotune install --force`")
     elif runtime is not None:
-        reason = f"libautotune's extension beside {runtime.path} is unusable (run `autotune install --force`)"
+        reason = runtime.fast_problem or (f"libautotune's extension beside {runtime.path} is unusable "
+                                          "(run `autotune install --force`)")
     _state.batch = batch
     _state.runtime = runtime
     _state.reason = reason
@@ -340,15 +373,34 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
 
     if isinstance(A, (list, tuple)) or isinstance(B, (list, tuple)):
         n = len(A) if isinstance(A, (list, tuple)) else len(B)
-        As = A if isinstance(A, (list, tuple)) else [A] * n
-        Bs = B if isinstance(B, (list, tuple)) else [B] * n
+
+        def items(name: str, X: Any) -> Sequence[Any]:
+            # The other operand of a list: one matrix for every item, or a stack of n.
+            if isinstance(X, (list, tuple)):
+                return X
+            X = np.asarray(X)
+            if X.ndim == 2:
+                return [X] * n
+            if X.ndim == 3:
+                return list(X)
+            raise ValueError(f"gemm_batch: {name} must be a list of matrices, a 2-D matrix shared by every "
+                             f"item or a 3-D stack, got an array of shape {X.shape}")
+
+        As, Bs = items("A", A), items("B", B)
         if len(As) != len(Bs) or (C is not None and len(C) != n):
-            raise ValueError("gemm_batch: A, B and C must have the same number of items")
-        if C is None:
-            return [_gemm(a, b, alpha=alpha, trans_a=trans_a, trans_b=trans_b) for a, b in zip(As, Bs)]
-        for a, b, c in zip(As, Bs, C):
-            _gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
-        return C
+            raise ValueError(f"gemm_batch: A, B and C must have the same number of items, got {len(As)}, "
+                             f"{len(Bs)}" + (f" and {len(C)}" if C is not None else ""))
+        out = []
+        for i, (a, b) in enumerate(zip(As, Bs)):
+            try:
+                if C is None:
+                    out.append(_gemm(a, b, alpha=alpha, trans_a=trans_a, trans_b=trans_b))
+                else:
+                    _gemm(a, b, C[i], alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+            except (ValueError, TypeError) as exc:
+                # Named as the call the user made, with the item at fault.
+                raise type(exc)(f"gemm_batch: item {i}: {str(exc).removeprefix('gemm: ')}") from None
+        return out if C is None else C
     A, B = np.asarray(A), np.asarray(B)
     if A.ndim not in (2, 3) or B.ndim not in (2, 3) or max(A.ndim, B.ndim) != 3:
         raise ValueError(f"gemm_batch: expected 3-D stacks, got shapes {A.shape} and {B.shape}")
@@ -516,7 +568,12 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     >>> float(autotune.matmul(np.ones(4), np.ones(4)))
     4.0
     """
+    # np.matmul wraps its result in np.matrix when an operand is one (its
+    # __array_wrap__); so does this, for a drop-in.  Other subclasses get an ndarray.
+    matrix = out is None and (isinstance(a, np.matrix) or isinstance(b, np.matrix))
     a, b = np.asarray(a), np.asarray(b)
+    if matrix:
+        return np.asmatrix(matmul(a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: Input operand {0 if a.ndim == 0 else 1} does not have enough "
                          "dimensions (has 0, gufunc core with signature (n?,k),(k,m?)->(n?,m?) "
