@@ -554,7 +554,10 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     -----
     float32 and float64 results (including float32 x float64, which computes in
     float64 as numpy's type promotion says) run in libautotune's kernels: one
-    :func:`gemm` for a single product, one :func:`gemm_batch` call for stacks.
+    :func:`gemm` for a single product, :func:`gemm_batch` calls for stacks (one
+    per run of items with one batch stride; broadcast stacks are never copied, so
+    memory stays numpy's: the result, and a copy of an operand whose matrices have
+    no unit stride).  ``np.matrix`` operands give an ``np.matrix``, as numpy's.
     Other result dtypes (integers, bool, complex, float16) are computed by
     :func:`numpy.matmul` itself, which is exact for integers; so is everything
     when no library is installed (with one warning per process).
