@@ -58,9 +58,10 @@ def test_byte_swapped_operands_are_all_taken(which, dtype):
     got = autotune.gemm(ops["A"], ops["B"], ops["C"], alpha=0.5, beta=2.0)
     assert got is ops["C"]
     assert_close(np.asarray(got, dtype), A, B, C0, 0.5, 2.0, False, False)
-    product = autotune.gemm(ops["A"], ops["B"])
-    assert product.dtype == np.dtype(dtype)
-    assert_close(product, A, B, None, 1.0, 0.0, False, False)
+    for product in (autotune.gemm(ops["A"], ops["B"]), autotune.matmul(ops["A"], ops["B"]),
+                    autotune.gemm_batch(ops["A"][None], ops["B"][None])[0]):
+        assert product.dtype == np.dtype(dtype)  # native, as numpy's matmul gives
+        assert_close(product, A, B, None, 1.0, 0.0, False, False)
 
 
 def test_gemm_batch_of_a_list_and_a_stack_names_gemm_batch():
