@@ -369,3 +369,27 @@ def test_items_overlapping_in_c_run_as_a_loop_would(lib, dtype):
     finally:
         lib.at_set_num_threads(0)
     assert np.array_equal(got, want.astype(dtype))
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["apart", "pairs"])
+def test_shuffled_pointer_batches_are_judged_right(lib, shared):
+    """C pointers in no order (the overlap test then buckets them): 64 distinct
+    matrices run split over the threads; 32 matrices each named twice are summed
+    into exactly, whatever the order."""
+    batch, n = SHARED
+    lib.at_set_num_threads(2)
+    try:
+        A, ptrs = _ones_pointers(np.float64, batch, n)
+        stack = np.zeros((batch // 2 if shared else batch, n, n))
+        rng = np.random.default_rng(3)
+        which = rng.permutation(np.arange(batch) // 2 if shared else np.arange(batch))
+        I, P, D = ctypes.c_int, ctypes.c_void_p, ctypes.c_double
+        for _ in range(10):
+            stack[...] = 0
+            C = (P * batch)(*[stack[int(w)].ctypes.data for w in which])
+            grouped_fn(lib, np.float64)(COL, (I * 1)(NO), (I * 1)(NO), (I * 1)(n), (I * 1)(n), (I * 1)(n),
+                                        (D * 1)(1.0), ptrs, (I * 1)(n), ptrs, (I * 1)(n), (D * 1)(1.0), C,
+                                        (I * 1)(n), 1, (I * 1)(batch))
+            assert np.all(stack == (2 if shared else 1) * n)
+    finally:
+        lib.at_set_num_threads(0)
