@@ -8,7 +8,9 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <sched.h>
+#ifdef __linux__
+#include <sched.h> /* sched_getaffinity: the CPUs this process may run on */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
