@@ -179,3 +179,16 @@ def test_plan_sizes_beyond_int64_are_refused(built, tmp_path):
     assert done.returncode == 2
     assert "'9223372036854775808' is not a whole number from 0 to 9223372036854775807" in done.stderr
     assert "-9223372036854775808" not in done.stdout + done.stderr
+
+
+def test_the_plan_command_shows_a_huge_plan_quickly(built, tmp_path):
+    """The issue's reproducer as written: `autotune plan 8589934592 1 1`."""
+    import time
+
+    env = dict(os.environ, AUTOTUNE_LIBRARY=str(built.library), AUTOTUNE_HOME=str(tmp_path))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "autotune", "plan", "8589934592", "1", "1"], env=env,
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert time.perf_counter() - start < 30
+    assert "C 8589934592 x 1" in done.stdout
