@@ -53,6 +53,30 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> Any:
     return runtime.matmul(a, b, out=out)
 
 
+def set_num_threads(n: int) -> None:
+    """Threads later products may use; ``n < 1`` returns to the environment's choice.
+
+    See :func:`autotune.runtime.api.set_num_threads`.
+    """
+    from . import runtime
+
+    runtime.set_num_threads(n)
+
+
+def get_num_threads() -> int:
+    """The threads products may use (1 without a library)."""
+    from . import runtime
+
+    return runtime.get_num_threads()
+
+
+def clear_plan_cache() -> None:
+    """Drop the library's cached plans; see :func:`autotune.runtime.api.clear_plan_cache`."""
+    from . import runtime
+
+    runtime.clear_plan_cache()
+
+
 def quantize_weights(W: ArrayLike, bits: int = 4, block: int = 32, symmetric: bool = True,
                      scale_dtype: Any = "float32") -> Any:
     """W[K, N] quantised (4 bits per block of K, or 8 bits per column) and packed for qmatmul.

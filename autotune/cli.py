@@ -148,9 +148,11 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
         description="Ask the installed library's input-aware tiler for the plan of C = op(A) op(B) "
                     "with C of M x N and depth K: its steps (which kernel covers which block of C), "
                     "the predicted time and memory operations, and a drawing of the tiling of C.")
-    plan.add_argument("M", type=count(0), help="rows of C")
-    plan.add_argument("N", type=count(0), help="columns of C")
-    plan.add_argument("K", type=count(0), help="the depth: columns of op(A), rows of op(B)")
+    # The C API's sizes are int64_t: a larger one would wrap to a negative size.
+    size = count(0, 2**63 - 1)
+    plan.add_argument("M", type=size, help="rows of C")
+    plan.add_argument("N", type=size, help="columns of C")
+    plan.add_argument("K", type=size, help="the depth: columns of op(A), rows of op(B)")
     plan.add_argument("--dtype", choices=("f32", "f64"), default="f32")
     plan.add_argument("--trans", default="nn", type=str.lower, choices=("nn", "nt", "tn", "tt"),
                       help="transpositions of A and B, BLAS style (default nn)")

@@ -82,6 +82,13 @@ class QuantizedWeights:
     block: int
 
     def __post_init__(self) -> None:
+        # The packed copies the kernels read are made once from these arrays; an
+        # array changed afterwards would make qmatmul disagree with
+        # reference_qmatmul and save (issue 26), so nobody may write them.
+        for name in ("codes", "scales", "zero_points"):
+            array = getattr(self, name)
+            if array is not None:
+                object.__setattr__(self, name, _immutable(array))
         _check_format(self)
 
     @property
@@ -190,7 +197,8 @@ class QuantizedWeights:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> QuantizedWeights:
         with np.load(path, allow_pickle=False) as arrays:
-            return cls.from_arrays(arrays)
+            # Fresh arrays no one else holds: frozen where they are, not copied.
+            return cls.from_arrays({name: _frozen_in_place(arrays[name]) for name in arrays.files})
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,6 +217,12 @@ class PackedWeights:
     codes: np.ndarray
     scales: np.ndarray
     zeros: np.ndarray | None
+
+    def __post_init__(self) -> None:
+        # What the kernels read: made by pack_panels for these weights alone.
+        for array in (self.codes, self.scales, self.zeros):
+            if array is not None:
+                array.setflags(write=False)
 
     @property
     def panels(self) -> int:
@@ -286,6 +300,10 @@ class Sme2Weights:
     block: int
     symmetric: bool
 
+    def __post_init__(self) -> None:
+        self.codes.setflags(write=False)
+        self.scales.setflags(write=False)
+
     @property
     def panel_columns(self) -> int:
         return 4 * (self.svl_bits // 32)
@@ -324,6 +342,23 @@ def pack_sme2(w: QuantizedWeights, svl_bits: int) -> Sme2Weights:
         scales = np.stack([scales, zeros.reshape(panels, width, blocks).transpose(0, 2, 1)], axis=2)
     return Sme2Weights(np.ascontiguousarray(codes), np.ascontiguousarray(scales), svl_bits, n, w.k, w.block,
                        w.symmetric)
+
+
+def _frozen_in_place(array: np.ndarray) -> np.ndarray:
+    """A new array of this module's own, made read-only without a copy."""
+    array.setflags(write=False)
+    return array
+
+
+def _immutable(array: Any) -> np.ndarray:
+    """``array`` as one nobody can write: itself when it is read-only and owns its
+    data, else a read-only copy (a view, or the caller's writeable array, could
+    still be changed through its owner)."""
+    array = np.asarray(array)
+    if array.flags.writeable or array.base is not None:
+        array = array.copy()
+        array.setflags(write=False)
+    return array
 
 
 def _packed_now(w: QuantizedWeights) -> QuantizedWeights:
@@ -429,7 +464,8 @@ def quantize_weights(W: ArrayLike, bits: int = 4, block: int = 32, symmetric: bo
     if bits == 8:
         scales = stored(np.abs(columns).max(axis=1, keepdims=True) / INT8_MAX)
         codes = _scaled_codes(columns, scales.astype(np.float64), -INT8_MAX, INT8_MAX).astype(np.int8)
-        return _packed_now(QuantizedWeights(codes, scales, None, k, 8, block))
+        return _packed_now(QuantizedWeights(_frozen_in_place(codes), _frozen_in_place(scales), None, k, 8,
+                                            block))
     if symmetric:
         scales = stored(np.abs(blocks).max(axis=2) / 7)
         zero = np.full(scales.shape, SYMMETRIC_ZERO_POINT, np.float64)
@@ -444,7 +480,10 @@ def quantize_weights(W: ArrayLike, bits: int = 4, block: int = 32, symmetric: bo
     signed = _scaled_codes(blocks, scales.astype(np.float64)[:, :, None], -15, 15)
     nibbles = np.clip(signed + zero[:, :, None], 0, 15).astype(np.uint8).reshape(n, kp)
     codes = (nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)).astype(np.uint8)
-    return _packed_now(QuantizedWeights(codes, scales, zero_points, k, 4, block))
+    if zero_points is not None:
+        zero_points = _frozen_in_place(zero_points)
+    return _packed_now(QuantizedWeights(_frozen_in_place(codes), _frozen_in_place(scales), zero_points, k, 4,
+                                        block))
 
 
 def quantize_activations(A: ArrayLike, block: int = 32, k_padded: int | None = None) -> tuple[np.ndarray, np.ndarray]:

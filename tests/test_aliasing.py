@@ -78,17 +78,30 @@ def test_batch_c_overlapping_a_or_b_gives_numpys_answer(backend, dtype):
 
 
 @pytest.mark.filterwarnings("ignore:autotune")
-def test_batch_items_of_c_that_overlap_are_refused(backend):
+def test_batch_items_of_c_that_overlap_run_in_item_order(backend):
+    """Items sharing C are computed one after another, as a loop of gemm calls:
+    beta = 1 with a stride-0 C sums every product into it (issue 26)."""
     rng = np.random.default_rng(7)
-    A = rng.standard_normal((4, 8, 8))
-    B = rng.standard_normal((4, 8, 8))
-    shared = np.zeros((8, 8))
-    same_item = np.broadcast_to(shared, (4, 8, 8))
-    same_item = np.lib.stride_tricks.as_strided(shared, (4, 8, 8), (0, 64, 8))  # writeable, stride 0
-    sliding = np.lib.stride_tricks.as_strided(np.zeros(100), (4, 8, 8), (8, 64, 8))  # one row apart
-    for C in (same_item, sliding):
-        with pytest.raises(ValueError, match="overlap"):
-            rt.gemm_batch(A, B, C)
+    A = rng.integers(-3, 4, (4, 8, 8)).astype(np.float64)
+    B = rng.integers(-3, 4, (4, 8, 8)).astype(np.float64)
+    for stride in (0, 8):  # the same item; one row apart
+        store = rng.integers(-3, 4, 100).astype(np.float64)
+        want = store.copy()
+        for i in range(4):
+            view = np.lib.stride_tricks.as_strided(want[i * stride // 8:], (8, 8), (64, 8))
+            view[...] = 0.5 * (A[i] @ B[i]) + view
+        C = np.lib.stride_tricks.as_strided(store, (4, 8, 8), (stride, 64, 8))
+        rt.gemm_batch(A, B, C, alpha=0.5, beta=1.0)
+        assert np.array_equal(store, want)
+    rt.set_num_threads(2)
+    try:
+        ones = np.ones((64, 100, 100))
+        shared = np.zeros((100, 100))
+        C = np.lib.stride_tricks.as_strided(shared, (64, 100, 100), (0, 800, 8))
+        rt.gemm_batch(ones, ones, C, beta=1.0)
+        assert np.all(shared == 6400), shared.min()
+    finally:
+        rt.set_num_threads(0)
 
 
 @pytest.mark.filterwarnings("ignore:autotune")

@@ -210,7 +210,7 @@ def test_batch_blas_semantics(lib, dtype):
 BAD_STRIDED = [  # (argument overrides, parameter number MKL documents)
     ({"layout": 99}, 1), ({"ta": 7}, 2), ({"tb": 7}, 3), ({"m": -1}, 4), ({"n": -1}, 5),
     ({"k": -1}, 6), ({"lda": 3}, 9), ({"stridea": -1}, 10), ({"ldb": 4}, 12),
-    ({"strideb": -1}, 13), ({"ldc": 3}, 16), ({"stridec": 5}, 17), ({"batch": -1}, 18),
+    ({"strideb": -1}, 13), ({"ldc": 3}, 16), ({"stridec": -1}, 17), ({"batch": -1}, 18),
 ]
 
 
@@ -274,5 +274,122 @@ def test_large_batches_split_over_threads_give_the_reference(lib, dtype):
                                (ct * 1)(1.0), ptrs[0], (I * 1)(A.ld), ptrs[1], (I * 1)(B.ld),
                                (ct * 1)(0.0), ptrs[2], (I * 1)(C.ld), 1, (I * 1)(batch))
         check_result(A, B, C, None, 1.0, 0.0, True, False, batch)
+    finally:
+        lib.at_set_num_threads(0)
+
+
+# ---- items that share C (issue 26, item 1) -------------------------------------
+
+SHARED = 64, 100  # 64 items of 100 x 100 x 100: 1.3e8 flops, split over two threads
+
+
+def _ones_pointers(dtype, batch, n):
+    A = np.ones((n, n), dtype)
+    P = ctypes.c_void_p
+    return A, (P * batch)(*[A.ctypes.data] * batch)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=["s", "d"])
+def test_items_sharing_one_c_are_summed_in_item_order(lib, dtype):
+    """Every batch entry, two threads, 64 all-ones products into the same C with
+    beta = 1: each element is exactly 64 * 100, every run.  The items used to race
+    on C's read-modify-write and lose products now and then (3,200 in one of 20
+    runs here, 5,000 on an idle AVX-512 host), hence the rounds."""
+    batch, n = SHARED
+    rounds = 25
+    prefix, ct = DTYPES[dtype]
+    code = 0 if dtype == np.float32 else 1
+    I, P, L, D = ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+    A, ptrs = _ones_pointers(dtype, batch, n)
+    fn = lib.at_gemm_batch_strided
+    fn.argtypes = [I, I, I, I, L, L, L, D, P, L, L, P, L, L, D, P, L, L, L]
+    lib.at_plan_create.restype = P
+    lib.at_plan_create.argtypes = [I, I, I, I, L, L, L, L, L, L]
+    lib.at_plan_execute_ptrs.argtypes = [P, L, D, P, P, D, P]
+    lib.at_plan_destroy.argtypes = [P]
+
+    def grouped(C):  # every C pointer the same
+        grouped_fn(lib, dtype)(COL, (I * 1)(NO), (I * 1)(NO), (I * 1)(n), (I * 1)(n), (I * 1)(n),
+                               (ct * 1)(1.0), ptrs, (I * 1)(n), ptrs, (I * 1)(n), (ct * 1)(1.0),
+                               (P * batch)(*[C.ctypes.data] * batch), (I * 1)(n), 1, (I * 1)(batch))
+
+    def cblas_strided(C):  # stridec = 0, accepted: one C for the whole batch
+        strided_fn(lib, dtype)(ROW, NO, NO, n, n, n, 1.0, A.ctypes.data, n, 0, A.ctypes.data, n, 0,
+                               1.0, C.ctypes.data, n, 0, batch)
+
+    def at_strided(C):
+        assert fn(code, 0, 0, 0, n, n, n, 1.0, A.ctypes.data, n, 0, A.ctypes.data, n, 0, 1.0,
+                  C.ctypes.data, n, 0, batch) == 0
+
+    def plan_ptrs(C):  # the pointer path under a plan of the caller's
+        plan = lib.at_plan_create(code, 0, 0, 0, n, n, n, n, n, n)
+        try:
+            assert lib.at_plan_execute_ptrs(plan, batch, 1.0, ptrs, ptrs, 1.0,
+                                            (P * batch)(*[C.ctypes.data] * batch)) == 0
+        finally:
+            lib.at_plan_destroy(plan)
+
+    lib.at_set_num_threads(2)
+    try:
+        assert lib.at_get_num_threads() == 2
+        for entry in (grouped, cblas_strided, at_strided, plan_ptrs):
+            lows = []
+            for _ in range(rounds):
+                C = np.zeros((n, n), dtype)
+                entry(C)
+                lows.append(float(C.min()))
+                assert np.all(C == C.flat[0])
+            assert lows == [batch * n] * rounds, (entry.__name__, lows)
+    finally:
+        lib.at_set_num_threads(0)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES), ids=["s", "d"])
+def test_items_overlapping_in_c_run_as_a_loop_would(lib, dtype):
+    """stride_c = 1: each item's C is the previous one shifted by one element.  The
+    result is the sequential loop's, exactly (integer-valued products)."""
+    batch, n = 24, 60
+    I, P, L, D = ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double
+    fn = lib.at_gemm_batch_strided
+    fn.argtypes = [I, I, I, I, L, L, L, D, P, L, L, P, L, L, D, P, L, L, L]
+    rng = np.random.default_rng(4)
+    A = rng.integers(-3, 4, (batch, n, n)).astype(dtype)
+    B = rng.integers(-3, 4, (batch, n, n)).astype(dtype)
+    flat = rng.integers(-3, 4, n * n + batch).astype(np.float64)
+    want = flat.copy()
+    for i in range(batch):  # column-major item i at offset i, ldc = n
+        view = np.lib.stride_tricks.as_strided(want[i:], (n, n), (8, 8 * n))
+        view[...] = A[i].T.astype(np.float64) @ B[i].T + view
+    got = flat.astype(dtype)
+    lib.at_set_num_threads(2)
+    try:
+        # Column-major A[i].T is the C-ordered A[i] read as stored.
+        assert fn(0 if dtype == np.float32 else 1, 0, 0, 0, n, n, n, 1.0, A.ctypes.data, n, n * n,
+                  B.ctypes.data, n, n * n, 1.0, got.ctypes.data, n, 1, batch) == 0
+    finally:
+        lib.at_set_num_threads(0)
+    assert np.array_equal(got, want.astype(dtype))
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["apart", "pairs"])
+def test_shuffled_pointer_batches_are_judged_right(lib, shared):
+    """C pointers in no order (the overlap test then buckets them): 64 distinct
+    matrices run split over the threads; 32 matrices each named twice are summed
+    into exactly, whatever the order."""
+    batch, n = SHARED
+    lib.at_set_num_threads(2)
+    try:
+        A, ptrs = _ones_pointers(np.float64, batch, n)
+        stack = np.zeros((batch // 2 if shared else batch, n, n))
+        rng = np.random.default_rng(3)
+        which = rng.permutation(np.arange(batch) // 2 if shared else np.arange(batch))
+        I, P, D = ctypes.c_int, ctypes.c_void_p, ctypes.c_double
+        for _ in range(10):
+            stack[...] = 0
+            C = (P * batch)(*[stack[int(w)].ctypes.data for w in which])
+            grouped_fn(lib, np.float64)(COL, (I * 1)(NO), (I * 1)(NO), (I * 1)(n), (I * 1)(n), (I * 1)(n),
+                                        (D * 1)(1.0), ptrs, (I * 1)(n), ptrs, (I * 1)(n), (D * 1)(1.0), C,
+                                        (I * 1)(n), 1, (I * 1)(batch))
+            assert np.all(stack == (2 if shared else 1) * n)
     finally:
         lib.at_set_num_threads(0)

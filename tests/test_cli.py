@@ -201,7 +201,7 @@ def test_unknown_option_prints_the_commands_usage(tmp_path):
     (["plan", "8", "8", "8", "--threads", "-1"], "'-1' is not a whole number from 0 to 256"),
     (["plan", "8", "8", "8", "--threads", "1e3"], "'1e3' is not a whole number from 0 to 256"),
     (["plan", "8", "8", "8", "--threads", "257"], "'257' is not a whole number from 0 to 256"),
-    (["plan", "-8", "8", "8"], "'-8' is not a whole number of 0 or more"),
+    (["plan", "-8", "8", "8"], "'-8' is not a whole number from 0 to 9223372036854775807"),
     (["install", "--jobs", "0"], "'0' is not a whole number of 1 or more"),
     (["install", "--budget", "-5"], "'-5' is not a number of seconds"),
     (["show", "--limit", "0"], "'0' is not a whole number of 1 or more"),

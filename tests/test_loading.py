@@ -96,14 +96,77 @@ def test_a_damaged_library_falls_back_with_the_reason(built, private_home):
     assert "numpy computes gemm" in done.stderr
 
 
+def warning_messages(stderr: str) -> list[str]:
+    """The RuntimeWarnings a run printed, one per warning (their source lines left out)."""
+    return re.findall(r"RuntimeWarning: (.*)", stderr)
+
+
 def test_a_damaged_extension_costs_speed_not_answers(built, private_home):
+    """One warning, which says what happens: a truncated _atfast used to print
+    "gemm runs slower through ctypes" and then "numpy computes gemm instead"."""
     lib = install_copy(built, private_home)
     (extension,) = lib.parent.glob("_atfast*")
     extension.write_bytes(extension.read_bytes()[:1000])
-    done = run_python(GEMM_CHECK, private_home)
+    done = run_python(GEMM_CHECK + "autotune.gemm(A, B); autotune.matmul(A, B)\n", private_home)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
-    assert "does not load" in done.stderr and str(extension) in done.stderr
-    assert "install --force" in done.stderr
+    (message,) = warning_messages(done.stderr)
+    assert "does not load" in message and str(extension) in message
+    assert "install --force" in message and "numpy computes gemm" in message
+    assert "ctypes" not in done.stderr
+
+
+BLAS = Path("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3")
+
+
+@pytest.mark.skipif(not BLAS.exists(), reason="Debian's reference BLAS (libblas3) is not installed")
+def test_another_blas_named_by_autotune_library_is_refused_once(private_home):
+    """AUTOTUNE_LIBRARY at a system BLAS used to raise AttributeError (undefined
+    symbol at_plan_create) on every call; it is refused when loaded, in one line,
+    and gemm answers through numpy."""
+    env = {**os.environ, "AUTOTUNE_HOME": str(private_home), "PYTHONPATH": str(ROOT),
+           "AUTOTUNE_LIBRARY": str(BLAS)}
+    code = GEMM_CHECK + "autotune.gemm(A, B); autotune.gemm_batch(np.ones((2, 3, 3)), np.ones((2, 3, 3)))\n"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    (message,) = warning_messages(done.stderr)
+    assert "is not libautotune" in message and "AUTOTUNE_LIBRARY" in message
+    assert "Error" not in done.stderr
+    with pytest.raises(loader.LibraryRefused, match="is not libautotune"):
+        loader.load(BLAS)
+
+
+def test_use_library_moves_the_top_level_gemm_too(built, private_home):
+    """autotune.gemm binds itself on first use; after use_library(path) it must
+    compute in the new library like the rest (it stayed on the first one)."""
+    import autotune
+
+    other = install_copy(built, private_home)
+    try:
+        autotune.gemm(np.ones((2, 2)), np.ones((2, 2)))
+        runtime = rt.use_library(other)
+        assert autotune.gemm is rt.gemm is runtime.fast.gemm
+        n = ctypes.c_int64()
+        runtime.lib.at_plan_cache_stats(ctypes.byref(n), None)
+        before = n.value
+        autotune.gemm(np.ones((3, 5)), np.ones((5, 7)))
+        runtime.lib.at_plan_cache_stats(ctypes.byref(n), None)
+        assert n.value == before + 1
+    finally:
+        rt.use_library(built.library)
+    assert autotune.gemm is rt.gemm
+
+
+def test_thread_setters_are_at_the_top_level(built):
+    """docs/quantised.md names autotune.set_num_threads: it exists, with its getter."""
+    import autotune
+
+    rt.use_library(built.library)
+    try:
+        autotune.set_num_threads(1)
+        assert autotune.get_num_threads() == 1 == rt.get_num_threads()
+    finally:
+        autotune.set_num_threads(0)
 
 
 

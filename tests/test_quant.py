@@ -203,6 +203,32 @@ def test_packed_arrays_start_on_a_cache_line_also_when_loaded(tmp_path, bits, sy
         assert all(a.ctypes.data % 64 == 0 and a.flags.c_contiguous for a in arrays)
 
 
+@pytest.mark.parametrize("bits, symmetric", FORMATS, ids=FORMAT_IDS)
+def test_weights_are_immutable_once_packed(tmp_path, bits, symmetric):
+    """qmatmul reads the packed copy made at quantisation: an array changed after it
+    would make qmatmul, reference_qmatmul and save disagree (issue 26), so every
+    array of the weights is read-only, also after load, and a record made from the
+    caller's own arrays does not follow later changes to them."""
+    W = np.random.default_rng(9).standard_normal((70, 6))
+    w = quantize_weights(W, bits=bits, symmetric=symmetric)
+    for weights in (w, QuantizedWeights.load(w.save(tmp_path / "w"))):
+        packed = weights.packed
+        for array in (weights.codes, weights.scales, weights.zero_points, packed.codes, packed.scales,
+                      packed.zeros):
+            if array is not None:
+                assert not array.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            weights.scales[...] *= 2
+        with pytest.raises(ValueError, match="read-only"):
+            weights.codes[0, 0] = 1
+    scales = np.array(w.scales)  # the caller's writeable copy
+    mine = QuantizedWeights(np.array(w.codes), scales, w.zero_points, w.k, w.bits, w.block)
+    before = mine.dequantize()
+    scales *= 2
+    assert np.array_equal(mine.dequantize(), before)
+    assert scales.flags.writeable  # the caller's array is left as it was
+
+
 def test_damaged_arrays_are_refused():
     w = quantize_weights(np.random.default_rng(8).standard_normal((64, 4)), symmetric=False)
     arrays = w.arrays()

@@ -291,10 +291,39 @@ def test_environment_sets_threads(built):
         "import autotune.runtime as rt, sys; rt.use_library(sys.argv[1]); "
         "print(rt.get_num_threads())"
     )
-    env = dict(os.environ, AUTOTUNE_NUM_THREADS="3")
+    env = dict(_without_thread_variables(), AUTOTUNE_NUM_THREADS="3", OMP_NUM_THREADS="2")
     out = subprocess.run([sys.executable, "-c", code, str(built.library)], env=env,
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.stdout.strip() == "3", out.stderr
+
+
+def _without_thread_variables() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if k not in ("AUTOTUNE_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+@pytest.mark.parametrize("variables, want", [
+    ({"OMP_NUM_THREADS": "3"}, 3),
+    ({"OMP_NUM_THREADS": "3,1"}, 3),             # OpenMP's nested list: the outer level
+    ({"OPENBLAS_NUM_THREADS": "5"}, 5),
+    ({"OMP_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "5"}, 3),
+    ({"AUTOTUNE_NUM_THREADS": "4", "OMP_NUM_THREADS": "3"}, 4),
+    ({"OMP_NUM_THREADS": "0", "OPENBLAS_NUM_THREADS": "5"}, 5),  # 0: not set
+    ({}, None),                                  # the CPUs the process may run on
+])
+def test_threads_follow_the_processs_conventions(built, variables, want):
+    """A good neighbour (issue 26): with AUTOTUNE_NUM_THREADS unset, the count every
+    other pool in the process is sized by, OMP_NUM_THREADS then OPENBLAS_NUM_THREADS."""
+    code = (
+        "import autotune.runtime as rt, sys; rt.use_library(sys.argv[1]); "
+        "print(rt.get_num_threads())"
+    )
+    env = dict(_without_thread_variables(), **variables)
+    out = subprocess.run([sys.executable, "-c", code, str(built.library)], env=env,
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    expected = want if want is not None else min(len(os.sched_getaffinity(0)), 256)
+    assert out.stdout.strip() == str(expected), out.stderr
+    assert out.stderr == ""
 
 
 @pytest.mark.parametrize("value", ["1e3", "-2", "four", "3x"])
@@ -304,10 +333,10 @@ def test_environment_thread_count_that_is_no_count_is_ignored_with_one_warning(b
         "import autotune.runtime as rt, sys; rt.use_library(sys.argv[1]); "
         "print(rt.get_num_threads()); rt.set_num_threads(0); print(rt.get_num_threads())"
     )
-    env = dict(os.environ, AUTOTUNE_NUM_THREADS=value)
+    env = dict(_without_thread_variables(), AUTOTUNE_NUM_THREADS=value)
     out = subprocess.run([sys.executable, "-c", code, str(built.library)], env=env,
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
-    online = min(os.sysconf("SC_NPROCESSORS_ONLN"), 256)
+    online = min(len(os.sched_getaffinity(0)), 256)
     assert out.stdout.split() == [str(online)] * 2, out.stderr
     assert out.stderr.count("AUTOTUNE_NUM_THREADS") == 1
     assert f'ignoring AUTOTUNE_NUM_THREADS="{value}"' in out.stderr

@@ -156,6 +156,10 @@ def plan(
     if layout not in _LAYOUTS:
         raise PlanError(f"layout must be 'col' or 'row', got {layout!r}")
     ta, tb = parse_trans(trans)
+    for name, value in (("M", M), ("N", N), ("K", K), ("lda", lda), ("ldb", ldb), ("ldc", ldc)):
+        # The C API's sizes are int64_t: ctypes would pass a larger one wrapped to a negative.
+        if value is not None and not 0 <= value < 2**63:
+            raise PlanError(f"{name} must be from 0 to {2**63 - 1}, got {value}")
     row = layout == "row"
     a_rows, a_cols = (K, M) if ta else (M, K)
     b_rows, b_cols = (N, K) if tb else (K, N)

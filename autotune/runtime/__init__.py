@@ -9,10 +9,12 @@ entry it got: call ``autotune.runtime.gemm`` through the module to follow a rebi
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from . import api, loader, threadpool
-from .api import cache_stats, gemm_batch, get_num_threads, matmul, numpy_gemm, set_num_threads
+from .api import (cache_stats, clear_plan_cache, gemm_batch, get_num_threads, matmul, numpy_gemm,
+                  set_num_threads)
 
 gemm = numpy_gemm
 
@@ -26,6 +28,11 @@ def use_library(path: Path | str | None = None) -> loader.Runtime | None:
     runtime = loader.load(path)
     api.use(runtime)
     gemm = runtime.fast.gemm if runtime is not None and runtime.fast is not None else numpy_gemm
+    # autotune.gemm binds itself to this module's entry on first use; it must
+    # follow a rebind too, or it would keep computing in the previous library.
+    top = sys.modules.get("autotune")
+    if top is not None:
+        top.gemm = gemm
     return runtime
 
 
@@ -44,5 +51,6 @@ threadpool.install()
 
 __all__ = [
     "gemm", "gemm_batch", "matmul", "use_library", "set_num_threads", "get_num_threads", "cache_stats",
+    "clear_plan_cache",
     "numpy_gemm",
 ]

@@ -73,7 +73,13 @@ def _numpy_gemm(A: np.ndarray, B: np.ndarray, C: np.ndarray | None, alpha: float
     """The reference semantics computed by numpy (alpha == 0 reads neither A nor B)."""
     opA, opB = _op(A, trans_a), _op(B, trans_b)
     M, N = opA.shape[0], opB.shape[1]
-    dtype = np.result_type(A, B) if C is None else C.dtype
+    dtype = _scaled_dtype(A, B, alpha, beta if C is not None else 0.0)
+    if C is not None:
+        if not np.can_cast(dtype, C.dtype, "same_kind"):
+            raise TypeError(f"gemm: alpha={alpha!r}, beta={beta!r} on {A.dtype} x {B.dtype} make a {dtype} "
+                            f"product, which C's {C.dtype} cannot hold: pass a C of that dtype "
+                            "(numpy refuses the cast too)")
+        dtype = C.dtype
     if alpha == 0 or opA.shape[1] == 0:
         product = np.zeros((M, N), dtype=dtype)
     else:
@@ -87,6 +93,25 @@ def _numpy_gemm(A: np.ndarray, B: np.ndarray, C: np.ndarray | None, alpha: float
     else:
         C[...] = product + beta * C
     return C
+
+
+def _scaled_dtype(A: np.ndarray, B: np.ndarray, alpha: Any, beta: Any) -> np.dtype:
+    """The dtype of ``alpha * A @ B + beta * C`` as numpy computes it: integer
+    operands stay integers under integral scalars (the default 1.0 and 0.0), and
+    a fractional one makes the product float, never a silent truncation."""
+    def integral(x: Any) -> bool:
+        try:
+            return float(x).is_integer()  # False for inf and nan
+        except (TypeError, ValueError):
+            return False
+
+    return np.result_type(A, B, *(x for x in (alpha, beta) if not integral(x)))
+
+
+def _native(X: np.ndarray) -> np.ndarray:
+    """X in the machine's byte order (a copy when it is byte-swapped), so a '>f8'
+    operand runs in the kernels like any float64 one, whichever operand it is."""
+    return X if X.dtype.isnative else X.astype(X.dtype.newbyteorder("="))
 
 
 def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
@@ -115,6 +140,13 @@ def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
         raise ValueError(f"gemm: C is {C.shape[0]} x {C.shape[1]} but op(A) @ op(B) is {M} x {N}")
     if C is None and beta != 0:
         raise ValueError("gemm: beta needs an output C to scale")
+    A, B = _native(A), _native(B)
+    if C is not None and not C.dtype.isnative:
+        # Computed in native order, then stored back in C's own.
+        native = _native(C) if beta != 0 else np.empty(C.shape, C.dtype.newbyteorder("="))
+        _slow_path(A, B, native, alpha, beta, trans_a, trans_b)
+        C[...] = native
+        return C
     runtime = _state.runtime
     floats = A.dtype in _SUPPORTED and B.dtype in _SUPPORTED
     if floats and A.dtype != B.dtype:
@@ -147,17 +179,6 @@ def _slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a: int,
 
 def _overlaps(X: np.ndarray, C: np.ndarray | None) -> bool:
     return C is not None and np.may_share_memory(X, C)
-
-
-def _items_overlap(C: np.ndarray) -> bool:
-    """Whether two items of a 3-D stack share an element (exact; only the slow path asks)."""
-    batch, m, n = C.shape
-    if batch < 2 or m == 0 or n == 0 or C.flags.c_contiguous or C.flags.f_contiguous:
-        return False
-    s0, s1, s2 = C.strides
-    item = (np.arange(m)[:, None] * s1 + np.arange(n)[None, :] * s2).ravel()
-    offsets = np.sort((np.arange(batch)[:, None] * s0 + item[None, :]).ravel())
-    return bool(np.any(np.diff(offsets) < C.itemsize))
 
 
 def numpy_gemm(A: ArrayLike, B: ArrayLike, C: np.ndarray | None = None, *, alpha: float = 1.0,
@@ -238,7 +259,8 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
         reason = (f"no _atfast extension beside {runtime.path}: install Python's headers (python3-dev) "
                   "and run `autotune install --force`")
     elif runtime is not None:
-        reason = f"libautotune's extension beside {runtime.path} is unusable (run `autotune install --force`)"
+        reason = runtime.fast_problem or (f"libautotune's extension beside {runtime.path} is unusable "
+                                          "(run `autotune install --force`)")
     _state.batch = batch
     _state.runtime = runtime
     _state.reason = reason
@@ -293,7 +315,9 @@ def gemm_batch(A: ArrayLike | Sequence[ArrayLike], B: ArrayLike | Sequence[Array
         matrices, possibly of different shapes) are computed item by item.
     C : ndarray (3-D) or sequence of 2-D arrays, optional
         ``(batch, M, N)``, updated in place and returned.  It may overlap ``A`` or
-        ``B``; its items must not overlap each other.
+        ``B``.  Items that share memory (a batch stride of 0 sums every product
+        into one matrix) are computed one after another in item order, so
+        ``beta=1`` accumulates exactly as a loop of :func:`gemm` calls would.
     alpha, beta, trans_a, trans_b
         As in :func:`numpy_gemm` (``gemm``), the same for every item.
 
@@ -306,7 +330,7 @@ def gemm_batch(A: ArrayLike | Sequence[ArrayLike], B: ArrayLike | Sequence[Array
     ------
     ValueError
         The stacks' lengths differ (and neither is 1), an item's inner dimensions
-        differ, ``C`` has the wrong shape or overlapping items, or ``beta != 0``
+        differ, ``C`` has the wrong shape, or ``beta != 0``
         without ``C``.
     TypeError
         As :func:`numpy_gemm`.
@@ -349,15 +373,34 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
 
     if isinstance(A, (list, tuple)) or isinstance(B, (list, tuple)):
         n = len(A) if isinstance(A, (list, tuple)) else len(B)
-        As = A if isinstance(A, (list, tuple)) else [A] * n
-        Bs = B if isinstance(B, (list, tuple)) else [B] * n
+
+        def items(name: str, X: Any) -> Sequence[Any]:
+            # The other operand of a list: one matrix for every item, or a stack of n.
+            if isinstance(X, (list, tuple)):
+                return X
+            X = np.asarray(X)
+            if X.ndim == 2:
+                return [X] * n
+            if X.ndim == 3:
+                return list(X)
+            raise ValueError(f"gemm_batch: {name} must be a list of matrices, a 2-D matrix shared by every "
+                             f"item or a 3-D stack, got an array of shape {X.shape}")
+
+        As, Bs = items("A", A), items("B", B)
         if len(As) != len(Bs) or (C is not None and len(C) != n):
-            raise ValueError("gemm_batch: A, B and C must have the same number of items")
-        if C is None:
-            return [_gemm(a, b, alpha=alpha, trans_a=trans_a, trans_b=trans_b) for a, b in zip(As, Bs)]
-        for a, b, c in zip(As, Bs, C):
-            _gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
-        return C
+            raise ValueError(f"gemm_batch: A, B and C must have the same number of items, got {len(As)}, "
+                             f"{len(Bs)}" + (f" and {len(C)}" if C is not None else ""))
+        out = []
+        for i, (a, b) in enumerate(zip(As, Bs)):
+            try:
+                if C is None:
+                    out.append(_gemm(a, b, alpha=alpha, trans_a=trans_a, trans_b=trans_b))
+                else:
+                    _gemm(a, b, C[i], alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+            except (ValueError, TypeError) as exc:
+                # Named as the call the user made, with the item at fault.
+                raise type(exc)(f"gemm_batch: item {i}: {str(exc).removeprefix('gemm: ')}") from None
+        return out if C is None else C
     A, B = np.asarray(A), np.asarray(B)
     if A.ndim not in (2, 3) or B.ndim not in (2, 3) or max(A.ndim, B.ndim) != 3:
         raise ValueError(f"gemm_batch: expected 3-D stacks, got shapes {A.shape} and {B.shape}")
@@ -376,10 +419,6 @@ def _batch_slow_path(A: Any, B: Any, C: Any, alpha: float, beta: float, trans_a:
         C = np.empty((batch, M, N), dtype=np.result_type(A, B))
     elif not isinstance(C, np.ndarray) or C.shape != (batch, M, N):
         raise ValueError(f"gemm_batch: C must be an array of shape {(batch, M, N)}")
-    elif _items_overlap(C):
-        # Each item would be written by another at once (and by other threads):
-        # numpy leaves matmul into such an out undefined; refuse rather than guess.
-        raise ValueError("gemm_batch: the items of C overlap in memory; pass a C whose items are distinct")
     if _overlaps(A, C):
         A = np.array(A, order="C")
     if _overlaps(B, C):
@@ -444,6 +483,18 @@ def get_num_threads() -> int:
     return int(runtime.lib.at_get_num_threads()) if runtime is not None else 1
 
 
+def clear_plan_cache() -> None:
+    """Drop every cached plan (the library's shared cache and this thread's own).
+
+    Other threads drop the plans they keep on their next product.  The cache is
+    bounded in bytes anyway; this returns its memory at once, e.g. after a run of
+    huge one-off shapes.  No effect without a library.
+    """
+    runtime = _state.runtime
+    if runtime is not None:
+        runtime.lib.at_plan_cache_clear()
+
+
 def cache_stats() -> tuple[int, int]:
     """The plan cache's counters since the library was loaded.
 
@@ -503,7 +554,10 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     -----
     float32 and float64 results (including float32 x float64, which computes in
     float64 as numpy's type promotion says) run in libautotune's kernels: one
-    :func:`gemm` for a single product, one :func:`gemm_batch` call for stacks.
+    :func:`gemm` for a single product, :func:`gemm_batch` calls for stacks (one
+    per run of items with one batch stride; broadcast stacks are never copied, so
+    memory stays numpy's: the result, and a copy of an operand whose matrices have
+    no unit stride).  ``np.matrix`` operands give an ``np.matrix``, as numpy's.
     Other result dtypes (integers, bool, complex, float16) are computed by
     :func:`numpy.matmul` itself, which is exact for integers; so is everything
     when no library is installed (with one warning per process).
@@ -517,7 +571,12 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     >>> float(autotune.matmul(np.ones(4), np.ones(4)))
     4.0
     """
+    # np.matmul wraps its result in np.matrix when an operand is one (its
+    # __array_wrap__); so does this, for a drop-in.  Other subclasses get an ndarray.
+    matrix = out is None and (isinstance(a, np.matrix) or isinstance(b, np.matrix))
     a, b = np.asarray(a), np.asarray(b)
+    if matrix:
+        return np.asmatrix(matmul(a, b))
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"matmul: Input operand {0 if a.ndim == 0 else 1} does not have enough "
                          "dimensions (has 0, gufunc core with signature (n?,k),(k,m?)->(n?,m?) "
@@ -565,9 +624,40 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     return result[()] if not shape else result  # a scalar for vector . vector, as numpy
 
 
+def _unit_item(X: np.ndarray) -> bool:
+    """Whether each matrix of X (its last two dimensions) has a unit stride, as the
+    batch kernels need; other operands are copied once, at their own size."""
+    r, c = X.shape[-2:]
+    sr, sc = X.strides[-2:]
+    return r <= 1 or c <= 1 or sr == X.itemsize or sc == X.itemsize
+
+
+def _runs(stack: tuple[int, ...], views: Sequence[np.ndarray]) -> tuple[int, list[int]]:
+    """How many trailing stack dimensions merge into one batch stride in every view
+    (the items of one gemm_batch call), and that stride per view.  A broadcast
+    dimension has stride 0 and merges with a broadcast run, so (n, 1) x (1, n)
+    stacks run n calls of n items each; dimensions of size 1 merge with anything."""
+    t, run, inner = 0, 1, None
+    for d in range(len(stack) - 1, -1, -1):
+        if stack[d] != 1:
+            strides = [v.strides[d] for v in views]
+            if inner is None:
+                inner = strides
+            elif any(s != i * run for s, i in zip(strides, inner)):
+                break
+            run *= stack[d]
+        t += 1
+    return t, inner if inner is not None else [0] * len(views)
+
+
 def _product(A: np.ndarray, B: np.ndarray, R: np.ndarray, stack: tuple[int, ...], M: int, K: int,
              N: int) -> None:
-    """R[...] = A @ B for broadcast stacks A, B and a result R of shape stack + (M, N)."""
+    """R[...] = A @ B for broadcast stacks A, B and a result R of shape stack + (M, N).
+
+    Nothing is materialised: broadcast stacks are zero-stride views, and the stack
+    is walked as runs of items one gemm_batch call takes (one batch stride per
+    operand), an outer loop over what does not merge.  Memory beyond the result is
+    at most a copy of an operand whose matrices have no unit stride."""
     from . import gemm as _gemm  # the entry bound to the current library
 
     if K == 0:
@@ -576,21 +666,25 @@ def _product(A: np.ndarray, B: np.ndarray, R: np.ndarray, stack: tuple[int, ...]
     if not stack:
         _gemm(A, B, R)
         return
-    count = R.size // (M * N)
+    A = A if _unit_item(A) else np.ascontiguousarray(A)
+    B = B if _unit_item(B) else np.ascontiguousarray(B)
+    Av = np.broadcast_to(A, stack + (M, K))
+    Bv = np.broadcast_to(B, stack + (K, N))
+    t, (sa, sb, sr) = _runs(stack, (Av, Bv, R))
+    run = int(np.prod(stack[len(stack) - t:]))
+    as_strided = np.lib.stride_tricks.as_strided
 
-    def flat(X: np.ndarray, rows: int, cols: int) -> np.ndarray:
-        # An operand without a stack of its own is one matrix shared by every
-        # item (gemm_batch's 2-D operand), never count copies of it.
-        if X.ndim == 2 or X.size == rows * cols:
-            return X.reshape(rows, cols)
-        return np.broadcast_to(X, stack + (rows, cols)).reshape(count, rows, cols)
+    def items(X: np.ndarray, index: tuple[int, ...], stride: int, writeable: bool) -> np.ndarray:
+        base = X[index]
+        if stride == 0 and not writeable:
+            return base[(0,) * t]  # one matrix shared by the run: gemm_batch's 2-D operand
+        return as_strided(base, (run,) + base.shape[-2:], (stride,) + base.strides[-2:],
+                          writeable=writeable)
 
-    R3 = R.reshape(count, M, N)
-    A2, B2 = flat(A, M, K), flat(B, K, N)
-    if A2.ndim == B2.ndim == 2:  # every item is the same product: compute it once
-        _gemm(A2, B2, R3[0])
-        R3[1:] = R3[0]
-    else:
-        gemm_batch(A2, B2, R3)
-    if not np.may_share_memory(R3, R):  # out's stack was not flattenable: reshape copied
-        R[...] = R3.reshape(R.shape)
+    for index in np.ndindex(*stack[:len(stack) - t]):
+        a, b, r = items(Av, index, sa, False), items(Bv, index, sb, False), items(R, index, sr, True)
+        if a.ndim == b.ndim == 2:  # every item is the same product: compute it once
+            _gemm(a, b, r[0])
+            r[1:] = r[0]
+        else:
+            gemm_batch(a, b, r)

@@ -71,6 +71,9 @@ class Runtime(NamedTuple):
     path: Path
     lib: ctypes.CDLL
     fast: ModuleType | None
+    #: Why ``fast`` is None although an extension is there (damaged, another
+    #: version): the one warning gemm gives says it.
+    fast_problem: str | None = None
 
 
 class LibraryRefused(OSError):
@@ -195,18 +198,19 @@ def damage(path: Path) -> str | None:
 _MACHO_MAGIC = (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf", b"\xca\xfe\xba\xbe")
 
 
-def _load_extension(directory: Path) -> ModuleType | None:
-    """The ``_atfast`` beside the library; None, and the ctypes path, when absent or unusable.
+def _load_extension(directory: Path) -> tuple[ModuleType | None, str | None]:
+    """The ``_atfast`` beside the library, or None and why when it is there but unusable.
 
-    A damaged or outdated extension costs speed, never the library: gemm then
-    runs through the Python path with a warning saying what to run.
+    A damaged or outdated extension costs speed, never answers: gemm then
+    computes with numpy, and its one warning (api.use) says what to run.  Nothing
+    is said here: a second message from the loader once contradicted it.
     """
     # The import system's own suffixes (the first is sysconfig's EXT_SUFFIX, the
     # name link.py gives it) without importing sysconfig on the first gemm.
     path = next((p for p in (directory / f"_atfast{s}" for s in importlib.machinery.EXTENSION_SUFFIXES)
                  if p.exists()), None)
     if path is None:
-        return None
+        return None, None
     try:
         problem = damage(path)
         if problem:
@@ -218,18 +222,16 @@ def _load_extension(directory: Path) -> ModuleType | None:
         module = importlib.util.module_from_spec(spec)
         loader.exec_module(module)
     except ImportError as exc:
-        _warn(f"autotune: the extension {path} does not load ({exc}); gemm runs slower through "
-              "ctypes until `autotune install --force` rebuilds it")
-        return None
+        return None, f"the extension {path} does not load ({exc}): run `autotune install --force`"
     if getattr(module, "ABI", None) != FAST_ABI:
-        _warn(f"autotune: the extension {path} was built by another version of autotune; gemm runs "
-              "slower through ctypes until `autotune install --force` rebuilds it")
-        return None
-    return module
+        return None, (f"the extension {path} was built by another version of autotune: run "
+                      "`autotune install --force`")
+    return module, None
 
 
-def _warn(message: str) -> None:
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
+#: Functions every libautotune exports and the loader declares: a library without
+#: them is another one (a system BLAS named by AUTOTUNE_LIBRARY, say).
+_SIGNATURE = ("at_gemm", "at_plan_create_ex", "at_gemm_batch_strided", "at_last_error")
 
 
 _lock = threading.Lock()
@@ -262,6 +264,12 @@ def load(path: Path | str | None = None) -> Runtime | None:
             lib = ctypes.CDLL(str(resolved), mode=ctypes.RTLD_LOCAL)
         except OSError as exc:
             raise OSError(f"{resolved} does not load ({exc}): run `autotune install --force`") from exc
+        missing = [name for name in _SIGNATURE if not hasattr(lib, name)]
+        if missing:
+            # Refused once, here, rather than an AttributeError on every call.
+            raise LibraryRefused(f"{resolved} is not libautotune (it has no {missing[0]}; another BLAS?): "
+                                 "point AUTOTUNE_LIBRARY at a libautotune, or unset it to use the "
+                                 "installed one")
         _prototypes(lib)
         # A library built for another CPU: right answers, not its speed.
         if hasattr(lib, "at_cpu_check") and lib.at_cpu_check() != 0:
@@ -282,7 +290,7 @@ def load(path: Path | str | None = None) -> Runtime | None:
                 raise LibraryRefused(
                     f"{resolved} needs {' '.join(over)}, above {ISA_CAP_VARIABLE}={cap}: run "
                     f"`autotune install` with {ISA_CAP_VARIABLE}={cap} to build a library for it")
-        runtime = Runtime(resolved, lib, _load_extension(resolved.parent))
+        runtime = Runtime(resolved, lib, *_load_extension(resolved.parent))
         _loaded[resolved] = runtime
         return runtime
 

@@ -52,6 +52,16 @@ struct at_plan {
      * as an ordinary function (no panels, no streaming entry): the entry points
      * call it themselves, with the operands swapped for row-major.  NULL otherwise. */
     at_kernel_fn single;
+    /* A plan whose steps would grow with M x N past a bound (a tall, thin C of
+     * millions of rows): C is cut into chunks of chunk_m x chunk_n (in the
+     * column-major problem), all of one shape but the last row and column of
+     * chunks, and sub[s] is the column-major plan of shape s (bit 0: the last
+     * row of chunks, when shorter; bit 1: the last column, when narrower).  The
+     * executor runs the chunks in column order through their shape's plan, so
+     * the plan's size does not depend on M or N.  chunk_m == 0: not chunked. */
+    int64_t chunk_m, chunk_n;
+    at_plan *sub[4];
+    size_t bytes;              /* what the plan holds in memory (the cache's budget) */
 };
 
 /* plan.c (the rest of the tiler shares at_planner.h) */

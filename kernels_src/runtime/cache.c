@@ -5,8 +5,15 @@
  * shared cache line (no atomic reference count either: the entry owns one
  * reference, and only its thread drops it), which is what a 2x2x2 call can
  * afford.  Behind it, the shared cache: 4-way set-associative with
- * least-recently-used replacement inside a set, so the bound is fixed
- * (AT_CACHE_SETS * 4 plans) and a lookup touches one set.
+ * least-recently-used replacement inside a set, so a lookup touches one set.
+ *
+ * Both are bounded in bytes as well as in plans: a plan's size varies by orders
+ * of magnitude (a tall, thin C's no-pack plan lists a step per few rows), and
+ * 400 tall shapes once held 1.6 GB in 512 slots.  The shared cache keeps at
+ * most AT_CACHE_BYTES of plans, evicting the least recently used anywhere when
+ * a new plan needs the room; a plan above that is not kept, and a front cache
+ * keeps none above AT_FRONT_MAX_BYTES (a thread's four entries would otherwise
+ * pin their size after the shared cache let them go).
  *
  * The key is everything that changes a plan: dtype, layout, transpositions, the
  * three dimensions, the three leading dimensions, the thread count and the
@@ -22,6 +29,8 @@
 
 #define AT_CACHE_SETS 128
 #define AT_CACHE_WAYS 4
+#define AT_CACHE_BYTES ((size_t)32 << 20)
+#define AT_FRONT_MAX_BYTES (AT_CACHE_BYTES / 8)
 
 typedef struct {
     at_key key;
@@ -32,6 +41,7 @@ typedef struct {
 static at_slot cache[AT_CACHE_SETS][AT_CACHE_WAYS];
 static uint64_t cache_tick;
 static int64_t cache_created, cache_hits;
+static size_t cache_bytes; /* of the plans in the shared cache, under cache_lock */
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Thread_local at_tcache *at__tcache AT_TLS_FAST;
@@ -110,6 +120,11 @@ static at_plan *shared_acquire(const at_key *k, int dtype, int layout, int trans
 
     pthread_mutex_lock(&cache_lock);
     cache_created++;
+    if (p->bytes > AT_CACHE_BYTES) {
+        /* Kept by no one but the caller: made again on its next use. */
+        pthread_mutex_unlock(&cache_lock);
+        return p;
+    }
     int victim = 0;
     for (int w = 0; w < AT_CACHE_WAYS; w++) {
         if (set[w].plan && at__key_eq(&set[w].key, k)) {
@@ -121,16 +136,36 @@ static at_plan *shared_acquire(const at_key *k, int dtype, int layout, int trans
             at__plan_free(p);
             return q;
         }
-        if (!set[w].plan || set[w].used < set[victim].used) victim = w;
-        if (!set[victim].plan) break;
+        /* An empty way first (evictions elsewhere leave holes), else the LRU;
+         * every way is still compared with the key above. */
+        if (set[victim].plan && (!set[w].plan || set[w].used < set[victim].used)) victim = w;
     }
-    at_plan *old = set[victim].plan;
+    at_plan *drop[AT_CACHE_SETS * AT_CACHE_WAYS + 1];
+    int ndrop = 0;
+    if (set[victim].plan) {
+        drop[ndrop++] = set[victim].plan;
+        cache_bytes -= set[victim].plan->bytes;
+        set[victim].plan = NULL;
+    }
+    /* Room for p: the least recently used plans anywhere go until it fits.  A
+     * scan of every slot, but only on a miss, which has just planned. */
+    while (cache_bytes + p->bytes > AT_CACHE_BYTES) {
+        at_slot *lru = NULL;
+        for (int x = 0; x < AT_CACHE_SETS; x++)
+            for (int w = 0; w < AT_CACHE_WAYS; w++)
+                if (cache[x][w].plan && (!lru || cache[x][w].used < lru->used)) lru = &cache[x][w];
+        if (!lru) break;
+        drop[ndrop++] = lru->plan;
+        cache_bytes -= lru->plan->bytes;
+        lru->plan = NULL;
+    }
     set[victim].key = *k;
     set[victim].plan = p;
     set[victim].used = ++cache_tick;
+    cache_bytes += p->bytes;
     atomic_fetch_add(&p->refs, 1); /* the caller's reference besides the cache's */
     pthread_mutex_unlock(&cache_lock);
-    if (old) at__plan_release(old);
+    for (int i = 0; i < ndrop; i++) at__plan_release(drop[i]);
     return p;
 }
 
@@ -245,7 +280,7 @@ at_plan *at__plan_lookup_slow(const at_key *key, int *owned)
     }
     at_plan *p = shared_acquire(&k, dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc,
                                 threads);
-    if (!p || !tc) {
+    if (!p || !tc || p->bytes > AT_FRONT_MAX_BYTES) {
         *owned = p != NULL;
         return p;
     }
@@ -275,6 +310,7 @@ void at_plan_cache_clear(void)
                 drop[n++] = cache[s][w].plan;
                 cache[s][w].plan = NULL;
             }
+    cache_bytes = 0;
     pthread_mutex_unlock(&cache_lock);
     for (int i = 0; i < n; i++) at__plan_release(drop[i]);
 }

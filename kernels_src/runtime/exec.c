@@ -88,12 +88,146 @@ static void task_items(void *ctx, int t)
     if (rc) atomic_store(&j->rc, rc);
 }
 
+static int cmp_addr(const void *x, const void *y)
+{
+    uintptr_t a = *(const uintptr_t *)x, b = *(const uintptr_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Whether two items of a batch may write the same element of C: their byte
+ * ranges overlap.  Conservative (interleaved items that share no element count
+ * too): the answer only decides whether the items run one after another, and
+ * serial is always right.  A batch that sums several products into one C
+ * (every pointer the same, or stride 0) is the case this exists for: the items'
+ * threads would otherwise race on C's read-modify-write and lose products. */
+static int c_items_overlap(const at_plan *p, int64_t batch, void *const *C, int64_t sc_bytes)
+{
+    size_t es = p->info.dtype == AT_F32 ? sizeof(float) : sizeof(double);
+    uint64_t extent = ((uint64_t)(p->N - 1) * (uint64_t)p->ldc + (uint64_t)p->M) * es;
+    if (!C) {
+        uint64_t step = sc_bytes < 0 ? (uint64_t)0 - (uint64_t)sc_bytes : (uint64_t)sc_bytes;
+        return step < extent;
+    }
+    /* Pointers in increasing order (items allocated one after another, the
+     * common case) are judged in one pass. */
+    int64_t i = 1;
+    for (; i < batch && (uintptr_t)C[i] >= (uintptr_t)C[i - 1]; i++)
+        if ((uintptr_t)C[i] - (uintptr_t)C[i - 1] < extent) return 1;
+    if (i == batch) return 0;
+    /* Otherwise buckets of a power of two >= extent: two items overlap only if
+     * their starts are less than extent apart, so in the same or neighbouring
+     * buckets, and a bucket holds one start until an overlap is found.  Linear
+     * where a sort of a shuffled batch of 10,000 tiny products cost as much as
+     * computing it; the sort stays for starts spread too thin for a table. */
+    uintptr_t lo = (uintptr_t)C[0], hi = lo;
+    for (i = 1; i < batch; i++) {
+        uintptr_t c = (uintptr_t)C[i];
+        lo = c < lo ? c : lo;
+        hi = c > hi ? c : hi;
+    }
+    int shift = 0;
+    while (shift < 62 && ((uint64_t)1 << shift) < extent) shift++;
+    uint64_t buckets = ((uint64_t)(hi - lo) >> shift) + 1;
+    if (buckets <= 4 * (uint64_t)batch) {
+        uintptr_t *slot = calloc((size_t)buckets, sizeof *slot); /* start - lo + 1; 0: empty */
+        if (!slot) return 1;
+        int overlap = 0;
+        for (i = 0; i < batch && !overlap; i++) {
+            uintptr_t v = (uintptr_t)C[i] - lo + 1;
+            uint64_t b = (uint64_t)(v - 1) >> shift;
+            for (uint64_t d = b ? b - 1 : 0; d <= b + 1 && d < buckets && !overlap; d++)
+                if (slot[d]) overlap = (slot[d] > v ? slot[d] - v : v - slot[d]) < extent;
+            slot[b] = v;
+        }
+        free(slot);
+        return overlap;
+    }
+    uintptr_t *start = malloc(sizeof *start * (size_t)batch);
+    if (!start) return 1; /* no memory to look: serial, still the right answer */
+    for (i = 0; i < batch; i++) start[i] = (uintptr_t)C[i];
+    qsort(start, (size_t)batch, sizeof *start, cmp_addr);
+    int overlap = 0;
+    for (i = 1; i < batch && !overlap; i++) overlap = start[i] - start[i - 1] < extent;
+    free(start);
+    return overlap;
+}
+
+/* A chunked plan (plan.c) on operands in the column-major problem's order:
+ * each chunk, column of chunks by column, through the plan of its shape, on
+ * the operands offset to it (the elements of the whole problem it covers). */
+static int run_chunks(const at_plan *p, int64_t batch, double alpha, const void *const *A,
+                      const void *const *B, double beta, void *const *C, const char *A0,
+                      int64_t sa, const char *B0, int64_t sb, char *C0, int64_t sc)
+{
+    size_t es = p->info.dtype == AT_F32 ? sizeof(float) : sizeof(double);
+    int64_t cm = p->chunk_m, cn = p->chunk_n;
+    int64_t nm = p->M / cm + (p->M % cm != 0), nn = p->N / cn + (p->N % cn != 0);
+    const void **ptrs = NULL;
+    if (A) {
+        ptrs = malloc(sizeof *ptrs * 3 * (size_t)batch);
+        if (!ptrs) {
+            at__set_error("out of memory for a batch of %lld items", (long long)batch);
+            return AT_ENOMEM;
+        }
+    }
+    int rc = AT_OK;
+    for (int64_t jc = 0; jc < nn && !rc; jc++)
+        for (int64_t ic = 0; ic < nm && !rc; ic++) {
+            int s = (ic == nm - 1 && p->M % cm) | (jc == nn - 1 && p->N % cn) << 1;
+            int64_t r0 = ic * cm, c0 = jc * cn;
+            size_t oa = (size_t)(p->ta ? r0 * p->lda : r0) * es;
+            size_t ob = (size_t)(p->tb ? c0 : c0 * p->ldb) * es;
+            size_t oc = (size_t)(r0 + c0 * p->ldc) * es;
+            if (A) {
+                for (int64_t i = 0; i < batch; i++) {
+                    ptrs[i] = (const char *)A[i] + oa;
+                    ptrs[batch + i] = (const char *)B[i] + ob;
+                    ptrs[2 * batch + i] = (char *)C[i] + oc;
+                }
+                rc = at__execute(p->sub[s], batch, alpha, ptrs, ptrs + batch, beta,
+                                 (void *const *)(ptrs + 2 * batch), NULL, 0, NULL, 0, NULL, 0);
+            } else {
+                rc = at__execute(p->sub[s], batch, alpha, NULL, NULL, beta, NULL, A0 + oa, sa,
+                                 B0 + ob, sb, C0 + oc, sc);
+            }
+        }
+    free(ptrs);
+    return rc;
+}
+
 int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *const *A,
                 const void *const *B, double beta, void *const *C, const void *A0, int64_t sa,
                 const void *B0, int64_t sb, void *C0, int64_t sc)
 {
     if (!plan || batch < 0) return AT_EINVAL;
     if (batch == 0 || plan->M == 0 || plan->N == 0) return AT_OK;
+    if (plan->chunk_m) {
+        if (plan->info.layout == AT_ROW_MAJOR) {
+            /* The chunks' plans are column-major: the operands trade places here. */
+            const void *const *t = A;
+            A = B;
+            B = t;
+            const void *t0 = A0;
+            A0 = B0;
+            B0 = t0;
+            int64_t ts = sa;
+            sa = sb;
+            sb = ts;
+        }
+        size_t es = plan->info.dtype == AT_F32 ? sizeof(float) : sizeof(double);
+        if (batch > 1 && c_items_overlap(plan, batch, C, sc * (int64_t)es)) {
+            /* Items sharing C run whole, one after another (see below). */
+            for (int64_t i = 0; i < batch; i++) {
+                const void *a = A ? A[i] : (const char *)A0 + i * sa * (int64_t)es;
+                const void *b = B ? B[i] : (const char *)B0 + i * sb * (int64_t)es;
+                void *c = C ? C[i] : (char *)C0 + i * sc * (int64_t)es;
+                int rc = run_chunks(plan, 1, alpha, NULL, NULL, beta, NULL, a, 0, b, 0, c, 0);
+                if (rc) return rc;
+            }
+            return AT_OK;
+        }
+        return run_chunks(plan, batch, alpha, A, B, beta, C, A0, sa, B0, sb, C0, sc);
+    }
     int T = plan->info.threads;
     if (batch == 1 && T <= 1) {
         /* One problem, one share: straight to the steps, no job and no pool. */
@@ -114,6 +248,22 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
         double flops = 2.0 * (double)plan->M * (double)plan->N * (double)plan->K * (double)batch;
         if (flops < plan->thread_flops) n = 1;
         if (n > batch) n = (int)batch;
+        if (n > 1 && c_items_overlap(plan, batch, C, j.sc)) {
+            /* Items sharing C run in item order, as a loop of single calls would;
+             * each still gets the threads its own plan splits it over. */
+            if (T <= 1) {
+                task_items(&j, 0);
+                return atomic_load(&j.rc);
+            }
+            for (int64_t i = 0; i < batch; i++) {
+                const void *a, *b;
+                void *c;
+                item_ptrs(&j, i, &a, &b, &c);
+                int rc = at__execute(plan, 1, alpha, NULL, NULL, beta, NULL, a, 0, b, 0, c, 0);
+                if (rc) return rc;
+            }
+            return AT_OK;
+        }
         j.nworkers = n;
         if (n <= 1)
             task_items(&j, 0);
@@ -128,7 +278,7 @@ int at__execute_one(const at_plan *plan, double alpha, const void *A, const void
 {
     if (!plan) return AT_EINVAL;
     if (plan->M == 0 || plan->N == 0) return AT_OK;
-    if (plan->info.threads > 1)
+    if (plan->info.threads > 1 || plan->chunk_m)
         return at__execute(plan, 1, alpha, NULL, NULL, beta, NULL, A, 0, B, 0, C, 0);
     return plan->info.dtype == AT_F32 ? run_one_f32(plan, A, B, C, alpha, beta)
                                       : run_one_f64(plan, A, B, C, alpha, beta);

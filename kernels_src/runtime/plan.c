@@ -36,6 +36,7 @@ _Thread_local const at_tune_params *at__tp AT_TLS_LOCAL;
 void at__plan_free(at_plan *plan)
 {
     if (!plan) return;
+    for (int s = 0; s < 4; s++) at__plan_free(plan->sub[s]);
     free(plan->steps);
     free(plan->blocks);
     free(plan->thread_start);
@@ -409,8 +410,119 @@ static int choose_vector_flags(at_plan *p, int dtype, at_nopack *kept)
     return AT_OK;
 }
 
+/* ---- chunks: plans whose size does not grow with M x N ------------------------
+ * A no-pack plan lists a step per kernel call and a packed plan a record per
+ * block, so a tall, thin C (2^33 x 1) would need a plan of gigabytes (and as
+ * long to make) for a product of a few flops per row.  Past the bounds below C
+ * is cut into chunks, each computed by the plan of its shape (at most four
+ * shapes), and the plan holds those.  A chunk is a product of its own: its
+ * elements are computed as the whole plan's would be (one kernel per element
+ * and K slice, in slice order), so results stay independent of the thread count. */
+#define AT_CHUNK_AREA ((int64_t)1 << 20) /* no-pack: elements of C per chunk (~2 MB of steps) */
+#define AT_CHUNK_BLOCKS 128              /* packed: blocks along each side of a chunk */
+
+static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                           int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads,
+                           const at_tune_params *tp);
+
+/* Whether the column-major problem of p needs chunks, and their size. */
+static int choose_chunks(const at_plan *p, int dtype, double flops, int64_t *cm, int64_t *cn)
+{
+    at_family fam[4];
+    families(dtype, -1, fam);
+    int have_exact = fam[p->ta * 2 + p->tb].count > 0;
+    int have_any = fam[0].count || fam[1].count || fam[2].count || fam[3].count;
+    int packed = have_any && (!have_exact || flops >= at__tp->pack_flops[dtype]);
+    int64_t M = p->M, N = p->N;
+    if (packed) {
+        int64_t bm = at__tp->blk_m[dtype] > 0 ? at__tp->blk_m[dtype] : at_params_builtin.blk_m[dtype];
+        int64_t bn = at__tp->blk_n[dtype] > 0 ? at__tp->blk_n[dtype] : at_params_builtin.blk_n[dtype];
+        if (bm < 1) bm = 1;
+        if (bn < 1) bn = 1;
+        int64_t rows = M / bm + (M % bm != 0), cols = N / bn + (N % bn != 0);
+        if ((double)rows * (double)cols <= (double)AT_CHUNK_BLOCKS * AT_CHUNK_BLOCKS) return 0;
+        *cm = rows > AT_CHUNK_BLOCKS ? bm * AT_CHUNK_BLOCKS : M;
+        *cn = cols > AT_CHUNK_BLOCKS ? bn * AT_CHUNK_BLOCKS : N;
+        return 1;
+    }
+    if ((double)M * (double)N <= (double)AT_CHUNK_AREA) return 0;
+    /* Multiples of 64 rows or columns: every kernel height or width the
+     * families have divides them or leaves one edge band per chunk. */
+    if (N <= 1024) {
+        *cn = N;
+        *cm = round_down(AT_CHUNK_AREA / N, 64);
+    } else if (M <= 1024) {
+        *cm = M;
+        *cn = round_down(AT_CHUNK_AREA / M, 64);
+    } else {
+        *cm = *cn = 1024;
+    }
+    return 1;
+}
+
+/* The chunk counts of each shape s (bit 0: the last, shorter row of chunks;
+ * bit 1: the last, narrower column). */
+static void chunk_counts(const at_plan *p, int64_t count[4], int64_t rows[2], int64_t cols[2])
+{
+    int64_t nm = p->M / p->chunk_m + (p->M % p->chunk_m != 0);
+    int64_t nn = p->N / p->chunk_n + (p->N % p->chunk_n != 0);
+    int64_t fm = p->M / p->chunk_m, fn = p->N / p->chunk_n; /* full-size ones */
+    rows[0] = p->chunk_m;
+    rows[1] = p->M - fm * p->chunk_m;
+    cols[0] = p->chunk_n;
+    cols[1] = p->N - fn * p->chunk_n;
+    count[0] = fm * fn;
+    count[1] = (nm - fm) * fn;
+    count[2] = fm * (nn - fn);
+    count[3] = (nm - fm) * (nn - fn);
+}
+
+static int build_chunks(at_plan *p, int threads, int64_t cm, int64_t cn, const at_tune_params *tp)
+{
+    p->chunk_m = cm;
+    p->chunk_n = cn;
+    int64_t count[4], rows[2], cols[2];
+    chunk_counts(p, count, rows, cols);
+    at_plan_info *in = &p->info;
+    in->nsteps = 0;
+    in->predicted_seconds = in->memops = 0;
+    for (int s = 0; s < 4; s++) {
+        if (!count[s]) continue;
+        /* The chunk's operands are the whole's, offset: the same flags and
+         * leading dimensions, as a column-major problem (row-major is swapped
+         * into p already). */
+        p->sub[s] = plan_build(in->dtype, AT_COL_MAJOR, p->ta, p->tb, rows[s & 1], cols[s >> 1], p->K,
+                               p->lda, p->ldb, p->ldc, threads, tp);
+        at__tp = tp; /* plan_build set it to the same snapshot; said for the reader */
+        if (!p->sub[s]) return AT_ENOMEM;
+        const at_plan_info *si = &p->sub[s]->info;
+        in->nsteps += count[s] * si->nsteps;
+        in->predicted_seconds += (double)count[s] * si->predicted_seconds;
+        in->memops += (double)count[s] * si->memops;
+    }
+    const at_plan *main = p->sub[0] ? p->sub[0] : p->sub[1] ? p->sub[1] : p->sub[2] ? p->sub[2] : p->sub[3];
+    in->path = main->info.path;
+    in->threads = main->info.threads;
+    in->blk_m = main->info.blk_m;
+    in->blk_n = main->info.blk_n;
+    in->blk_k = main->info.blk_k;
+    p->ktrans_a = main->ktrans_a;
+    p->ktrans_b = main->ktrans_b;
+    return AT_OK;
+}
+
 at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
                         int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads)
+{
+    /* The parameters of this plan and of its chunks' plans: one snapshot. */
+    at_tune_params snapshot;
+    at__params_snapshot(&snapshot);
+    return plan_build(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads, &snapshot);
+}
+
+static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
+                           int64_t K, int64_t lda, int64_t ldb, int64_t ldc, int threads,
+                           const at_tune_params *tp)
 {
     at_plan *p = calloc(1, sizeof *p);
     if (!p) {
@@ -429,9 +541,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     in->ldb = ldb;
     in->ldc = ldc;
     atomic_init(&p->refs, 1);
-    at_tune_params snapshot;
-    at__params_snapshot(&snapshot);
-    at__tp = &snapshot;
+    at__tp = tp;
     p->thread_flops = at__tp->thread_flops;
     if (layout == AT_ROW_MAJOR) {
         /* C^T = op(B)^T op(A)^T: a row-major matrix is its transpose in column-major. */
@@ -457,11 +567,14 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     at__record_shape(dtype, p->ta, p->tb, p->M, p->N, p->K, threads);
 
     int rc = AT_OK;
+    int64_t chunk_m, chunk_n;
     if (M == 0 || N == 0 || K == 0) {
         /* Nothing to tile: the executor only scales C by beta. */
         in->threads = 1;
         p->thread_start = calloc(2, sizeof *p->thread_start);
         if (!p->thread_start) rc = AT_ENOMEM;
+    } else if (choose_chunks(p, dtype, flops, &chunk_m, &chunk_n)) {
+        rc = build_chunks(p, threads, chunk_m, chunk_n, tp);
     } else {
         at_nopack kept;
         if (!(rc = choose_vector_flags(p, dtype, &kept))) {
@@ -483,6 +596,11 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
         at__plan_free(p);
         return NULL;
     }
+    p->bytes = sizeof *p + (size_t)p->nsteps * sizeof *p->steps +
+               (size_t)p->nblocks * sizeof *p->blocks +
+               (p->thread_start ? ((size_t)p->info.threads + 1) * sizeof *p->thread_start : 0);
+    for (int s = 0; s < 4; s++)
+        if (p->sub[s]) p->bytes += p->sub[s]->bytes;
     return p;
 }
 
@@ -560,9 +678,41 @@ int at_plan_get_info(const at_plan *plan, at_plan_info *info)
     return AT_OK;
 }
 
+/* The steps of a chunked plan: its chunks' steps in the executor's order
+ * (column of chunks by column), each moved to its chunk's place in C. */
+static int64_t chunk_steps_from(const at_plan *plan, int64_t first, at_step *out, int64_t cap)
+{
+    int64_t count[4], rows[2], cols[2];
+    chunk_counts(plan, count, rows, cols);
+    int64_t nm = plan->M / plan->chunk_m + (plan->M % plan->chunk_m != 0);
+    int64_t nn = plan->N / plan->chunk_n + (plan->N % plan->chunk_n != 0);
+    int64_t n = 0, copied = 0;
+    for (int64_t jc = 0; jc < nn && copied < cap; jc++)
+        for (int64_t ic = 0; ic < nm && copied < cap; ic++) {
+            int s = (ic == nm - 1 && rows[1]) | (jc == nn - 1 && cols[1]) << 1;
+            const at_plan *sub = plan->sub[s];
+            int64_t size = sub->info.nsteps;
+            if (n + size <= first) {
+                n += size;
+                continue;
+            }
+            int64_t from = first > n ? first - n : 0;
+            at_plan_steps_from(sub, from, out + copied, cap - copied);
+            int64_t got = size - from < cap - copied ? size - from : cap - copied;
+            for (int64_t k = 0; k < got; k++) {
+                out[copied + k].i0 += ic * plan->chunk_m;
+                out[copied + k].j0 += jc * plan->chunk_n;
+            }
+            copied += got;
+            n += size;
+        }
+    return plan->info.nsteps;
+}
+
 int64_t at_plan_steps_from(const at_plan *plan, int64_t first, at_step *out, int64_t cap)
 {
     if (!plan || first < 0 || cap < 0) return AT_EINVAL;
+    if (plan->chunk_m) return chunk_steps_from(plan, first, out, cap);
     if (plan->info.path == 0) {
         for (int64_t k = 0; k < cap && first + k < plan->nsteps; k++) out[k] = plan->steps[first + k];
         return plan->nsteps;
@@ -607,6 +757,22 @@ int at_plan_usage(const at_plan *plan, int64_t *calls, int64_t *elements)
     if (!plan || !calls || !elements) return AT_EINVAL;
     int slots = at_kernel_table_count + 1; /* the last one: portable edge code */
     for (int k = 0; k < slots; k++) calls[k] = elements[k] = 0;
+    if (plan->chunk_m) {
+        int64_t count[4], rows[2], cols[2];
+        chunk_counts(plan, count, rows, cols);
+        int64_t *sc = malloc(sizeof *sc * 2 * (size_t)slots);
+        if (!sc) return AT_ENOMEM;
+        for (int s = 0; s < 4; s++) {
+            if (!count[s]) continue;
+            at_plan_usage(plan->sub[s], sc, sc + slots);
+            for (int k = 0; k < slots; k++) {
+                calls[k] += count[s] * sc[k];
+                elements[k] += count[s] * sc[slots + k];
+            }
+        }
+        free(sc);
+        return AT_OK;
+    }
     int64_t nt = plan->info.path == 0 ? 1 : plan->ntilings;
     for (int64_t ti = 0; ti < nt; ti++) {
         /* How many blocks use this tiling (the small path: one, the plan itself). */

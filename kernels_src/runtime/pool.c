@@ -8,6 +8,9 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#ifdef __linux__
+#include <sched.h> /* sched_getaffinity: the CPUs this process may run on */
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -94,22 +97,49 @@ void at__parallel(int n, at_task_fn fn, void *ctx)
     for (int t = 0; t < n; t++) fn(ctx, t);
 }
 
-/* at__num_threads' first call (at_internal.h): the environment's choice. */
+/* A thread count from variable `name`: > 0, or 0 when unset or empty.  A value
+ * that is no count is said once per variable, then ignored.  OpenMP allows a
+ * list ("4,2" for nested regions): its first entry is the outer level's. */
+static long env_threads(const char *name, int list, atomic_flag *warned)
+{
+    const char *env = getenv(name);
+    if (!env || !*env) return 0;
+    char *end = (char *)env;
+    long v = strtol(env, &end, 10);
+    int bad = end == env || v < 0 || (*end && !(list && *end == ','));
+    if (bad) { /* "1e3", "-1", "four" */
+        if (!atomic_flag_test_and_set(warned))
+            fprintf(stderr, "autotune: ignoring %s=\"%s\": not a whole number of threads\n", name, env);
+        return 0;
+    }
+    return v;
+}
+
+/* The CPUs this process may run on: its affinity mask where there is one
+ * (taskset, cgroups' cpusets, a batch scheduler's allocation), else the online CPUs. */
+static long usable_cpus(void)
+{
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
+/* at__num_threads' first call (at_internal.h): the environment's choice.  The
+ * library's own variable first; when it is unset, the ones a process already
+ * uses to size every other pool in it (OMP_NUM_THREADS, then OpenBLAS's
+ * own), so OMP_NUM_THREADS=1 beside joblib or Dask workers keeps this library
+ * from adding threads too; 0 in any of them means "not set". */
 int at__num_threads_init(void)
 {
     int n = atomic_load(&at__nthreads);
     if (n > 0) return n;
-    const char *env = getenv("AUTOTUNE_NUM_THREADS");
-    char *end = (char *)env;
-    long v = env && *env ? strtol(env, &end, 10) : 0;
-    if (env && *env && (*end || end == env || v < 0)) { /* "1e3", "-1", "four": said once, then ignored */
-        static atomic_flag warned = ATOMIC_FLAG_INIT;
-        if (!atomic_flag_test_and_set(&warned))
-            fprintf(stderr, "autotune: ignoring AUTOTUNE_NUM_THREADS=\"%s\": not a whole number of threads; "
-                            "using the online CPUs\n", env);
-        v = 0;
-    }
-    if (v < 1) v = sysconf(_SC_NPROCESSORS_ONLN);
+    static atomic_flag warned[3] = {ATOMIC_FLAG_INIT, ATOMIC_FLAG_INIT, ATOMIC_FLAG_INIT};
+    long v = env_threads("AUTOTUNE_NUM_THREADS", 0, &warned[0]);
+    if (v < 1) v = env_threads("OMP_NUM_THREADS", 1, &warned[1]);
+    if (v < 1) v = env_threads("OPENBLAS_NUM_THREADS", 0, &warned[2]);
+    if (v < 1) v = usable_cpus();
     if (v < 1) v = 1;
     if (v > AT_MAX_THREADS) v = AT_MAX_THREADS;
     int expected = 0;
