@@ -517,7 +517,11 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     /* The parameters of this plan and of its chunks' plans: one snapshot. */
     at_tune_params snapshot;
     at__params_snapshot(&snapshot);
-    return plan_build(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads, &snapshot);
+    at_plan *p = plan_build(dtype, layout, trans_a, trans_b, M, N, K, lda, ldb, ldc, threads, &snapshot);
+    /* The problem as the program asked for it, on the threads it asked for (a chunk's plans
+     * are the plan's own business). */
+    if (p) at__record_shape(dtype, p->ta, p->tb, p->M, p->N, p->K, threads);
+    return p;
 }
 
 static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t N,
@@ -564,7 +568,6 @@ static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int6
     if (threads < 1) threads = 1;
     double flops = 2.0 * (double)M * (double)N * (double)K;
     if (flops < at__tp->thread_flops) threads = 1;
-    at__record_shape(dtype, p->ta, p->tb, p->M, p->N, p->K, threads);
 
     int rc = AT_OK;
     int64_t chunk_m, chunk_n;
