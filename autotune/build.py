@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import contract, home as home_mod
+from .files import atomic_write_text
 from .specs import KernelSpec
 from .toolchain import Target, compiler_identity, slowdown
 
@@ -115,14 +115,7 @@ def _write_atomic(path: Path, text: str) -> None:
             return
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text)
 
 
 # Ctrl-C during a build: compilers still running are killed, queued units never

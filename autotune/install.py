@@ -27,6 +27,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 
 from . import build, codegen, families, measure, qsuite, table
+from . import files as files_mod
 from .home import ensure_writable, home as default_home
 from .host import HostInfo, detect
 from .specs import KernelSpec
@@ -435,7 +436,7 @@ def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple
             for src in files:
                 tmp = final / f".{src.name}.{os.getpid()}.tmp"
                 shutil.copy2(src, tmp)
-                os.replace(tmp, final / src.name)
+                files_mod.replace(tmp, final / src.name)
             installed = final / staged.library.name
             write_pc(final)
         path = table.save(stored, root)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from . import contract
+from . import contract, files
 from .build import BuildError, compile_file, shared_dir
 from .codegen import quant_neon, quant_sme2
 from .codegen.quant_registry import emit_registry
@@ -225,7 +225,7 @@ def _headers(*folders: Path) -> list[Path]:
 
 def _replace_atomic(src: Path, dst: Path) -> None:
     """Move a finished file into place: a process that loaded the old one keeps its mapping."""
-    os.replace(src, dst)
+    files.replace(src, dst)
 
 
 def shared_library_flags(target: Target, name: str) -> list[str]:
