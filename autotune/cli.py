@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -286,13 +287,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-def report_os_error(exc: OSError, err: Console) -> int:
-    # A home that became read-only or full, a file another process holds: the file
-    # and the reason, and where to go instead.
+#: Errors of a place that refuses writes, where writing somewhere else is the way out.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def os_error_hint(exc: OSError, command: str | None, root: Path) -> str:
+    """Where to go instead, only when going elsewhere helps: a home that refuses writes
+    (install, bench and report write there), or a report's file (`report -o`).
+
+    A full disk, an I/O error, `clean` (whose files are the home's whatever it is set
+    to) and a refusal that is not about permissions get no hint: another
+    AUTOTUNE_HOME or -o would not cure them.
+    """
+    if command == "clean":
+        return ""
+    name = os.fsdecode(exc.filename) if exc.filename else ""
+    in_home = bool(name) and _inside(Path(name), root)
+    from .files import NotRegularFileError
+
+    if command == "report" and not in_home and (exc.errno in _NOT_WRITABLE or isinstance(exc, NotRegularFileError)):
+        return " (give `report` another -o)"
+    if exc.errno not in _NOT_WRITABLE or not in_home:
+        return ""
+    if command == "report":
+        return " (set AUTOTUNE_HOME to a writable directory, or give `report` another -o)"
+    return " (set AUTOTUNE_HOME to a writable directory)"
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return os.path.commonpath([os.path.abspath(path), os.path.abspath(root)]) == os.path.abspath(root)
+    except ValueError:
+        return False
+
+
+def report_os_error(exc: OSError, err: Console, command: str | None = None) -> int:
+    """The file and the reason on one line, and a hint where one applies."""
     where = f"{exc.filename}: " if exc.filename else ""
-    err.print(f"[bold red]error:[/] {where}{exc.strerror or exc} (set AUTOTUNE_HOME to a writable "
-              "directory, or give `report` another -o)", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {where}{exc.strerror or exc}{os_error_hint(exc, command, home())}",
+              soft_wrap=True)
     return 2
+
+
+def one_line(message: str) -> str:
+    """A message as one line: a compiler's failure (the command, then its output) is
+    told by its first diagnostic, the line a person would look for."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message.strip()
+    diagnostic = next((line for line in lines[1:] if "error" in line.lower()), None)
+    if diagnostic is None:
+        return lines[0]
+    return f"{lines[0].split(' ', 1)[0]} failed: {diagnostic}" if len(lines[0]) > 200 else f"{lines[0]}: {diagnostic}"
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -303,7 +349,8 @@ def user_errors() -> tuple[type[Exception], ...]:
     join the tuple then, and the commands that do not need those modules never load them.
     """
     errors: list[type[Exception]] = [ToolchainError, TableError, HomeError, IsaCapError]
-    for module, name in (("autotune.install", "InstallError"), ("autotune.plans", "PlanError")):
+    for module, name in (("autotune.install", "InstallError"), ("autotune.plans", "PlanError"),
+                         ("autotune.link", "LibraryError"), ("autotune.build", "BuildError")):
         if module in sys.modules:
             errors.append(getattr(sys.modules[module], name))
     return tuple(errors)
@@ -331,14 +378,14 @@ def run(argv: Sequence[str] | None = None) -> int:
             return cmd_clean(args, out)
     except user_errors() as exc:
         # One line however long: a wrapped path or command cannot be copied.
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(one_line(str(exc)))}", soft_wrap=True)
         return 2
     except BrokenPipeError as exc:
         if stdout_closed():
             raise  # main() ends quietly
-        return report_os_error(exc, err)
+        return report_os_error(exc, err, args.command)
     except OSError as exc:
-        return report_os_error(exc, err)
+        return report_os_error(exc, err, args.command)
     except KeyboardInterrupt:
         # The run is over: a second Ctrl-C must not cut the report short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)

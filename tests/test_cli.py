@@ -17,8 +17,8 @@ from tests.test_table import make_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
-def autotune(*args: str, home) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AUTOTUNE_HOME": str(home)}
+def autotune(*args: str, home, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AUTOTUNE_HOME": str(home), **(env or {})}
     env.pop("COLUMNS", None)  # as from a script: no width but the pipe's
     return subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True,
                           text=True, env=env, timeout=120)
@@ -129,7 +129,45 @@ def test_an_unwritable_home_is_one_line(tmp_path, monkeypatch, capsys, command):
     monkeypatch.setattr(autotune.reports, "report_command", refuse)
     assert cli.main(command) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert f"{tmp_path / 'build'}: Permission denied" in line and "AUTOTUNE_HOME" in line
+    assert f"{tmp_path / 'build'}: Permission denied" in line
+    # Another home helps a report (it writes there), not `clean`, whose files are this home's.
+    assert ("AUTOTUNE_HOME" in line) == (command == ["report"])
+    assert ("another -o" in line) == (command == ["report"])
+
+
+@pytest.mark.parametrize("command, error, hint", [
+    (["clean"], OSError(28, "No space left on device", "HOME/build"), None),
+    (["report"], OSError(28, "No space left on device", "HOME/reports/host.html"), None),
+    (["report"], OSError(5, "Input/output error", "HOME/reports/host.html"), None),
+    (["report", "-o", "/elsewhere/r.html"], PermissionError(13, "Permission denied", "/elsewhere/r.html"),
+     "(give `report` another -o)"),
+    (["show"], OSError(30, "Read-only file system", "HOME/tables/host.json"),
+     "(set AUTOTUNE_HOME to a writable directory)"),
+    (["show"], PermissionError(13, "Permission denied", "/etc/other"), None),
+])
+def test_a_hint_only_where_it_helps(tmp_path, monkeypatch, capsys, command, error, hint):
+    """The hint to move the home or the report goes only with a refusal to write there:
+    not with a full disk, an I/O error, `clean`, or a file outside the home."""
+    import autotune.reports
+
+    if error.filename.startswith("HOME"):
+        error.filename = str(tmp_path) + error.filename[4:]
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
+    (tmp_path / "build").mkdir()
+    monkeypatch.setattr(cli.shutil, "rmtree", fail)
+    monkeypatch.setattr(autotune.reports, "report_command", fail)
+    monkeypatch.setattr(cli, "cmd_show", fail)
+    assert cli.main(command) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{error.filename}: {error.strerror}" in line
+    if hint is None:
+        assert "(" not in line.split(error.strerror, 1)[1], line
+    else:
+        assert line.endswith(hint), line
 
 
 # -- commands and their errors ------------------------------------------------------
@@ -291,3 +329,26 @@ def test_messages_on_stderr_are_not_wrapped_either(monkeypatch):
     err = cli.console(stderr=True)
     err.print("stored /some/home/tables/host.json: 701 kernels validated, 0 rejected, 419 selected " * 2)
     assert len(sys.stderr.getvalue().splitlines()) == 1
+
+
+def test_a_compiler_for_another_word_size_is_one_line_before_any_build(tmp_path):
+    """CC="gcc -m32" compiled every kernel and ended in a LibraryError traceback at the link."""
+    done = autotune("install", "--quick", "--budget", "0", home=tmp_path, env={"CC": "gcc -m32"})
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "gcc -m32" in line and "cannot build a library for this host" in line and "CC=" in line
+    assert not (tmp_path / "build").exists()  # refused before the first compile
+
+
+def test_a_library_build_failure_is_one_line(tmp_path, monkeypatch, capsys):
+    from autotune import install
+    from autotune.link import LibraryError
+
+    def fail(*args, **kwargs):
+        raise LibraryError("gcc -O3 -shared -o lib.so a.c b.c\nIn file included from a.c:1:\n"
+                           "a.h:3:10: fatal error: x.h: No such file or directory\ncompilation terminated.")
+
+    monkeypatch.setattr(install, "install", fail)
+    assert cli.main(["install", "--quick"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "fatal error: x.h: No such file or directory" in line and "AUTOTUNE_HOME" not in line
