@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -153,6 +154,38 @@ def _run(argv: Sequence[str], timeout: float) -> tuple[bool, str]:
     return True, output
 
 
+# What a compiler prints when the machine, not the source, stopped it: a full disk
+# or quota, an I/O error, memory, a killed or crashed compiler, a missing program
+# or header, files it may not write.  Lower case; matched anywhere in its output.
+_ENVIRONMENT_FAULTS = (
+    "no space left on device", "disk quota exceeded", "input/output error", "read-only file system",
+    "permission denied", "no such file or directory", "cannot allocate memory", "out of memory",
+    "memory exhausted", "killed", "terminated signal", "terminated by signal", "segmentation fault",
+    "bus error", "internal compiler error", "too many open files", "resource temporarily unavailable",
+    "error writing", "can't write", "cannot write", "can't close", "cannot execute", "not found",
+    "stack dump", "please submit a full bug report", "file too large", "broken pipe",
+)
+# A diagnostic about the source: "file:line[:col]: [fatal ]error: ..." (gcc and clang alike).
+_SOURCE_DIAGNOSTIC = re.compile(r"^[^\s:][^:\n]*:\d+(?::\d+)?: (?:fatal )?error: ", re.MULTILINE)
+
+
+def source_fault(output: str) -> bool:
+    """Whether a failed compile's ``output`` is the source's fault, and so may be cached.
+
+    Only a compiler's own diagnostic about a line of the source is; anything the
+    environment did (a full disk while writing the object, the OOM killer, a
+    compiler or header that is missing) would come out differently next time and
+    must not reject the kernel for good.  When in doubt the answer is no: the
+    cost of that is one more compile.
+    """
+    if output.startswith(("timed out", "cannot run", INTERRUPTED)):
+        return False
+    lowered = output.lower()
+    if any(fault in lowered for fault in _ENVIRONMENT_FAULTS):
+        return False
+    return _SOURCE_DIAGNOSTIC.search(output) is not None
+
+
 def _interrupt_compilers() -> None:
     _stop.set()
     with _running_lock:
@@ -200,7 +233,7 @@ def _compile(
                       COMPILE_TIMEOUT * slowdown(target))
     if not ok:
         tmp.unlink(missing_ok=True)
-        if not output.startswith(("timed out", "cannot run", INTERRUPTED)):  # not the source's fault
+        if source_fault(output):
             _write_atomic(failed, output)
         return ObjectResult(name, None, digest, False, output)
     os.replace(tmp, obj)
