@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
-from .home import HomeError, home
+from .home import MARKER, HomeError, check_cleanable, home
 from .host import IsaCapError, describe, detect
 from .pkgconfig import PC_NAME, pc_dir
 from .table import TableError, TunedTable, kernel_score, library_dir, load, table_path
@@ -181,8 +181,14 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
                         help="where to write it (default: $AUTOTUNE_HOME/reports/<target>.html)")
     report.add_argument("--open", action="store_true", help="open it in a web browser")
 
-    clean = commands.add_parser("clean", help="delete the build cache (tables are kept unless --all)",
-                                description="Delete the build cache and journals under $AUTOTUNE_HOME.")
+    clean = commands.add_parser(
+        "clean", help="delete the build cache (tables are kept unless --all)",
+        description="Delete the build cache, journals and staged libraries under $AUTOTUNE_HOME. Only a "
+                    f"folder that is an autotune home is cleaned: one with the {MARKER} file `autotune "
+                    "install` writes there, the default home, or a home an older autotune filled (its "
+                    "tables/<target>.json, journal/<target>-<fingerprint>.jsonl, content-hashed objects "
+                    "or libautotune are there; it gets the marker then). Any other folder, e.g. a "
+                    "project given as AUTOTUNE_HOME=., is refused and left untouched.")
     clean.add_argument("--all", action="store_true", help="also delete the tuned tables")
     return parser
 
@@ -637,6 +643,9 @@ def cmd_bench(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_clean(args: argparse.Namespace, out: Console) -> int:
     root = home()
+    if not root.exists():
+        return 0  # nothing was ever kept there
+    check_cleanable(root)
     # Staged libraries are a build cache too; installed ones go only with --all.
     staged = sorted((root / "lib").glob(".staging-*")) if (root / "lib").is_dir() else []
     doomed = [root / "build", root / "journal", *staged] + ([root / "tables", root / "lib"] if args.all else [])

@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
+
+#: The file that makes a folder an autotune home: written when a home is first used,
+#: and what `autotune clean` asks for before it deletes anything there.
+MARKER = ".autotune-home"
+_MARKER_TEXT = ("This folder is an autotune home ($AUTOTUNE_HOME): `autotune clean` deletes its build/,\n"
+                "journal/ and staged libraries, and with --all its tables/ and lib/.\n")
+
+#: Targets whose files an older home (one from before the marker) may hold; the same
+#: names as toolchain.KNOWN_ISAS plus "host", written out so this module stays light.
+_TARGETS = ("host", "avx512", "avx2", "generic", "neon", "sme2")
 
 
 class HomeError(RuntimeError):
@@ -41,11 +52,64 @@ def ensure_writable(path: Path) -> Path:
         probe = path / f".write-probe-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
+        mark(path)
     except OSError as exc:
         raise HomeError(
             f"cannot write to {path} ({exc.strerror or exc}); set AUTOTUNE_HOME to a writable directory"
         ) from exc
     return path
+
+
+def mark(path: Path) -> None:
+    """Make ``path`` a home (idempotent): the marker `clean` looks for."""
+    marker = path / MARKER
+    if not marker.is_file():
+        marker.write_text(_MARKER_TEXT)
+
+
+def _older_home(path: Path) -> bool:
+    """Whether ``path`` holds what only autotune writes, as homes did before the marker.
+
+    Names, not folders, decide: a project has build/, lib/ and tables/ of its own,
+    never a table named after an autotune target, a journal keyed by a fingerprint,
+    a content-hashed kernel object or a libautotune.
+    """
+    hashed = re.compile(r"[0-9a-f]{64}\.(o|error)")
+    journal = re.compile(rf"({'|'.join(_TARGETS)})-[0-9a-f]+\.jsonl")
+    return (any((path / "tables" / f"{t}.json").is_file() for t in _TARGETS)
+            or any(journal.fullmatch(p.name) for p in _children(path / "journal"))
+            or any((path / "lib" / t / n).is_file() for t in _TARGETS for n in ("libautotune.so", "libautotune.dylib"))
+            or any(hashed.fullmatch(p.name) for d in _children(path / "build") for p in _children(d / "objects")))
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def check_cleanable(path: Path) -> None:
+    """Raise :class:`HomeError` unless ``path`` is an autotune home that may be cleaned.
+
+    A home is a folder with the marker; the default home (the user's data folder
+    named after autotune) and a home an older autotune filled (its tables, journals,
+    objects or library are there, see :func:`_older_home`) are homes too, and get the
+    marker now.  Anything else, e.g. a project folder given as AUTOTUNE_HOME=., is
+    refused: its build/, lib/ and tables/ are not autotune's to delete.
+    """
+    if (path / MARKER).is_file():
+        return
+    if not path.is_dir():
+        raise HomeError(f"{path} is not a folder: nothing to clean")
+    if path == user_data_dir("autotune") or _older_home(path):
+        try:
+            mark(path)
+        except OSError:
+            pass  # a read-only home is still cleaned as far as it can be
+        return
+    raise HomeError(f"{path} is not an autotune home (it has no {MARKER} file, which `autotune install` "
+                    "writes): refusing to delete anything in it; set AUTOTUNE_HOME to the home to clean")
 
 
 def tools_dir() -> Path:

@@ -12,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from autotune import cli, table, toolchain
+from autotune.home import MARKER
 from tests.isa import best_simd_isa
 from tests.test_table import make_table
 
@@ -124,6 +125,7 @@ def test_an_unwritable_home_is_one_line(tmp_path, monkeypatch, capsys, command):
         raise denied
 
     (tmp_path / "build").mkdir()
+    (tmp_path / MARKER).write_text("")
     monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
     monkeypatch.setattr(cli.shutil, "rmtree", refuse)
     monkeypatch.setattr(autotune.reports, "report_command", refuse)
@@ -158,6 +160,7 @@ def test_a_hint_only_where_it_helps(tmp_path, monkeypatch, capsys, command, erro
 
     monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
     (tmp_path / "build").mkdir()
+    (tmp_path / MARKER).write_text("")
     monkeypatch.setattr(cli.shutil, "rmtree", fail)
     monkeypatch.setattr(autotune.reports, "report_command", fail)
     monkeypatch.setattr(cli, "cmd_show", fail)
@@ -352,3 +355,41 @@ def test_a_library_build_failure_is_one_line(tmp_path, monkeypatch, capsys):
     assert cli.main(["install", "--quick"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "fatal error: x.h: No such file or directory" in line and "AUTOTUNE_HOME" not in line
+
+
+def _project(folder: Path) -> list[Path]:
+    """A project folder: its own build/, lib/ and tables/, nothing of autotune's."""
+    made = [folder / "build" / "main.o", folder / "lib" / "libproject.so", folder / "tables" / "prices.csv",
+            folder / "journal" / "2026.md"]
+    for path in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("mine")
+    return made
+
+
+def test_clean_refuses_a_folder_that_is_not_a_home(tmp_path):
+    """`AUTOTUNE_HOME=. autotune clean --all` in a project deleted its build/, lib/ and tables/."""
+    made = _project(tmp_path)
+    for args in (("clean",), ("clean", "--all")):
+        done = autotune(*args, home=tmp_path)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert "not an autotune home" in line and MARKER in line
+    assert all(path.read_text() == "mine" for path in made)
+
+
+def test_clean_cleans_a_home_install_marked_and_an_older_home(tmp_path):
+    from autotune.home import ensure_writable
+
+    marked = ensure_writable(tmp_path / "new")  # what install does first
+    assert (marked / MARKER).is_file()
+    (marked / "build").mkdir()
+    assert autotune("clean", "--all", home=marked).returncode == 0 and not (marked / "build").exists()
+    # A home an older autotune filled has no marker, but its files are autotune's own.
+    older = tmp_path / "older"
+    table.save(make_table(), older)
+    (older / "journal").mkdir()
+    (older / "journal" / "host-0123abcd.jsonl").write_text("")
+    done = autotune("clean", "--all", home=older)
+    assert done.returncode == 0, done.stderr
+    assert not (older / "tables").exists() and not (older / "journal").exists() and (older / MARKER).is_file()
