@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
-from .home import MARKER, HomeError, check_cleanable, home
+from .home import MARKER, HomeError, check_cleanable, home, install_lock
 from .host import IsaCapError, describe, detect
 from .pkgconfig import PC_NAME, pc_dir
 from .table import TableError, TunedTable, kernel_score, library_dir, load, table_path
@@ -104,7 +104,8 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
                     "table. A re-run rebuilds and re-measures only what changed. Ctrl-C (once or "
                     "twice, at any stage) exits with status 130 and leaves the previous table and "
                     "library as they were; finished compiles, measurements and tuning trials are "
-                    "kept for the next run.")
+                    "kept for the next run. One install runs per $AUTOTUNE_HOME at a time: a second "
+                    "one is refused at once, naming the first one's PID.")
     install.add_argument("--target", type=target, default="host", help=TARGET_HELP)
     install.add_argument("--quick", action="store_true",
                          help="a smaller kernel family and a shorter timing grid (about a minute)")
@@ -646,9 +647,14 @@ def cmd_clean(args: argparse.Namespace, out: Console) -> int:
     if not root.exists():
         return 0  # nothing was ever kept there
     check_cleanable(root)
+    with install_lock(root):  # never under a running install's feet
+        return _clean(root, args.all, out)
+
+
+def _clean(root: Path, everything: bool, out: Console) -> int:
     # Staged libraries are a build cache too; installed ones go only with --all.
     staged = sorted((root / "lib").glob(".staging-*")) if (root / "lib").is_dir() else []
-    doomed = [root / "build", root / "journal", *staged] + ([root / "tables", root / "lib"] if args.all else [])
+    doomed = [root / "build", root / "journal", *staged] + ([root / "tables", root / "lib"] if everything else [])
     for path in doomed:
         if path.exists():
             shutil.rmtree(path)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 #: The file that makes a folder an autotune home: written when a home is first used,
 #: and what `autotune clean` asks for before it deletes anything there.
@@ -20,6 +23,14 @@ _TARGETS = ("host", "avx512", "avx2", "generic", "neon", "sme2")
 
 class HomeError(RuntimeError):
     """The home directory cannot be used; the message says why and what to do."""
+
+
+class HomeBusyError(HomeError):
+    """Another process holds the home's install lock."""
+
+
+#: The lock file one install (or clean) holds for as long as it runs.
+LOCK = "install.lock"
 
 
 def user_data_dir(app: str) -> Path:
@@ -110,6 +121,35 @@ def check_cleanable(path: Path) -> None:
         return
     raise HomeError(f"{path} is not an autotune home (it has no {MARKER} file, which `autotune install` "
                     "writes): refusing to delete anything in it; set AUTOTUNE_HOME to the home to clean")
+
+
+@contextmanager
+def install_lock(root: Path) -> Iterator[None]:
+    """Hold ``root``'s install lock for the block, or raise :class:`HomeBusyError` at once.
+
+    Two installs in one home shared the staging library and the journal: a table
+    ended up beside the other run's library.  An flock (not a file's existence) is
+    the lock, so a run killed by SIGKILL leaves nothing to clean up: the kernel
+    drops it with the process.  The holder's PID is written into the file for the
+    message of the one refused.  Failing fast rather than waiting: an install takes
+    minutes, and a second one started by mistake should say so, not hang.
+    """
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "of unknown pid"
+            raise HomeBusyError(f"{root} is busy: another autotune install or clean (pid {holder}) is using it; "
+                                "wait for it to end, or set AUTOTUNE_HOME to another home") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # still held: no reader sees a PID that has gone
+    finally:
+        os.close(fd)
 
 
 def tools_dir() -> Path:

@@ -28,7 +28,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 from . import build, codegen, families, measure, qsuite, table
 from . import files as files_mod
-from .home import ensure_writable, home as default_home
+from .home import ensure_writable, home as default_home, install_lock
 from .host import HostInfo, detect
 from .specs import KernelSpec
 from .table import KernelRecord, TunedTable, library_dir
@@ -232,8 +232,7 @@ def _advance(progress: Progress | None, task: Any) -> Callable[..., None]:
 
 # -- the pipeline ----------------------------------------------------------------------
 
-def install(options: InstallOptions = InstallOptions(), console: Console | None = None,
-            host: HostInfo | None = None) -> InstallResult:
+def _install(options: InstallOptions, console: Console | None, host: HostInfo | None) -> InstallResult:
     started = time.monotonic()
     console = console or Console(stderr=True)
     root = ensure_writable(options.home or default_home())
@@ -400,9 +399,31 @@ def library_qkernels(isas: Iterable[str], quant: Mapping[str, Any]) -> list[dict
     return entries
 
 
+def install(options: InstallOptions = InstallOptions(), console: Console | None = None,
+            host: HostInfo | None = None) -> InstallResult:
+    """Run the pipeline with the home's install lock held (one install per home at a time).
+
+    Raises :class:`~autotune.home.HomeBusyError` at once when another install runs there.
+    """
+    root = ensure_writable(options.home or default_home())
+    with install_lock(root):
+        # Under the lock no other run is using a staging folder: any there is left
+        # by a run that was killed, and only takes space.
+        for stale in sorted((root / "lib").glob(".staging-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            return _install(options, console, host)
+        finally:
+            shutil.rmtree(staging_dir(options.target, root), ignore_errors=True)
+
+
 def staging_dir(target: str, home: Path | None = None) -> Path:
-    """Where a run builds and tunes its library before the commit (a build cache of its own)."""
-    return (home or default_home()) / "lib" / f".staging-{target}"
+    """Where this run builds and tunes its library before the commit; removed when it ends.
+
+    Named after the process, so no two runs can ever share one (the lock makes
+    sure of it too); the objects it links come from the build cache.
+    """
+    return (home or default_home()) / "lib" / f".staging-{target}-{os.getpid()}"
 
 
 @contextmanager
