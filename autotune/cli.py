@@ -288,6 +288,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = run(argv)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then one more case handled below
         return status
+    except KeyboardInterrupt:
+        # A second Ctrl-C that came before run() could ignore it: still an interrupted
+        # run (status 130), never the interpreter's death by SIGINT (-2).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return 130
     except BrokenPipeError:
         if stdout_closed():
             return quiet_exit_on_closed_pipe()
@@ -383,16 +388,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "clean":
             return cmd_clean(args, out)
-    except user_errors() as exc:
-        # One line however long: a wrapped path or command cannot be copied.
-        err.print(f"[bold red]error:[/] {escape(one_line(str(exc)))}", soft_wrap=True)
-        return 2
-    except BrokenPipeError as exc:
-        if stdout_closed():
-            raise  # main() ends quietly
-        return report_os_error(exc, err, args.command)
-    except OSError as exc:
-        return report_os_error(exc, err, args.command)
+    # First: evaluating the clauses below runs code (user_errors()), where a second
+    # Ctrl-C would raise past every clause of this try.
     except KeyboardInterrupt:
         # The run is over: a second Ctrl-C must not cut the report short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -403,6 +400,16 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             err.print("[yellow]interrupted[/]")
         return 130
+    except user_errors() as exc:
+        # One line however long: a wrapped path or command cannot be copied.
+        err.print(f"[bold red]error:[/] {escape(one_line(str(exc)))}", soft_wrap=True)
+        return 2
+    except BrokenPipeError as exc:
+        if stdout_closed():
+            raise  # main() ends quietly
+        return report_os_error(exc, err, args.command)
+    except OSError as exc:
+        return report_os_error(exc, err, args.command)
     return 1
 
 

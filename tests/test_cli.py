@@ -393,3 +393,25 @@ def test_clean_cleans_a_home_install_marked_and_an_older_home(tmp_path):
     done = autotune("clean", "--all", home=older)
     assert done.returncode == 0, done.stderr
     assert not (older / "tables").exists() and not (older / "journal").exists() and (older / MARKER).is_file()
+
+
+def test_a_second_ctrl_c_while_the_first_is_handled_still_exits_130(monkeypatch, capsys):
+    """The second press of a double Ctrl-C landed while Python evaluated `except
+    user_errors()` (a call) for the first: it escaped every clause, and the
+    interpreter died of SIGINT (status -2) instead of exiting with 130."""
+    import signal
+
+    def first_press(*args):
+        raise KeyboardInterrupt
+
+    def second_press():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_install", first_press)
+    monkeypatch.setattr(cli, "user_errors", second_press)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["install"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert "interrupted" in capsys.readouterr().err
