@@ -139,8 +139,9 @@ def install_lock(root: Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "of unknown pid"
-            raise HomeBusyError(f"{root} is busy: another autotune install or clean (pid {holder}) is using it; "
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            holder = f"pid {pid}" if pid else "which has not written its pid yet"
+            raise HomeBusyError(f"{root} is busy: another autotune install or clean ({holder}) is using it; "
                                 "wait for it to end, or set AUTOTUNE_HOME to another home") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
