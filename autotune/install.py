@@ -428,15 +428,24 @@ def staging_dir(target: str, home: Path | None = None) -> Path:
 
 @contextmanager
 def _sigint_held() -> Iterator[None]:
-    """SIGINT waits until the block ends (then it interrupts as usual)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
+    """SIGINT waits until the block ends (then it interrupts as usual).
+
+    Held at Python's level, not by the main thread's signal mask: with SIGINT
+    blocked there, the kernel hands it to another thread (the library's workers,
+    loaded for tuning, or a pipe reader), Python's handler still raises in the
+    main thread at once, and the commit was cut in the middle.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # not ours to change: another thread, or a handler installed outside Python
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        signal.raise_signal(signal.SIGINT)  # to the handler that is back (ignored stays ignored)
 
 
 def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple[Path, Path | None]:

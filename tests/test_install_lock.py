@@ -99,3 +99,48 @@ def test_each_run_stages_in_its_own_folder_and_stale_ones_go(tmp_path, monkeypat
         install(InstallOptions(quick=True, home=home))
     assert seen and not seen[0].exists()
     assert list((home / "lib").iterdir()) == []
+
+
+def test_ctrl_c_during_the_commit_waits_for_its_end_whichever_thread_gets_it(tmp_path, monkeypatch):
+    """SIGINT was blocked in the main thread alone: the kernel handed it to another
+    thread (the library's workers, loaded for tuning, or a pump thread), Python's
+    handler ran the KeyboardInterrupt in the main thread at once, inside the commit,
+    and left a new library beside the old table."""
+    import signal
+    import threading
+    import types
+
+    from autotune import table
+    from tests.test_cli import make_table
+
+    home = ensure_writable(tmp_path / "home")
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for name in ("libautotune.so", "autotune.h", "libautotune.hash"):
+        (staged / name).write_text(f"new {name}")
+    idle = threading.Event()
+    bystander = threading.Thread(target=idle.wait, daemon=True)  # SIGINT not blocked here
+    bystander.start()
+    real_replace = install_mod.files_mod.replace
+    pressed = []
+
+    def replace_and_press(source, path):
+        if not pressed:
+            pressed.append(True)
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the first file goes in
+            for _ in range(1000):  # bytecodes enough for a pending KeyboardInterrupt to land
+                pass
+        return real_replace(source, path)
+
+    monkeypatch.setattr(install_mod.files_mod, "replace", replace_and_press)
+    stored = make_table()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            install_mod.commit(stored, types.SimpleNamespace(library=staged / "libautotune.so"), home)
+    finally:
+        idle.set()
+    # Delivered after the commit: the library and the table both made it.
+    final = home / "lib" / stored.target
+    for name in ("libautotune.so", "autotune.h", "libautotune.hash"):
+        assert (final / name).read_text() == f"new {name}"
+    assert table.table_path(stored.target, home).exists()
