@@ -4,7 +4,7 @@ Every object lives at ``$AUTOTUNE_HOME/build/<isa>/objects/<sha256>.o`` where th
 hash covers everything that decides the machine code: the source text, the
 compiler's identity and the exact argv.  A source that did not change is never
 recompiled, and an object only appears under its final name once the compiler
-finished (compile to a temporary name, then ``os.replace``), so an interrupted
+finished (compile to a temporary name, then ``files.replace``), so an interrupted
 install leaves no half-written object behind for the next one to trust.
 
 A kernel that does not compile is a failure recorded in the :class:`BuildResult`
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import contract, home as home_mod
+from . import files
 from .files import atomic_write_text
 from .specs import KernelSpec
 from .toolchain import Target, compiler_identity, slowdown
@@ -236,7 +237,7 @@ def _compile(
         if source_fault(output):
             _write_atomic(failed, output)
         return ObjectResult(name, None, digest, False, output)
-    os.replace(tmp, obj)
+    files.replace(tmp, obj)
     failed.unlink(missing_ok=True)
     return ObjectResult(name, obj, digest, False)
 
@@ -272,7 +273,7 @@ def compile_file(cc: Sequence[str], args: Sequence[str], source: Path, headers: 
     if not ok:
         tmp.unlink(missing_ok=True)
         raise BuildError(f"cannot compile {source.name}:\n{output}")
-    os.replace(tmp, out)
+    files.replace(tmp, out)
     return out, False
 
 
@@ -495,7 +496,7 @@ def build_harness(
         ok, output = _run([*target.cc, *inputs, "-o", str(tmp), *link_flags], LINK_TIMEOUT * slowdown(target))
         if not ok:
             raise BuildError(f"cannot link the {target.isa} harness:\n{output}")
-        os.replace(tmp, exe)
+        files.replace(tmp, exe)
     finally:
         tmp.unlink(missing_ok=True)
         if rsp is not None:

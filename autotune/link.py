@@ -598,9 +598,7 @@ def build_arm_runtime(
             gen = (cache / f"qsme2-{_digest(header_text)[:16]}") if cache is not None else tmp / "qsme2"
             gen.mkdir(parents=True, exist_ok=True)
             if not (gen / "at_qsme2.h").exists() or (gen / "at_qsme2.h").read_text() != header_text:
-                part = gen / f".at_qsme2.h.{os.getpid()}.tmp"
-                part.write_text(header_text)
-                os.replace(part, gen / "at_qsme2.h")
+                files.atomic_write_text(gen / "at_qsme2.h", header_text)
             qsme2_include = [f"-I{gen}"]
             for name, text in qsme2.items():
                 if name != "at_qsme2.h":
