@@ -22,12 +22,12 @@ from rich.table import Table
 
 from . import __version__
 from .home import MARKER, HomeError, check_cleanable, home, install_lock
-from .host import IsaCapError, describe, detect
+from .host import IsaCapError, cache_doubts, describe, detect
 from .pkgconfig import PC_NAME, pc_dir
 from .table import TableError, TunedTable, kernel_score, library_dir, load, table_path
 from .specs import SVL_CHOICES
 from .toolchain import KNOWN_ISAS, ToolchainError
-from .trials import summary_line
+from .trials import crossover_lines, held_out_line, summary_line
 
 DESCRIPTION = """\
 Install-time autotuned GEMM. `autotune install` generates fixed-size micro-kernels
@@ -111,6 +111,9 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
                          help="a smaller kernel family and a shorter timing grid (about a minute)")
     install.add_argument("--force", action="store_true",
                          help="rebuild and re-measure everything, ignoring caches")
+    install.add_argument("--exhaustive", action="store_true",
+                         help="time every kernel over the whole grid, wide leading dimensions too (by "
+                              "default a brief screening run drops the kernels too slow to be selected)")
     install.add_argument("--jobs", type=count(1), default=None, metavar="N",
                          help="parallel compiler processes (default: the number of cores)")
     install.add_argument("--svl", type=int, choices=SVL_CHOICES, default=None, metavar="BITS",
@@ -118,9 +121,12 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
                               "(default: the CPU's; a cross-build carries 128, 256 and 512, and "
                               "the library runs the set of the CPU it meets)")
     install.add_argument("--budget", type=seconds, default=None, metavar="SECONDS",
-                         help="time for the optuna search of the planner's parameters (default 90; "
-                              "0 keeps the analytic default, as --quick does)")
+                         help="time for the optuna search of the planner's parameters (default 40; "
+                              "0 skips the search, as --quick does; the crossovers are measured either way)")
     install.add_argument("--seed", type=int, default=0, help="seed of the tuning search (default 0)")
+    install.add_argument("--shapes", type=Path, default=None, metavar="FILE",
+                         help="also tune for the shapes a program planned while AUTOTUNE_RECORD=FILE was "
+                              "set in its environment (its most frequent ones join the tuning suite)")
     install.add_argument("--only", action="append", default=[], metavar="PATTERN",
                          help="tune only the kernels whose names match this shell pattern, "
                               "e.g. 'at_sgemm_avx512_nn_*' (repeatable)")
@@ -418,7 +424,8 @@ def cmd_install(args: argparse.Namespace, err: Console) -> int:
 
     result = install(InstallOptions(target=args.target, quick=args.quick, force=args.force,
                                     jobs=args.jobs, only=tuple(args.only),
-                                    svl_bits=args.svl, budget_s=args.budget, seed=args.seed),
+                                    svl_bits=args.svl, budget_s=args.budget, seed=args.seed,
+                                    shapes=args.shapes, exhaustive=args.exhaustive),
                      console=err)
     table = result.table
     err.print(
@@ -427,7 +434,7 @@ def cmd_install(args: argparse.Namespace, err: Console) -> int:
         f"({result.compiled} compiled, {result.measured} measured in this run, "
         f"{result.seconds:.0f} s)"
     )
-    err.print(summary_line(table.tuning), highlight=False)
+    print_decisions(table, err)
     if result.library:
         err.print(f"library: {result.library}", soft_wrap=True)
     for note in result.notes:
@@ -496,7 +503,7 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
     out.print(banner)
     peaks = "  ".join(f"{d} {g:.1f}" for d, g in sorted(table.peak_gflops.items()))
     out.print(f"peak GFLOPS per core: {peaks or 'not measured'}   fingerprint {table.fingerprint}")
-    out.print(summary_line(table.tuning), highlight=False)
+    print_decisions(table, out)
 
     summary = Table(title="kernels", title_justify="left")
     for column in ("family", "dtype", "trans", "valid", "rejected", "best GFLOPS"):
@@ -539,6 +546,20 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
     if table.rejected:
         out.print(f"[yellow]{len(table.rejected)} rejected[/], e.g. {table.rejected[0].name}: "
                   f"{table.rejected[0].reason}", soft_wrap=True)
+
+
+def print_decisions(table: TunedTable, out: Console) -> None:
+    """How the planner's parameters were decided: doubted cache reports, measured crossovers,
+    the search and the held-out check."""
+    for doubt in cache_doubts(table.host):
+        out.print(f"[yellow]doubtful cache report:[/] {doubt}; the crossovers below were measured instead",
+                  highlight=False, soft_wrap=True)
+    for line in crossover_lines(table.settings.get("crossovers")):
+        out.print(f"crossover {line}", highlight=False, soft_wrap=True)
+    out.print(summary_line(table.tuning), highlight=False)
+    held = held_out_line(table.tuning)
+    if held:
+        out.print(held, highlight=False, soft_wrap=True)
 
 
 def print_quantised(quant: dict | None, out: Console) -> None:

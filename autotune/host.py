@@ -726,6 +726,37 @@ def describe_cache(cache: CacheLevel) -> str:
     return text + (f", shared by {cache.shared_by} CPUs" if cache.shared_by > 1 else "")
 
 
+#: Per core, more than any CPU is known to have (the largest seen: 12 MiB of L3 per
+#: core on AMD's 3D V-cache parts, 16 MiB of L2 per Apple cluster, 192 KiB of L1d).
+PLAUSIBLE_PER_CORE: Mapping[int, int] = {1: 1 << 20, 2: 32 << 20, 3: 64 << 20}
+
+
+def cache_doubts(host: HostInfo) -> tuple[str, ...]:
+    """What in the OS's cache report no real CPU would have, one sentence each.
+
+    Virtual machines report what their configuration says: a 2-core Xeon VM
+    announced a 480 MB L3.  The planner's models start from these sizes, and the
+    install measures the decisions they feed; `autotune show` says which report
+    it doubted.
+    """
+    doubts = []
+    for cache in host.caches:
+        if cache.kind == "instruction" or cache.level not in PLAUSIBLE_PER_CORE:
+            continue
+        share = cache.size / max(1, cache.shared_by)
+        if share > PLAUSIBLE_PER_CORE[cache.level]:
+            doubts.append(f"the OS reports an L{cache.level} of {_format_bytes(cache.size)} for "
+                          f"{max(1, cache.shared_by)} CPU{'s' if cache.shared_by > 1 else ''}: "
+                          f"{share / (1 << 20):.0f} MiB per CPU, more than any CPU has "
+                          f"(a virtual machine's setting?)")
+    levels = {c.level: c.size for c in host.caches if c.kind != "instruction"}
+    for lower, upper in ((1, 2), (2, 3)):
+        if lower in levels and upper in levels and levels[upper] < levels[lower]:
+            doubts.append(f"the OS reports an L{upper} ({_format_bytes(levels[upper])}) smaller than "
+                          f"the L{lower} ({_format_bytes(levels[lower])})")
+    return tuple(doubts)
+
+
 def describe(host: HostInfo) -> list[tuple[str, str]]:
     """Ordered (label, value) rows for a CLI to print."""
     gemm = [f for f in GEMM_FEATURES_AVX512 if f in host.features]
@@ -743,9 +774,41 @@ def describe(host: HostInfo) -> list[tuple[str, str]]:
     if host.emulator:
         rows.append(("Emulated", f"{host.emulator}: timings mean nothing here"))
     rows += [(cache_label(c), describe_cache(c)) for c in host.caches]
+    rows += [("Doubtful", doubt) for doubt in cache_doubts(host)]
     rows += [
         ("Cores", str(host.cores)),
         ("Compiler", host.compiler or "none found"),
         ("Fingerprint", host.fingerprint),
     ]
     return rows
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(idle, total) jiffies of all CPUs, from /proc/stat; None where there is none."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    values = [float(v) for v in fields[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
+    return idle, sum(values[:8])  # guest time is already counted in user
+
+
+def other_load(seconds: float = 0.5, cores: int | None = None) -> float | None:
+    """Cores' worth of work other processes did while this one slept for ``seconds``.
+
+    The load average lags by a minute (an install's own compiles would count);
+    this is what the machine does now, which is what a timing meets.  None where
+    /proc/stat does not exist (macOS).
+    """
+    import time
+
+    before = _cpu_times()
+    time.sleep(seconds)
+    after = _cpu_times()
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    busy = 1.0 - (after[0] - before[0]) / (after[1] - before[1])
+    return busy * (cores or os.cpu_count() or 1)

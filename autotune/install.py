@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 import os
 import shutil
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pandas as pd
 from rich.console import Console
@@ -36,13 +38,25 @@ from .link import LibraryBuild, build_table_library, default_params
 from .pkgconfig import write_pc
 from .toolchain import Target, native_isas, target_for
 
+if TYPE_CHECKING:
+    from .suite import SuiteShape
+
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
 #: K = 4 is where tiny products live: a kernel's call and set-up cost, not its
 #: loop, decide there, and the tiler reads its choice for K <= 4 off that point.
+#: Leading dimensions wider than the block (pad 17) are timed by --exhaustive only:
+#: the tiler reads its speeds at tight ones, and validation covers the wide ones.
 MEASURE_SETTINGS: dict[str, dict[str, Any]] = {
-    "default": {"ks": [4, 16, 64, 256], "pads": [0, 17], "min_time_ms": 1.0, "repeats": 3},
+    "default": {"ks": [4, 16, 64, 256], "pads": [0], "min_time_ms": 1.0, "repeats": 3},
     "quick": {"ks": [64, 256], "pads": [0], "min_time_ms": 0.5, "repeats": 3},
+    "exhaustive": {"ks": [4, 16, 64, 256], "pads": [0, 17], "min_time_ms": 1.0, "repeats": 3},
 }
+#: The screening run every kernel gets before the full grid (see screen()).
+SCREEN_SETTINGS: dict[str, Any] = {"ks": [64], "pads": [0], "min_time_ms": 0.25, "repeats": 3}
+#: A kernel this much slower than the best of its block at the screening depth is
+#: not timed further: a quarter is several times the spread of a busy machine's
+#: repeats, and more than any kernel here gained over its block's best between depths.
+SCREEN_MARGIN = 0.25
 #: Kernels per harness run: small enough that a crash or Ctrl-C loses little, large
 #: enough that process start-up stays negligible.
 CHUNK = 48
@@ -59,6 +73,8 @@ class InstallOptions:
     budget_s: float | None = None  # tuning time; None: tune.DEFAULT_BUDGET_S, or none with quick
     seed: int = 0  # tuning seed
     only: tuple[str, ...] = ()  # shell patterns on kernel names; empty means the whole family
+    exhaustive: bool = False  # time every kernel over the whole grid (no screening), wide leading dims too
+    shapes: Path | None = None  # shapes recorded with AUTOTUNE_RECORD, added to the tuning suite
 
 
 @dataclass(frozen=True)
@@ -208,6 +224,153 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start:start + size]
 
 
+# -- validating and timing -----------------------------------------------------------
+
+def validate_all(harness: Path, target: Target, specs: Sequence[KernelSpec],
+                 objects: Mapping[str, build.ObjectResult], journal: Journal,
+                 advance: Callable[..., None], jobs: int) -> None:
+    """Validate every kernel the journal has no verdict for, ``jobs`` harnesses at a time.
+
+    Validation checks numbers, not speed, so it may use every core (timing may
+    not).  Each harness runs in a session of its own, so Ctrl-C reaches only this
+    process: the chunks under way finish, nothing more is started, and what
+    finished is in the journal for the next run.
+    """
+    todo = [s.name for s in specs if objects[s.name].hash not in journal.validations]
+    advance(len(specs) - len(todo))
+
+    def record(names: Sequence[str], results: Mapping[str, measure.ValidationResult]) -> None:
+        journal.append({"kind": "validate", "hash": objects[n].hash, "name": n,
+                        "status": results[n].status, "reason": results[n].reason} for n in names)
+        journal.validations.update({objects[n].hash: {"status": results[n].status,
+                                                      "reason": results[n].reason} for n in names})
+
+    # Chunks small enough that both harnesses stay busy to the end.
+    size = max(8, min(CHUNK, -(-len(todo) // (2 * max(1, jobs)))))
+    chunks = list(_chunks(todo, size))
+    if jobs <= 1 or len(chunks) <= 1:
+        for names in chunks:
+            record(names, measure.validate(harness, target, names, progress=advance))
+        return
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        futures = {pool.submit(measure.validate, harness, target, names, progress=advance): names
+                   for names in chunks}
+        for future in as_completed(futures):
+            record(futures[future], future.result())
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class KernelTimer:
+    """Times one harness's kernels under a measurement setting, through the journal:
+    a kernel timed before (same object, same setting) is not timed again."""
+
+    def __init__(self, harness: Path, target: Target, objects: Mapping[str, build.ObjectResult],
+                 journal: Journal, progress: Progress | None, label: str) -> None:
+        self.harness, self.target, self.objects, self.journal = harness, target, objects, journal
+        self.progress, self.label = progress, label
+
+    def rows(self, spec: KernelSpec, settings: Mapping[str, Any]) -> list[dict]:
+        return self.journal.benches.get((self.objects[spec.name].hash, settings_key(settings))) or []
+
+    def time(self, specs: Sequence[KernelSpec], settings: Mapping[str, Any], what: str = "measure") -> int:
+        """Time the kernels not yet timed under ``settings``; returns how many were."""
+        skey = settings_key(settings)
+        todo = [s.name for s in specs if (self.objects[s.name].hash, skey) not in self.journal.benches]
+        progress = self.progress
+        task = progress.add_task(f"{what} {self.label}", total=len(specs)) if progress else None
+        if progress:
+            progress.advance(task, len(specs) - len(todo))
+        timed = 0
+        for names in _chunks(todo, CHUNK):
+            frame = measure.bench(self.harness, self.target, names, ks=settings["ks"], pads=settings["pads"],
+                                  min_time_ms=settings["min_time_ms"], repeats=settings["repeats"],
+                                  progress=_advance(progress, task))
+            rows = {n: frame[frame["kernel"] == n].to_dict("records") for n in names}
+            self.journal.append({"kind": "bench", "hash": self.objects[n].hash, "settings": skey, "rows": rows[n]}
+                                for n in names if rows[n])
+            self.journal.benches.update({(self.objects[n].hash, skey): rows[n] for n in names if rows[n]})
+            timed += sum(1 for n in names if rows[n])
+        return timed
+
+
+def screen(timer: KernelTimer, specs: Sequence[KernelSpec], leaders: dict[tuple, tuple[KernelSpec, float]],
+           speed: dict[KernelSpec, float | None]) -> tuple[list[KernelSpec], dict[KernelSpec, str]]:
+    """Time every kernel briefly; keep for the full grid only those that may still be selected.
+
+    Kernels computing the same block (table.selection_key: other ISAs, other
+    unrolls) compete for one place in the library.  One that is SCREEN_MARGIN
+    slower than the best of its block at the screening depth (``leaders``, kept
+    across families and updated here) cannot win the mean over the grid, so its
+    full timing is skipped: successive halving with one rung.  Returns
+    (contenders, {screened-out kernel: why}) and adds each kernel's screening
+    speed to ``speed``; a kernel that crashed while screened stays a contender,
+    for the full run to name.
+    """
+    timer.time(specs, SCREEN_SETTINGS, what="screen")
+    for spec in specs:
+        rows = timer.rows(spec, SCREEN_SETTINGS)
+        speed[spec] = max((float(r["median_gflops"]) for r in rows), default=None)
+        key = table.selection_key(spec)
+        if speed[spec] is not None and (key not in leaders or speed[spec] > leaders[key][1]):
+            leaders[key] = (spec, speed[spec])
+    contenders, screened = [], {}
+    for spec in specs:
+        leader, best = leaders.get(table.selection_key(spec), (None, None))
+        gflops = speed[spec]
+        if gflops is None or leader is None or leader == spec or gflops >= (1 - SCREEN_MARGIN) * best:
+            contenders.append(spec)
+        else:
+            screened[spec] = (f"screened out: {gflops:.1f} GFLOPS at K = {SCREEN_SETTINGS['ks'][0]} "
+                              f"against {best:.1f} for {leader.name}")
+    return contenders, screened
+
+
+#: Kernels of a lower ISA timed to decide whether a higher one dominates it.
+DOMINANCE_SAMPLE = 12
+
+
+def dominance_sample(covered: Sequence[KernelSpec], size: int = DOMINANCE_SAMPLE) -> list[KernelSpec]:
+    """An even spread of ``covered`` (blocks a higher family already computes) over
+    dtypes, transpositions and tile sizes; empty when there are too few to be worth it."""
+    if len(covered) < 2 * size:
+        return []
+    ordered = sorted(covered, key=lambda s: (s.dtype, s.trans, s.mr * s.nr, s.mr, s.nr, s.variant, s.unroll))
+    step = len(ordered) / size
+    return [ordered[int(i * step + step / 2)] for i in range(size)]
+
+
+def dominated(sample: Sequence[KernelSpec], speed: Mapping[KernelSpec, float | None],
+              leaders: Mapping[tuple, tuple[KernelSpec, float]]) -> dict[str, Any]:
+    """Where another family dominates the sampled one: the tile areas (mr x nr) to build.
+
+    A narrower ISA keeps up with a wider one on small tiles, whose few columns
+    leave the wide vectors half empty, and falls behind on large ones.  So the
+    sample is read by tile area: every covered block smaller than the first
+    sampled area above the largest one where the sampled kernel was competitive
+    (within SCREEN_MARGIN of its block's leader, or unknown: it did not validate
+    or crashed) is built; the larger ones are not.  ``{"area_limit": A, "by":
+    isas, "worst_ratio": the best ratio above the limit}``; an area_limit of None
+    means build everything (the sample never lost its block).
+    """
+    entries = []
+    for spec in sample:
+        mine = speed.get(spec)
+        leader, best = leaders.get(table.selection_key(spec), (None, None))
+        beaten = bool(mine) and leader is not None and leader.isa != spec.isa and bool(best) \
+            and mine < (1 - SCREEN_MARGIN) * best
+        entries.append((spec.mr * spec.nr, beaten, mine / best if beaten else None,
+                        leader.isa if beaten else None))
+    entries.sort(key=lambda e: e[0])
+    competitive = [area for area, beaten, _, _ in entries if not beaten]
+    above = [e for e in entries if not competitive or e[0] > max(competitive)]
+    if not above:
+        return {"area_limit": None}
+    return {"area_limit": above[0][0], "by": ", ".join(sorted({e[3] for e in above})),
+            "worst_ratio": round(max(e[2] for e in above), 3)}
+
+
 # -- progress ------------------------------------------------------------------------
 
 def make_progress(console: Console) -> Progress:
@@ -239,11 +402,12 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
     host = host or detect()
     provenance, targets = resolve_targets(options.target, host, options.svl_bits)
     svls = svl_sets(targets, options.svl_bits)
-    mode = "quick" if options.quick else "default"
+    mode = "quick" if options.quick else "exhaustive" if options.exhaustive else "default"
     settings = MEASURE_SETTINGS[mode]
-    skey = settings_key(settings)
     journal = Journal(root / "journal" / f"{options.target}-{host.fingerprint}.jsonl", fresh=options.force)
 
+    # A bad shape record fails now, not after minutes of compiling.
+    extra = recorded_shapes(options.shapes)
     kernel_specs = select_specs(families.default_family(targets, quick=options.quick, svls=svls), options.only)
     if not kernel_specs:
         raise InstallError(f"no kernel of {', '.join(targets)} matches {' '.join(options.only)}")
@@ -253,81 +417,107 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
     compiled = measured = 0
     notes: list[str] = []
     all_objects: dict[str, build.ObjectResult] = {}
+    skipped: dict[str, dict[str, Any]] = {}  # families left unbuilt where a higher one dominates
 
     show = console.is_terminal or os.environ.get("AUTOTUNE_PROGRESS") == "1"
+    # The fastest kernel screened so far for each block, across families: a lower
+    # ISA's kernel competes with a higher one's for the same place.
+    leaders: dict[tuple, tuple[KernelSpec, float]] = {}
+    screen_speed: dict[KernelSpec, float | None] = {}
+
+    def run_batch(isa: str, label: str, target: Target, specs: Sequence[KernelSpec],
+                  progress: Progress | None) -> None:
+        """Compile, validate and time ``specs`` (one family's, or a part of it)."""
+        nonlocal compiled, measured
+        task = progress.add_task(f"compile {label}", total=len(specs)) if progress else None
+        sources = [codegen.generate(spec) for spec in specs]
+        built = build.build_kernels(target, sources, jobs=options.jobs, force=options.force,
+                                    home=root, progress=_advance(progress, task))
+        compiled += sum(1 for o in built.objects.values() if not o.cached)
+        for spec in specs:
+            if spec.name in built.failures:
+                records[spec.name] = KernelRecord(spec, "rejected", "compile error: "
+                                                  + _first_line(built.failures[spec.name]))
+        ok_specs = [s for s in specs if s.name in built.objects]
+        if not ok_specs:
+            notes.append(f"{label}: no kernel compiled")
+            return
+        objects = {s.name: built.objects[s.name] for s in ok_specs}
+        all_objects.update(objects)
+        harness = build.build_harness(target, [objects[s.name] for s in ok_specs], home=root)
+
+        # Validate before timing: a kernel that computes wrong numbers is never measured.
+        task = progress.add_task(f"validate {label}", total=len(ok_specs)) if progress else None
+        validate_all(harness, target, ok_specs, objects, journal, _advance(progress, task),
+                     options.jobs or build.default_jobs())
+
+        harness_key = harness.name
+        if not target.emulated and (isa, harness_key) not in journal.peaks:
+            peak = measure.peak(harness, target)
+            journal.append([{"kind": "peak", "isa": isa, "harness": harness_key, "gflops": peak}])
+            journal.peaks[(isa, harness_key)] = peak
+        if not target.emulated:
+            peaks[isa] = journal.peaks[(isa, harness_key)]
+
+        valid = [s for s in ok_specs if journal.validations[objects[s.name].hash]["status"] == "validated"]
+        for spec in ok_specs:
+            verdict = journal.validations[objects[spec.name].hash]
+            if verdict["status"] != "validated":
+                records[spec.name] = KernelRecord(spec, "rejected", verdict["reason"], objects[spec.name].hash)
+
+        # Timings under emulation mean nothing: emulated kernels are validated, not timed.
+        if target.emulated:
+            for spec in valid:
+                records[spec.name] = KernelRecord(spec, "validated", object_hash=objects[spec.name].hash,
+                                                  model_score=round(families.model_score(spec), 3))
+            return
+        timer = KernelTimer(harness, target, objects, journal, progress, label)
+        if options.exhaustive:
+            contenders, screened = valid, {}
+        else:
+            contenders, screened = screen(timer, valid, leaders, screen_speed)
+            for spec, reason in screened.items():
+                rows = timer.rows(spec, SCREEN_SETTINGS)
+                frames.append(pd.DataFrame(rows))
+                records[spec.name] = replace(_measured_record(spec, objects[spec.name].hash, pd.DataFrame(rows)),
+                                             gflops_by_k=(), reason=reason)
+        measured += timer.time(contenders, settings)
+        for spec in contenders:
+            rows = timer.rows(spec, settings)
+            if not rows:
+                records[spec.name] = KernelRecord(spec, "rejected", "crashed while being timed",
+                                                  objects[spec.name].hash)
+                continue
+            frame = pd.DataFrame(rows)
+            frames.append(frame)
+            records[spec.name] = _measured_record(spec, objects[spec.name].hash, frame)
+
     with (make_progress(console) if show else nullcontext()) as progress:
         for isa, label, target, isa_specs in kernel_groups(targets, kernel_specs, host):
-            task = progress.add_task(f"compile {label}", total=len(isa_specs)) if progress else None
-            sources = [codegen.generate(spec) for spec in isa_specs]
-            built = build.build_kernels(target, sources, jobs=options.jobs, force=options.force,
-                                        home=root, progress=_advance(progress, task))
-            compiled += sum(1 for o in built.objects.values() if not o.cached)
-            for spec in isa_specs:
-                if spec.name in built.failures:
-                    records[spec.name] = KernelRecord(spec, "rejected", "compile error: "
-                                                      + _first_line(built.failures[spec.name]))
-            ok_specs = [s for s in isa_specs if s.name in built.objects]
-            if not ok_specs:
-                notes.append(f"{label}: no kernel compiled")
+            covered = [s for s in isa_specs if table.selection_key(s) in leaders]
+            sample = dominance_sample(covered) if not (options.exhaustive or target.emulated) else []
+            if not sample:
+                run_batch(isa, label, target, isa_specs, progress)
                 continue
-            objects = {s.name: built.objects[s.name] for s in ok_specs}
-            all_objects.update(objects)
-            harness = build.build_harness(target, [objects[s.name] for s in ok_specs], home=root)
-
-            # Validate before timing: a kernel that computes wrong numbers is never measured.
-            todo = [s.name for s in ok_specs if objects[s.name].hash not in journal.validations]
-            task = progress.add_task(f"validate {label}", total=len(ok_specs)) if progress else None
-            if progress:
-                progress.advance(task, len(ok_specs) - len(todo))
-            for names in _chunks(todo, CHUNK):
-                results = measure.validate(harness, target, names, progress=_advance(progress, task))
-                journal.append({"kind": "validate", "hash": objects[n].hash, "name": n,
-                                "status": results[n].status, "reason": results[n].reason} for n in names)
-                journal.validations.update({objects[n].hash: {"status": results[n].status,
-                                                              "reason": results[n].reason} for n in names})
-
-            harness_key = harness.name
-            if not target.emulated and (isa, harness_key) not in journal.peaks:
-                peak = measure.peak(harness, target)
-                journal.append([{"kind": "peak", "isa": isa, "harness": harness_key, "gflops": peak}])
-                journal.peaks[(isa, harness_key)] = peak
-            if not target.emulated:
-                peaks[isa] = journal.peaks[(isa, harness_key)]
-
-            valid = [s for s in ok_specs if journal.validations[objects[s.name].hash]["status"] == "validated"]
-            for spec in ok_specs:
-                verdict = journal.validations[objects[spec.name].hash]
-                if verdict["status"] != "validated":
-                    records[spec.name] = KernelRecord(spec, "rejected", verdict["reason"], objects[spec.name].hash)
-
-            # Timings under emulation mean nothing: emulated kernels are validated, not timed.
-            if target.emulated:
-                for spec in valid:
-                    records[spec.name] = KernelRecord(spec, "validated", object_hash=objects[spec.name].hash,
-                                                      model_score=round(families.model_score(spec), 3))
-                continue
-            todo = [s.name for s in valid if (objects[s.name].hash, skey) not in journal.benches]
-            task = progress.add_task(f"measure {label}", total=len(valid)) if progress else None
-            if progress:
-                progress.advance(task, len(valid) - len(todo))
-            for names in _chunks(todo, CHUNK):
-                frame = measure.bench(harness, target, names, ks=settings["ks"], pads=settings["pads"],
-                                      min_time_ms=settings["min_time_ms"], repeats=settings["repeats"],
-                                      progress=_advance(progress, task))
-                rows = {n: frame[frame["kernel"] == n].to_dict("records") for n in names}
-                journal.append({"kind": "bench", "hash": objects[n].hash, "settings": skey, "rows": rows[n]}
-                               for n in names if rows[n])
-                journal.benches.update({(objects[n].hash, skey): rows[n] for n in names if rows[n]})
-                measured += sum(1 for n in names if rows[n])
-            for spec in valid:
-                rows = journal.benches.get((objects[spec.name].hash, skey))
-                if not rows:
-                    records[spec.name] = KernelRecord(spec, "rejected", "crashed while being timed",
-                                                      objects[spec.name].hash)
-                    continue
-                frame = pd.DataFrame(rows)
-                frames.append(frame)
-                records[spec.name] = _measured_record(spec, objects[spec.name].hash, frame)
+            # A lower ISA is built first for a sample of the blocks a higher family
+            # computes; the rest of those blocks only up to the tile size where the
+            # sample stopped keeping up (dominated()).
+            chosen_sample = set(sample)
+            rest = [s for s in covered if s not in chosen_sample]
+            rest_set = set(rest)
+            run_batch(isa, f"{label} (sample)", target,
+                      [s for s in isa_specs if s not in rest_set], progress)
+            beaten = dominated(sample, screen_speed, leaders)
+            limit = beaten["area_limit"]
+            build_rest = [s for s in rest if limit is None or s.mr * s.nr < limit]
+            if build_rest:
+                run_batch(isa, label, target, build_rest, progress)
+            if limit is not None and len(rest) > len(build_rest):
+                left = len(rest) - len(build_rest)
+                skipped[isa] = {"kernels": left, "sampled": len(sample), **beaten}
+                notes.append(f"{isa}: {left} kernels of tiles of {limit} elements or more not built: "
+                             f"every sampled one lost its block to {beaten['by']} by "
+                             f"{100 * (1 - beaten['worst_ratio']):.0f}% or more")
 
     # The quantised kernels (qmatmul): validated and timed in their own subprocess.
     quant: dict[str, Any] = {}
@@ -353,6 +543,7 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
         params=default_params(host if provenance != "emulated" else None, main_kernels(chosen),
                               provenance=provenance),
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
+                  **({"dominated": skipped} if skipped else {}),
                   **({"svl_bits": list(svls)} if svls else {}), **({"quant": quant} if quant else {}),
                   "quant_library": library_qkernels(targets, quant)},
     )
@@ -370,7 +561,8 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
         notes.append("no Python headers: the _atfast extension was not built and autotune.gemm falls back "
                      "to numpy; install them (Debian: python3-dev) and run `autotune install --force`")
     if native:
-        stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console, show)
+        stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console,
+                                           show, extra)
     path, installed = commit(stored, library, root)
     if native and installed is not None:
         from .reports.extras import record_example_plans  # the report's shapes; loads matplotlib
@@ -475,26 +667,86 @@ def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple
 
 def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping[str, Target],
                      objects: Mapping[str, build.ObjectResult], root: Path, options: InstallOptions,
-                     console: Console, show: bool) -> tuple[TunedTable, LibraryBuild]:
-    """Tune the planner on the freshly built library; bake the result in if it won.
+                     console: Console, show: bool, extra: Sequence["SuiteShape"] = ()
+                     ) -> tuple[TunedTable, LibraryBuild]:
+    """Measure the planner's decisions on the freshly built library; bake in what won.
 
-    A budget of zero (the quick install) records the analytic default as such.
+    Three parameter sets compete: the model's (from the caches the OS reports,
+    what the library was built with), the measured one (the model's with the
+    packing and thread crossovers timed on this host, :mod:`autotune.crossovers`),
+    and the tuned one (optuna's search from the measured set).  Shapes the search
+    never saw decide which is stored (:func:`autotune.tune.judge`); the library is
+    rebuilt when that is not the model's.  A budget of zero (the quick install)
+    skips the search, not the measurements.  ``extra``: a program's recorded shapes,
+    which join the search's suite.
     """
-    from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, tune
+    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, quiet_wait_s, specs_for,
+                             wait_for_quiet)
+    from .params import DTYPES, PlannerParams
+    from .suite import LibraryRunner, default_suite, held_out_suite
+    from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, judge, tune
 
     budget = options.budget_s
     if budget is None:
         budget = QUICK_BUDGET_S if options.quick else DEFAULT_BUDGET_S
-    result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,
-                  console=console if show else None)
-    if result.interrupted:
-        # The trials are in the study database for the next run to resume; this
-        # run ends here and the previous table and library stay.
-        raise KeyboardInterrupt
-    stored = replace(stored, params=dict(result.params), tuning=dict(result.record))
-    if result.kept:
+    dtypes = tuple(dt for dt in DTYPES if any(r.spec.dtype == dt for r in stored.selected())) or DTYPES
+    model = PlannerParams.from_mapping(stored.params)
+    # The suite's plans are not the user's workload: never recorded as if they were.
+    os.environ.pop("AUTOTUNE_RECORD", None)
+    runner = LibraryRunner(library.library, seed=options.seed)
+    try:
+        sweeps = specs_for(dtypes, stored.host.cores)
+        load = wait_for_quiet(quiet_wait_s(),
+                              say=lambda text: console.print(f"[yellow]note:[/] {text}", soft_wrap=True))
+        busy = load is not None and load >= BUSY_LOAD
+        with (make_progress(console) if show else nullcontext()) as progress:
+            task = progress.add_task("measure crossovers", total=sum(len(s.sides) for s in sweeps)) \
+                if progress else None
+            measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy,
+                                                 QUICK if options.quick else FULL)
+            if progress:
+                progress.update(task, completed=sum(len(s.sides) for s in sweeps))
+        stored = replace(stored, params=measured.to_mapping(stored.params),
+                         settings={**stored.settings, "crossovers": [c.to_dict() for c in found],
+                                   "other_load": None if load is None else round(load, 2)})
+        result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,
+                      console=console if show else None, runner=runner,
+                      suite=default_suite(dtypes, extra))
+        if result.interrupted:
+            # The trials are in the study database for the next run to resume; this
+            # run ends here and the previous table and library stay.
+            raise KeyboardInterrupt
+        tuned = PlannerParams.from_mapping(result.params)
+        # Untuned (a zero budget, or nothing won its confirmation), the search's result is
+        # the measured set itself: it competes under that name.
+        candidates = {**({"tuned": tuned} if result.kept else {}), "measured": measured, "model": model}
+        # A quick install judges on one round and without the 1024^3 products.
+        shapes = held_out_suite(dtypes, 2.0 * 768**3 if options.quick else math.inf)
+        verdict = judge(runner, candidates, shapes, rounds=1 if options.quick else 2)
+    finally:
+        runner.close()
+    record = dict(result.record)
+    record["held_out"] = {**verdict.to_dict(), "gain_over_model": verdict.gain("model")}
+    if result.kept and verdict.chosen != "tuned":
+        # Faster on its own suite, not on shapes it never saw: fitted to the suite or to noise.
+        record.update(kept=False, held_out_rejected=True, tuned_params=None, source="analytic")
+    final = candidates[verdict.chosen]
+    stored = replace(stored, params=final.to_mapping(stored.params), tuning=record)
+    if final != model:
         library = build_table_library(stored, targets, objects, root, library.library.parent)
     return stored, library
+
+
+def recorded_shapes(path: Path | None) -> tuple["SuiteShape", ...]:
+    """The shapes a program recorded with AUTOTUNE_RECORD (:mod:`autotune.record`), for the suite."""
+    if path is None:
+        return ()
+    from .record import RecordError, read_shapes
+
+    try:
+        return read_shapes(path)
+    except RecordError as exc:
+        raise InstallError(str(exc)) from None
 
 
 def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:

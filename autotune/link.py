@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # only for annotations
 
 #: The runtime's translation units, in kernels_src/runtime/.
 RUNTIME_SOURCES = ("plan.c", "cost.c", "cover.c", "threads.c", "params.c", "error.c", "exec.c",
-                   "pool.c", "cache.c", "blas.c", "cpu.c", "features.c", "qgemm.c")
+                   "pool.c", "cache.c", "blas.c", "cpu.c", "features.c", "qgemm.c", "record.c")
 RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h", "at_qkernel.h")
 #: The quantised kernels' registry, generated (autotune.codegen.quant_registry.emit_registry).
 QTABLE = "at_qtable.c"

@@ -294,6 +294,11 @@ def kernel_score(record: KernelRecord) -> float:
     return sum(g for _, g in record.gflops_by_k) / len(record.gflops_by_k)
 
 
+def selection_key(spec: KernelSpec) -> tuple:
+    """The block a kernel computes: kernels with one key compete for one place in the library."""
+    return (spec.dtype, spec.trans, spec.mr, spec.nr, spec.variant, spec.svl)
+
+
 def select_kernels(records: Iterable[KernelRecord]) -> tuple[str, ...]:
     """For each block shape (dtype, transposition, mr, nr, format) keep the fastest validated kernel.
 
@@ -305,8 +310,7 @@ def select_kernels(records: Iterable[KernelRecord]) -> tuple[str, ...]:
     for record in records:
         if not record.validated:
             continue
-        s = record.spec
-        key = (s.dtype, s.trans, s.mr, s.nr, s.variant, s.svl)
+        key = selection_key(record.spec)
         if key not in best or kernel_score(record) > kernel_score(best[key]):
             best[key] = record
     return tuple(sorted(r.name for r in best.values()))

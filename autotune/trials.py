@@ -100,6 +100,10 @@ def verdict(tuning: Mapping[str, Any] | None) -> str | None:
     studies = list(tuning.get("studies") or ())
     default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
     margin = f"{100 * KEEP_MARGIN:g}%"
+    if tuning.get("held_out_rejected"):
+        return ("The tuned parameters were dropped: faster than the starting point on the tuning suite, "
+                "they were not faster on the held-out shapes the search never saw (fitted to the suite, "
+                "or to a busy machine's noise).")
     if was_kept(tuning):
         text = "The tuned parameters were kept"
         if _finite(default_s) and _finite(tuned_s):
@@ -154,3 +158,41 @@ def summary_line(tuning: Mapping[str, Any] | None) -> str:
     verdict_word = "tuned kept" if was_kept(tuning) else "default kept (tuned not faster when re-measured)"
     return (f"tuning: suite {default_s * 1e3:.2f} ms default, {tuned_s * 1e3:.2f} ms tuned, {verdict_word} "
             f"({trial_counts(tuning).describe()}; {tuning.get('budget_s', 0):.0f} s)")
+
+
+def held_out_line(tuning: Mapping[str, Any] | None) -> str | None:
+    """The held-out check in one line: which parameter set won, and its gain over the model's.
+
+    The install times the model's, the measured and the tuned parameters on shapes
+    the search never saw (autotune.tune.judge); None for a table without the check.
+    """
+    held = (tuning or {}).get("held_out")
+    if not held:
+        return None
+    words = {"tuned": "tuned parameters", "measured": "measured crossovers",
+             "model": "model's parameters (nothing measured beat them)"}
+    gain = held.get("gain_over_model")
+    text = f"held-out check ({held.get('shapes', '?')} shapes the tuner never saw): {words.get(held.get('chosen'), held.get('chosen'))} kept"
+    if _finite(gain) and held.get("chosen") != "model":
+        text += f", {float(gain):.2f}x the model's speed there"
+    if tuning.get("held_out_rejected"):
+        text += "; the tuned set won its own suite but not these shapes, so it was dropped"
+    return text
+
+
+def crossover_lines(crossovers: Any) -> list[str]:
+    """Each measured crossover (autotune.crossovers, ``settings["crossovers"]``) in a line."""
+    lines = []
+    for c in crossovers or ():
+        try:
+            side, model_side = (float(c["flops"]) / 2) ** (1 / 3), (float(c["model_flops"]) / 2) ** (1 / 3)
+        except (KeyError, TypeError, ValueError):
+            continue
+        name = f"{c.get('param')} {c.get('dtype')}" if c.get("param") == "pack_flops" else str(c.get("param"))
+        how = {"measured": f"measured over {len(c.get('points') or ())} sizes",
+               "beyond": f"{c.get('base')} won every size timed, so past the largest",
+               "model": "the noise decided nothing: the model's value",
+               "busy": "not measured, other processes kept the cores busy: the model's value; "
+                       "run the install again on a quiet machine"}.get(c.get("source"), c.get("source"))
+        lines.append(f"{name}: {c.get('alt')} from {side:.0f}^3 ({how}; the model said {model_side:.0f}^3)")
+    return lines

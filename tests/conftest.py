@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 _SESSION_HOME = tempfile.mkdtemp(prefix="autotune-test-home-")
 atexit.register(shutil.rmtree, _SESSION_HOME, ignore_errors=True)
 os.environ["AUTOTUNE_HOME"] = _SESSION_HOME
+# An install under test measures at once: under pytest-xdist the other worker is the
+# "other process" the install would otherwise wait for (tests/test_crossovers.py
+# covers the wait itself).
+os.environ["AUTOTUNE_QUIET_WAIT"] = "0"
 os.environ.pop("AUTOTUNE_LIBRARY", None)
 
 from .untuned import build_untuned, small_selection  # noqa: E402  (after the home is set)

@@ -550,3 +550,29 @@ def test_quantised_kernels_have_their_own_section_measured_or_only_listed(small)
     assert "not measured here" in section
     assert '<td class="mono">at_q4s_sme2_1x4vl</td><td>q4s</td><td>gemv</td><td>sme2</td>' in section
     assert "&#39;needs&#39;" not in page
+
+
+def test_measured_decisions_have_their_section_with_a_chart_per_crossover(small):
+    """Model against measurement for each crossover, the doubted report and the held-out verdict."""
+    from dataclasses import replace
+
+    from autotune.crossovers import Crossover, Point
+    from autotune.host import CacheLevel
+
+    points = tuple(Point(side, 1.0, ratio, 0.01, 3) for side, ratio in ((128, 1.2), (180, 1.05), (256, 0.8),
+                                                                        (360, 0.7)))
+    crossovers = [Crossover("pack_flops", "f32", "in place", "packed", 2.0 * 2880 ** 3, 2.0 * 215 ** 3,
+                            "measured", points).to_dict(),
+                  Crossover("thread_flops", "f32", "1 thread", "all threads", 5e5, 5e5, "busy").to_dict()]
+    host = replace(small.host, caches=(CacheLevel(2, "unified", 2 << 20, 64, 16, 2048),
+                                       CacheLevel(3, "unified", 480 << 20, 64, 16, 491520, 2)))
+    table = replace(small, host=host, settings={**small.settings, "crossovers": crossovers},
+                    tuning={**(small.tuning or {}), "held_out": {"chosen": "measured", "times_s": {}, "shapes": 30,
+                                                                "gain_over_model": 2.5}})
+    page = render_report(table)
+    section = page[page.index('<section id="decisions">'):]
+    section = section[:section.index("</section>")]
+    assert section.count("<svg") == 1  # the busy thread sweep has no points to draw
+    assert "480 MiB" in section and "packed from 215^3" in section and "the model said 2880^3" in section
+    assert "measured crossovers kept, 2.50x" in section and "quiet machine" in section
+    assert 'id="decisions"' not in render_report(small)

@@ -374,6 +374,37 @@ def tuning_figure(history: TuningHistory) -> Figure:
     return fig
 
 
+def crossover_figure(crossover: Mapping) -> Figure:
+    """One measured decision: the alternative's time over the base's at each size timed,
+    with where the install put the threshold and where the model (the OS's cache
+    report) would have put it."""
+    points = crossover.get("points") or []
+    sides = [p["side"] for p in points]
+    ratios = [p["alt_s"] / p["base_s"] if p["base_s"] else float("nan") for p in points]
+    with style():
+        fig = Figure(figsize=(4.6, 3.2), layout="constrained")
+        ax = fig.subplots()
+        ax.grid(True, which="both", axis="y")
+        ax.axhline(1.0, color="#888888", linewidth=1)
+        if points:
+            colours = ["#2e8540" if r < 1 else "#b04a3a" for r in ratios]
+            ax.plot(sides, ratios, color="#8aa6c8", linewidth=1, zorder=2)
+            ax.scatter(sides, ratios, c=colours, s=22, zorder=3)
+        for flops, colour, style_, label in ((crossover["flops"], "#1f4e8c", "-", "stored"),
+                                             (crossover["model_flops"], "#888888", "--", "model")):
+            ax.axvline((flops / 2) ** (1 / 3), color=colour, linestyle=style_, linewidth=1.4,
+                       label=f"{label}: {(flops / 2) ** (1 / 3):.0f}^3")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("square size (M = N = K)")
+        ax.set_ylabel(f"time {crossover['alt']} / {crossover['base']}")
+        low, high = ax.get_xlim()
+        model_side = (crossover["model_flops"] / 2) ** (1 / 3)
+        if model_side > high:  # a far-off model still shows, at the right edge
+            ax.set_xlim(low, model_side * 1.2)
+        ax.legend(loc="best", fontsize="small")
+    return fig
+
+
 def importance_figure(importance: pd.Series, method: str, label: str = "") -> Figure:
     with style():
         fig = Figure(figsize=(5.0, 0.45 * max(len(importance), 2) + 0.9), layout="constrained")

@@ -22,10 +22,11 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from .. import __version__
 from ..home import home as default_home
-from ..host import describe
 from ..files import atomic_write_text
+from ..host import cache_doubts, describe
 from ..table import TunedTable
 from ..table import load as load_table
+from ..trials import crossover_lines, held_out_line
 from . import data, figures
 
 if TYPE_CHECKING:
@@ -123,6 +124,9 @@ def _context(table: TunedTable, extra: ReportExtras) -> dict[str, Any]:
     tuning_figures = _tuning_figures(tuning)
     if tuning:
         sections.append(("tuning", "Tuning"))
+    decisions = _decisions(table)
+    if decisions["figures"] or decisions["lines"]:
+        sections.append(("decisions", "Decisions"))
     plan_figures = _plan_figures(extra.plans)
     params, other_params = data.param_rows(table.params, extra.tuning if extra.tuning is not None
                                            else table.tuning)
@@ -160,6 +164,7 @@ def _context(table: TunedTable, extra: ReportExtras) -> dict[str, Any]:
         "rejections": data.rejection_reasons(table),
         "tuning": tuning,
         "tuning_figures": tuning_figures,
+        "decisions": decisions,
         "params": params,
         "other_params": other_params,
         "plans": plan_figures,
@@ -322,6 +327,26 @@ def _tuning_figures(history: data.TuningHistory | None) -> list[PageFigure]:
                           svg=figures.to_svg(figures.importance_figure(importance, method),
                                              title="parameter importance"), wide=False))
     return out
+
+
+def _decisions(table: TunedTable) -> dict[str, Any]:
+    """The planner's measured decisions: the doubted cache reports, a chart per crossover,
+    and the held-out check's verdict."""
+    crossovers = table.settings.get("crossovers") or []
+    lines = [f"Doubtful cache report: {d}." for d in cache_doubts(table.host)]
+    lines += [f"Crossover {line}." for line in crossover_lines(crossovers)]
+    held = held_out_line(table.tuning)
+    if held:
+        lines.append(held[0].upper() + held[1:] + ".")
+    figs = []
+    for c in crossovers:
+        if not c.get("points"):
+            continue
+        name = f"{c['param']} ({c['dtype']})" if c["param"] == "pack_flops" else c["param"]
+        figs.append(PageFigure(name, f"{c['alt']} against {c['base']}: below 1 the {c['alt']} side is faster; "
+                                     "the stored threshold (solid) and the model's (dashed)",
+                               svg=figures.to_svg(figures.crossover_figure(c), title=name), wide=False))
+    return {"lines": lines, "figures": figs}
 
 
 def _plan_figures(plans: Sequence["Plan"] | None) -> list[PageFigure]:

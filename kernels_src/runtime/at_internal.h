@@ -268,6 +268,9 @@ AT_SINGLE(float, at_sgemm_fn)
 AT_SINGLE(double, at_dgemm_fn)
 #undef AT_SINGLE
 
+/* record.c: one JSON line per plan built while AUTOTUNE_RECORD names a file. */
+void at__record_shape(int dtype, int ta, int tb, int64_t M, int64_t N, int64_t K, int threads);
+
 #pragma GCC visibility pop
 
 #endif

@@ -454,6 +454,7 @@ at_plan *at__plan_build(int dtype, int layout, int trans_a, int trans_b, int64_t
     if (threads < 1) threads = 1;
     double flops = 2.0 * (double)M * (double)N * (double)K;
     if (flops < at__tp->thread_flops) threads = 1;
+    at__record_shape(dtype, p->ta, p->tb, p->M, p->N, p->K, threads);
 
     int rc = AT_OK;
     if (M == 0 || N == 0 || K == 0) {

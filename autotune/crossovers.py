@@ -1,0 +1,305 @@
+"""Measuring the planner's crossovers on the host: when packing pays, when threads pay.
+
+The tiler takes two decisions from a threshold on a product's flops: pack the
+operands (Goto's path) or read them in place (IAAT's), and run on one thread or
+on all of them.  :mod:`autotune.models` derives both thresholds from what the
+operating system reports about the caches, and a report can be far off: a
+2-core virtual machine that announced a 480 MB L3 put the packing crossover at
+24 GFLOP, and 1024^3 ran in place at a fifth of the machine.  So the install
+measures each decision instead of trusting the model: for a ladder of square
+products it times the plan both ways, interleaved in rounds, and puts the
+threshold where the faster side changes for good.  The model's value is the
+prior: it stands only where the machine's noise leaves the measurement
+undecided, and the record says so.
+
+Nothing here builds or loads a library: it measures through a
+:class:`autotune.suite.SuiteRunner`, so the tests drive it with a fake machine.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from .host import other_load
+from .params import DTYPES, PlannerParams
+from .suite import SuiteRunner, SuiteShape
+
+#: A threshold no product reaches: the cheaper side is always taken.  (The runtime
+#: takes finite values only.)
+NEVER = 1e300
+
+#: Square sides each sweep climbs, about sqrt(2) apart.  Packing is timed from
+#: the sizes where it starts to be a question (its copies cost more than they
+#: save below) to past the largest crossover a current core's caches allow.
+PACK_SIDES: Mapping[str, tuple[int, ...]] = {
+    "f32": (128, 180, 256, 360, 512, 720, 1024, 1440),
+    "f64": (96, 128, 180, 256, 360, 512, 720, 1024),
+}
+THREAD_SIDES: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 180, 256)
+
+#: The alternative must win at this many sizes in a row before a sweep stops: one
+#: lucky size is not a crossover.
+CONFIRM = 2
+#: A side wins a size only by more than this fraction, or by more than the
+#: repeats' own spread if that is larger.
+MARGIN = 0.03
+
+
+@dataclass(frozen=True)
+class Effort:
+    """How hard a sweep measures: interleaved rounds per size, the most a noisy size
+    may take, and the longest call it times (it stops before a size whose one call
+    would take longer)."""
+
+    rounds: int = 3
+    max_rounds: int = 9
+    max_call_s: float = 0.25
+
+
+FULL = Effort()
+#: `install --quick`: fewer rounds, and no call past ~30 ms (about 700^3 f32 on one
+#: core of a current CPU): a crossover above that is stored as just past it.
+QUICK = Effort(rounds=2, max_rounds=4, max_call_s=0.03)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One size of a sweep: the best time per call of each side, and their noise."""
+
+    side: int
+    base_s: float  # the cheaper choice: in place, or one thread
+    alt_s: float  # packed, or all threads
+    spread: float  # relative spread of the rounds (median over best, minus one), the larger side's
+    rounds: int
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.side ** 3
+
+    @property
+    def ratio(self) -> float:
+        """Time of the alternative over the base: below one, the alternative pays."""
+        return self.alt_s / self.base_s if self.base_s > 0 else math.inf
+
+    def verdict(self, margin: float = MARGIN) -> str:
+        """``alt``, ``base`` or ``tie`` (within the margin or the noise)."""
+        bar = max(margin, self.spread)
+        if self.ratio < 1.0 - bar:
+            return "alt"
+        if self.ratio > 1.0 + bar:
+            return "base"
+        return "tie"
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """A threshold as measured: what the model said, what the sweep found, what is kept.
+
+    ``source`` is ``measured`` (the sides changed within the sweep), ``beyond``
+    (the base side won up to the last size: the threshold is put just past it,
+    since nothing above was measured), ``model`` (the noise decided nothing;
+    the model's value stays) or ``busy`` (not measured: other processes kept the
+    cores busy; the model's value stays).
+    """
+
+    param: str
+    dtype: str
+    base: str
+    alt: str
+    model_flops: float
+    flops: float
+    source: str
+    points: tuple[Point, ...] = field(default_factory=tuple)
+
+    @property
+    def side(self) -> float:
+        """The cube side of :attr:`flops` (what a person compares with a matrix size)."""
+        return (self.flops / 2.0) ** (1.0 / 3.0)
+
+    @property
+    def model_side(self) -> float:
+        return (self.model_flops / 2.0) ** (1.0 / 3.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["points"] = [asdict(p) for p in self.points]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Crossover":
+        points = tuple(Point(**p) for p in data.get("points", ()))
+        return cls(**{**data, "points": points})
+
+
+def crossing(points: Sequence[Point], margin: float = MARGIN) -> tuple[float | None, str]:
+    """(threshold flops, source) from a sweep's points, ascending in size.
+
+    The threshold sits between the last size the alternative did not win and the
+    first of the run of wins that closes the sweep (geometrically halfway); a
+    sweep whose smallest size the alternative already wins puts it half a step
+    below.  No closing run of wins: ``beyond`` when the base side won a size
+    (half a step above the last one), else ``model`` (only ties: noise).
+    """
+    if not points:
+        return None, "model"
+    verdicts = [p.verdict(margin) for p in points]
+    first = len(points)
+    while first > 0 and verdicts[first - 1] == "alt":
+        first -= 1
+    if first < len(points):
+        if first == 0:
+            step = points[1].side / points[0].side if len(points) > 1 else math.sqrt(2.0)
+            side = points[0].side / math.sqrt(step)
+        else:
+            side = math.sqrt(points[first - 1].side * points[first].side)
+        return 2.0 * side ** 3, "measured"
+    if "base" in verdicts:
+        step = points[-1].side / points[-2].side if len(points) > 1 else math.sqrt(2.0)
+        return 2.0 * (points[-1].side * math.sqrt(step)) ** 3, "beyond"
+    return None, "model"
+
+
+# -- measuring ------------------------------------------------------------------------
+
+def _spread(samples: Sequence[float]) -> float:
+    best = min(samples)
+    return statistics.median(samples) / best - 1.0 if best > 0 else math.inf
+
+
+def measure_point(runner: SuiteRunner, side: int, base: tuple[PlannerParams, SuiteShape],
+                  alt: tuple[PlannerParams, SuiteShape], margin: float = MARGIN, effort: Effort = FULL) -> Point:
+    """Both sides of one size, in interleaved rounds; more rounds while the noise hides the answer."""
+    samples: dict[str, list[float]] = {"base": [], "alt": []}
+    sides = {"base": base, "alt": alt}
+
+    def one_round() -> None:
+        for label, (params, shape) in sides.items():
+            runner.set_params(params)
+            samples[label].append(runner.time_shape(shape))
+
+    while True:
+        for _ in range(effort.rounds):
+            one_round()
+        rounds = len(samples["base"])
+        point = Point(side, min(samples["base"]), min(samples["alt"]),
+                      round(max(_spread(samples["base"]), _spread(samples["alt"])), 4), rounds)
+        if point.verdict(margin) != "tie" or rounds + effort.rounds > effort.max_rounds or point.spread <= margin:
+            return point
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """One decision: the threshold it sets, the sizes it climbs, and how each side is forced."""
+
+    param: str
+    dtype: str
+    sides: tuple[int, ...]
+    base: str
+    alt: str
+    force: Callable[[PlannerParams, int], tuple[tuple[PlannerParams, SuiteShape],
+                                                tuple[PlannerParams, SuiteShape]]]
+
+
+def pack_sweep(dtype: str) -> SweepSpec:
+    """In place against packed, on one thread: the crossover is a property of one core's caches."""
+    def force(params: PlannerParams, side: int) -> tuple[tuple[PlannerParams, SuiteShape], ...]:
+        shape = SuiteShape("large", dtype, "nn", side, side, side, threads=1)
+        return ((params.with_values(dtype, {"pack_flops": NEVER}), shape),
+                (params.with_values(dtype, {"pack_flops": 0.0}), shape))
+    return SweepSpec("pack_flops", dtype, PACK_SIDES[dtype], "in place", "packed", force)
+
+
+def thread_sweep(dtype: str = "f32") -> SweepSpec:
+    """One thread against all: f32, whose threshold is the higher (a flop costs half the time)."""
+    def force(params: PlannerParams, side: int) -> tuple[tuple[PlannerParams, SuiteShape], ...]:
+        shape = SuiteShape("small", dtype, "nn", side, side, side)
+        threaded = params.with_values(dtype, {"thread_flops": 0.0})
+        return ((threaded, SuiteShape("small", dtype, "nn", side, side, side, threads=1)),
+                (threaded, shape))
+    return SweepSpec("thread_flops", dtype, THREAD_SIDES, "1 thread", "all threads", force)
+
+
+def sweep(runner: SuiteRunner, spec: SweepSpec, params: PlannerParams,
+          advance: Callable[[], None] = lambda: None, effort: Effort = FULL) -> tuple[Point, ...]:
+    """Climb the sizes until the alternative has won CONFIRM in a row (or a call gets too long)."""
+    points: list[Point] = []
+    for side in spec.sides:
+        if points and points[-1].base_s * (side / points[-1].side) ** 3 > effort.max_call_s:
+            break
+        base, alt = spec.force(params, side)
+        points.append(measure_point(runner, side, base, alt, effort=effort))
+        advance()
+        if len(points) >= CONFIRM and all(p.verdict() == "alt" for p in points[-CONFIRM:]):
+            break
+    return tuple(points)
+
+
+def specs_for(dtypes: Iterable[str], threads: int) -> tuple[SweepSpec, ...]:
+    """The sweeps of an install: packing per dtype, then threads (on a host that has them)."""
+    dtypes = [dt for dt in DTYPES if dt in set(dtypes)]
+    specs = [pack_sweep(dt) for dt in dtypes]
+    if threads > 1 and dtypes:
+        specs.append(thread_sweep("f32" if "f32" in dtypes else dtypes[0]))
+    return tuple(specs)
+
+
+#: Other processes' load (in cores) from which the machine counts as busy: a
+#: thread sweep there times the other core's queue, not this library's split.
+BUSY_LOAD = 0.5
+#: How long the install waits for a busy machine to calm down before measuring.
+QUIET_WAIT_S = 20.0
+
+
+def quiet_wait_s() -> float:
+    """QUIET_WAIT_S, or $AUTOTUNE_QUIET_WAIT seconds (0: measure at once, as the test suite does)."""
+    try:
+        return max(0.0, float(os.environ.get("AUTOTUNE_QUIET_WAIT", QUIET_WAIT_S)))
+    except ValueError:
+        return QUIET_WAIT_S
+
+
+def wait_for_quiet(max_wait_s: float = QUIET_WAIT_S, load: Callable[[], float | None] = other_load,
+                   say: Callable[[str], None] = lambda text: None) -> float | None:
+    """The other processes' load once it falls below BUSY_LOAD, or after ``max_wait_s``
+    (whatever it is then; None where it cannot be read)."""
+    waited = 0.0
+    now = load()
+    while now is not None and now >= BUSY_LOAD and waited < max_wait_s:
+        if waited == 0.0:
+            say(f"other processes keep {now:.1f} cores busy: waiting up to {max_wait_s:.0f} s "
+                "for a quieter machine before timing the planner's decisions")
+        now = load()
+        waited += 0.5  # load() sleeps half a second
+    return now
+
+
+def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequence[SweepSpec],
+                       advance: Callable[[], None] = lambda: None, busy: bool = False,
+                       effort: Effort = FULL) -> tuple[PlannerParams, tuple[Crossover, ...]]:
+    """Run ``specs`` in turn, each on the parameters the ones before it set.
+
+    Returns the parameters with every measured threshold in place, and what
+    each sweep saw.  On a ``busy`` machine the thread sweep is not run: one
+    thread would win every size against a split that waits for a loaded core,
+    and the model's value stays (source ``busy``).  The runner is left on the
+    returned parameters.
+    """
+    found: list[Crossover] = []
+    for spec in specs:
+        model = float(params.get(spec.dtype, spec.param))
+        if busy and spec.param == "thread_flops":
+            found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy"))
+            continue
+        points = sweep(runner, spec, params, advance, effort)
+        flops, source = crossing(points)
+        if flops is None:
+            flops = model
+        flops = float(f"{flops:.4g}")
+        params = params.with_values(spec.dtype, {spec.param: flops})
+        found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, flops, source, points))
+    runner.set_params(params)
+    return params, tuple(found)

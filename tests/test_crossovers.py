@@ -1,0 +1,289 @@
+"""The install measures the planner's crossovers: the stored thresholds follow the host, not its report.
+
+A fake machine (its packing and threading pay from known sizes) stands in for the
+library, so each test knows the right answer; hosts whose OS reports a 480 MB L3,
+no L3, or a 256 KiB L2 give the model very different thresholds, and the measured
+ones must not move with them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from autotune import crossovers as cx
+from autotune import tune as tn
+from autotune.host import CacheLevel, HostInfo, cache_doubts
+from autotune.models import analytic_params
+from autotune.params import PlannerParams
+from autotune.suite import SuiteShape, held_out_suite
+from autotune.trials import crossover_lines, held_out_line
+
+
+class FakeMachine:
+    """Packing pays from ``pack_side``^3, two threads from ``thread_side``^3; ``noise`` jitters."""
+
+    def __init__(self, pack_side: float = 400.0, thread_side: float = 60.0, noise: float = 0.0,
+                 seed: int = 0) -> None:
+        import random
+
+        self.pack_side, self.thread_side, self.noise = pack_side, thread_side, noise
+        self.params: PlannerParams | None = None
+        self.rng = random.Random(seed)
+        self.timed: list[SuiteShape] = []
+
+    def set_params(self, params: PlannerParams) -> None:
+        self.params = params
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        assert self.params is not None
+        self.timed.append(shape)
+        flops = shape.flops
+        side = (flops / 2) ** (1 / 3)
+        packed = flops >= self.params.get(shape.dtype, "pack_flops")
+        # In place is 30% faster below the crossover and falls behind above it.
+        speed = 1.0 if packed else (1.3 if side < self.pack_side else 0.6)
+        seconds = flops / (50e9 * speed)
+        threaded = shape.threads != 1 and flops >= self.params.thread_flops
+        if threaded:
+            # Two threads halve the work and pay a wake-up worth half of thread_side^3's time.
+            seconds = seconds / 2 + 2.0 * self.thread_side ** 3 / (50e9 * 1.3) / 2
+        return seconds * (1 + self.noise * self.rng.random())
+
+    def close(self) -> None:
+        pass
+
+
+def _host(l2: int, l3: int | None, l3_shared: int = 2) -> HostInfo:
+    caches = [CacheLevel(1, "data", 48 << 10, 64, 12, 64), CacheLevel(2, "unified", l2, 64, 16, l2 // 1024)]
+    if l3 is not None:
+        caches.append(CacheLevel(3, "unified", l3, 64, 16, l3 // 1024, l3_shared))
+    return HostInfo(arch="x86_64", os="linux", cpu="injected", features=("avx2", "fma"),
+                    caches=tuple(caches), cores=2)
+
+
+HOSTS = {
+    "480 MB L3": _host(2 << 20, 480 << 20),
+    "no L3": _host(1 << 20, None),
+    "256 KiB L2": _host(256 << 10, 8 << 20),
+}
+
+
+def _side(flops: float) -> float:
+    return (flops / 2) ** (1 / 3)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTS))
+def test_stored_thresholds_follow_the_measurement_not_the_report(name: str) -> None:
+    model = PlannerParams.from_mapping(analytic_params(HOSTS[name]))
+    machine = FakeMachine(pack_side=400, thread_side=60)
+    params, found = cx.measure_crossovers(machine, model, cx.specs_for(("f32", "f64"), threads=2))
+    for dtype in ("f32", "f64"):
+        side = _side(params.get(dtype, "pack_flops"))
+        # Between the last ladder size below 400 and the first above it.
+        assert 360 <= side <= 512, (name, dtype, side)
+    assert 48 <= _side(params.thread_flops) <= 64
+    assert {c.source for c in found} == {"measured"}
+    assert [c.param for c in found] == ["pack_flops", "pack_flops", "thread_flops"]
+    # The record keeps the model's value beside the measured one.
+    pack = next(c for c in found if c.param == "pack_flops")
+    assert pack.model_flops == model.get("f32", "pack_flops")
+
+
+def test_the_480_mb_report_is_doubted_and_the_model_would_have_been_far_off() -> None:
+    host = HOSTS["480 MB L3"]
+    assert any("L3" in d and "per CPU" in d for d in cache_doubts(host))
+    assert not cache_doubts(HOSTS["no L3"]) and not cache_doubts(HOSTS["256 KiB L2"])
+    model = analytic_params(host)
+    assert _side(model["pack_flops"]["f32"]) > 1500  # what sent 1024^3 down the in-place path
+
+
+def test_an_l3_smaller_than_the_l2_is_doubted() -> None:
+    assert any("smaller than" in d for d in cache_doubts(_host(4 << 20, 2 << 20)))
+
+
+def test_a_sweep_stops_once_the_alternative_won_twice_in_a_row() -> None:
+    machine = FakeMachine(pack_side=200)
+    points = cx.sweep(machine, cx.pack_sweep("f32"), PlannerParams())
+    assert [p.side for p in points] == [128, 180, 256, 360]
+    assert [p.verdict() for p in points] == ["base", "base", "alt", "alt"]
+
+
+def test_in_place_winning_everywhere_puts_the_threshold_just_past_the_ladder() -> None:
+    machine = FakeMachine(pack_side=1e9)
+    params, (found,) = cx.measure_crossovers(machine, PlannerParams(), [cx.pack_sweep("f32")])
+    assert found.source == "beyond"
+    top = cx.PACK_SIDES["f32"][-1]
+    assert top < _side(params.get("f32", "pack_flops")) < top * 1.5
+
+
+def test_packing_winning_from_the_smallest_size_puts_it_below_the_ladder() -> None:
+    machine = FakeMachine(pack_side=10)
+    params, (found,) = cx.measure_crossovers(machine, PlannerParams(), [cx.pack_sweep("f64")])
+    assert found.source == "measured"
+    assert _side(params.get("f64", "pack_flops")) < cx.PACK_SIDES["f64"][0]
+
+
+def test_ties_keep_the_model_value() -> None:
+    points = [cx.Point(s, 1.0, 1.0 + 0.001 * (i % 2), 0.0, 3) for i, s in enumerate((64, 96, 128))]
+    assert cx.crossing(points) == (None, "model")
+    params, (found,) = cx.measure_crossovers(_Flat(), PlannerParams(), [cx.thread_sweep()])
+    assert found.source == "model"
+    assert params.thread_flops == PlannerParams().thread_flops
+
+
+class _Flat(FakeMachine):
+    def time_shape(self, shape: SuiteShape) -> float:
+        return 1e-3
+
+
+def test_a_noisy_size_is_measured_again_and_its_spread_widens_the_margin() -> None:
+    calls = []
+
+    class Noisy(FakeMachine):
+        def time_shape(self, shape: SuiteShape) -> float:
+            calls.append(shape)
+            # The two sides differ by 5%, and every other round is 30% slow.
+            slow = 1.3 if len(calls) % 4 in (0, 1) else 1.0
+            return (1.0 if shape.threads == 1 else 0.95) * slow
+
+    point = cx.measure_point(Noisy(), 64, (PlannerParams(), SuiteShape("small", "f32", "nn", 64, 64, 64, threads=1)),
+                             (PlannerParams(), SuiteShape("small", "f32", "nn", 64, 64, 64)))
+    assert point.rounds > cx.FULL.rounds  # the spread hid the 5%: more rounds were taken
+    assert point.spread > cx.MARGIN and point.verdict() == "tie"
+
+
+def test_the_pack_sweep_runs_on_one_thread_and_forces_each_side() -> None:
+    machine = FakeMachine()
+    (base, base_shape), (alt, alt_shape) = cx.pack_sweep("f64").force(PlannerParams(), 256)
+    assert base_shape.threads == alt_shape.threads == 1
+    assert base.get("f64", "pack_flops") > 1e100 and alt.get("f64", "pack_flops") == 0
+    assert base.get("f32", "pack_flops") == PlannerParams().get("f32", "pack_flops")  # the other dtype untouched
+    (_, one), (threaded, all_) = cx.thread_sweep().force(PlannerParams(), 64)
+    assert one.threads == 1 and all_.threads == 0 and threaded.thread_flops == 0
+    del machine
+
+
+def test_a_one_core_host_measures_no_thread_crossover() -> None:
+    assert [s.param for s in cx.specs_for(("f64",), threads=1)] == ["pack_flops"]
+
+
+def test_the_record_round_trips_and_reads_as_a_line() -> None:
+    machine = FakeMachine(pack_side=400)
+    _, found = cx.measure_crossovers(machine, PlannerParams(), cx.specs_for(("f32",), threads=2))
+    again = tuple(cx.Crossover.from_dict(c.to_dict()) for c in found)
+    assert again == found
+    lines = crossover_lines([c.to_dict() for c in found])
+    assert len(lines) == 2 and lines[0].startswith("pack_flops f32: packed from ")
+    assert "the model said" in lines[0]
+
+
+# -- the held-out check ---------------------------------------------------------------
+
+class _Costs:
+    """Each parameter set's time on every shape, by its thread_flops (a label)."""
+
+    def __init__(self, by_label: dict[float, float]) -> None:
+        self.by_label = by_label
+        self.params: PlannerParams | None = None
+
+    def set_params(self, params: PlannerParams) -> None:
+        self.params = params
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        assert self.params is not None
+        return self.by_label[self.params.thread_flops] * shape.flops * 1e-12
+
+    def close(self) -> None:
+        pass
+
+
+def _sets() -> dict[str, PlannerParams]:
+    return {name: PlannerParams(thread_flops=value) for name, value in
+            (("tuned", 1.0), ("measured", 2.0), ("model", 3.0))}
+
+
+def test_judge_keeps_the_tuned_set_only_when_it_wins_the_held_out_shapes() -> None:
+    shapes = held_out_suite(("f32",))
+    won = tn.judge(_Costs({1.0: 1.0, 2.0: 1.1, 3.0: 2.0}), _sets(), shapes)
+    assert won.chosen == "tuned" and won.gain("model") == pytest.approx(2.0)
+    lost = tn.judge(_Costs({1.0: 1.2, 2.0: 1.1, 3.0: 2.0}), _sets(), shapes)
+    assert lost.chosen == "measured"
+    # Measured crossovers that lose to the model's guess are not stored either.
+    worse = tn.judge(_Costs({1.0: 1.3, 2.0: 1.2, 3.0: 1.0}), _sets(), shapes)
+    assert worse.chosen == "model" and worse.gain("model") == pytest.approx(1.0)
+
+
+def test_judge_times_identical_sets_once() -> None:
+    same = PlannerParams()
+    costs = _Costs({same.thread_flops: 1.0})
+    verdict = tn.judge(costs, {"tuned": same, "measured": same, "model": same}, held_out_suite(("f64",)))
+    assert verdict.chosen == "tuned" and list(verdict.times) == ["tuned"]
+
+
+def test_held_out_shapes_cover_every_regime_and_never_meet_the_suite() -> None:
+    from autotune.suite import default_suite
+
+    held = held_out_suite(("f32",))
+    assert {s.kind for s in held} >= {"small", "irregular", "tall-skinny", "batched", "large"}
+    assert {s.threads for s in held} == {0, 1}
+    assert max(s.m * s.n * s.k for s in held) >= 1024 ** 3
+    suite = {(s.trans, s.m, s.n, s.k, s.batch) for s in default_suite(("f32",))}
+    assert not suite & {(s.trans, s.m, s.n, s.k, s.batch) for s in held}
+
+
+def test_held_out_line_says_what_was_kept_and_why() -> None:
+    record = {"held_out": {"chosen": "measured", "times_s": {}, "shapes": 30, "gain_over_model": 3.1},
+              "held_out_rejected": True}
+    line = held_out_line(record)
+    assert line is not None and "measured crossovers kept" in line and "3.10x" in line
+    assert "dropped" in line
+    assert held_out_line({}) is None
+    assert math.isfinite(3.1)
+
+
+# -- a busy machine ------------------------------------------------------------------
+
+def test_a_busy_machine_keeps_the_models_thread_threshold() -> None:
+    machine = FakeMachine(thread_side=60)
+    model = PlannerParams()
+    params, found = cx.measure_crossovers(machine, model, cx.specs_for(("f32",), threads=2), busy=True)
+    threads = next(c for c in found if c.param == "thread_flops")
+    assert threads.source == "busy" and params.thread_flops == model.thread_flops and not threads.points
+    assert all(s.threads == 1 for s in machine.timed)  # only the one-thread pack sweep ran
+    assert "quiet machine" in crossover_lines([threads.to_dict()])[0]
+
+
+def test_wait_for_quiet_waits_until_the_load_falls_or_the_time_is_up() -> None:
+    loads = iter([1.8, 1.2, 0.1, 2.0])
+    said: list[str] = []
+    assert cx.wait_for_quiet(10, load=lambda: next(loads), say=said.append) == 0.1
+    assert len(said) == 1 and "1.8 cores" in said[0]
+    always = iter([1.5] * 100)
+    assert cx.wait_for_quiet(1.0, load=lambda: next(always)) == 1.5  # gave up after 1 s of samples
+    assert cx.wait_for_quiet(0.0, load=lambda: None) is None
+
+
+def test_other_load_reads_the_machine_now() -> None:
+    from autotune.host import other_load
+
+    load = other_load(0.05, cores=2)
+    assert load is None or 0.0 <= load <= 2.0
+
+
+def test_quiet_wait_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_QUIET_WAIT", "3.5")
+    assert cx.quiet_wait_s() == 3.5
+    monkeypatch.setenv("AUTOTUNE_QUIET_WAIT", "soon")
+    assert cx.quiet_wait_s() == cx.QUIET_WAIT_S
+
+
+def test_a_quick_sweep_stops_before_long_calls_and_takes_fewer_rounds() -> None:
+    machine = FakeMachine(pack_side=1e9)
+    points = cx.sweep(machine, cx.pack_sweep("f32"), PlannerParams(), effort=cx.QUICK)
+    full = cx.sweep(FakeMachine(pack_side=1e9), cx.pack_sweep("f32"), PlannerParams())
+    assert len(points) < len(full) and all(p.rounds == cx.QUICK.rounds for p in points)
+    # The next size's call would have passed the quick limit.
+    last = points[-1]
+    assert last.base_s * (cx.PACK_SIDES["f32"][len(points)] / last.side) ** 3 > cx.QUICK.max_call_s
