@@ -141,7 +141,10 @@ def test_ctrl_c_while_measuring_stops_the_harness(kit, tmp_path, monkeypatch):
         except ProcessLookupError:
             break
         # A killed child not yet reaped is a zombie: gone for this purpose.
-        if Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+                break
+        except FileNotFoundError:  # reaped between the two looks
             break
         time.sleep(0.05)
     else:
