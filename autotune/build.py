@@ -4,7 +4,7 @@ Every object lives at ``$AUTOTUNE_HOME/build/<isa>/objects/<sha256>.o`` where th
 hash covers everything that decides the machine code: the source text, the
 compiler's identity and the exact argv.  A source that did not change is never
 recompiled, and an object only appears under its final name once the compiler
-finished (compile to a temporary name, then ``os.replace``), so an interrupted
+finished (compile to a temporary name, then ``files.replace``), so an interrupted
 install leaves no half-written object behind for the next one to trust.
 
 A kernel that does not compile is a failure recorded in the :class:`BuildResult`
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Protocol
 
 from . import contract, home as home_mod
+from . import files
+from .files import atomic_write_text
 from .specs import KernelSpec
 from .toolchain import Target, compiler_identity, slowdown
 
@@ -115,14 +117,7 @@ def _write_atomic(path: Path, text: str) -> None:
             return
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, text)
 
 
 # Ctrl-C during a build: compilers still running are killed, queued units never
@@ -158,6 +153,38 @@ def _run(argv: Sequence[str], timeout: float) -> tuple[bool, str]:
     if proc.returncode != 0:
         return False, output or f"{argv[0]} exited with status {proc.returncode}"
     return True, output
+
+
+# What a compiler prints when the machine, not the source, stopped it: a full disk
+# or quota, an I/O error, memory, a killed or crashed compiler, a missing program
+# or header, files it may not write.  Lower case; matched anywhere in its output.
+_ENVIRONMENT_FAULTS = (
+    "no space left on device", "disk quota exceeded", "input/output error", "read-only file system",
+    "permission denied", "no such file or directory", "cannot allocate memory", "out of memory",
+    "memory exhausted", "killed", "terminated signal", "terminated by signal", "segmentation fault",
+    "bus error", "internal compiler error", "too many open files", "resource temporarily unavailable",
+    "error writing", "can't write", "cannot write", "can't close", "cannot execute", "not found",
+    "stack dump", "please submit a full bug report", "file too large", "broken pipe",
+)
+# A diagnostic about the source: "file:line[:col]: [fatal ]error: ..." (gcc and clang alike).
+_SOURCE_DIAGNOSTIC = re.compile(r"^[^\s:][^:\n]*:\d+(?::\d+)?: (?:fatal )?error: ", re.MULTILINE)
+
+
+def source_fault(output: str) -> bool:
+    """Whether a failed compile's ``output`` is the source's fault, and so may be cached.
+
+    Only a compiler's own diagnostic about a line of the source is; anything the
+    environment did (a full disk while writing the object, the OOM killer, a
+    compiler or header that is missing) would come out differently next time and
+    must not reject the kernel for good.  When in doubt the answer is no: the
+    cost of that is one more compile.
+    """
+    if output.startswith(("timed out", "cannot run", INTERRUPTED)):
+        return False
+    lowered = output.lower()
+    if any(fault in lowered for fault in _ENVIRONMENT_FAULTS):
+        return False
+    return _SOURCE_DIAGNOSTIC.search(output) is not None
 
 
 def _interrupt_compilers() -> None:
@@ -207,10 +234,10 @@ def _compile(
                       COMPILE_TIMEOUT * slowdown(target))
     if not ok:
         tmp.unlink(missing_ok=True)
-        if not output.startswith(("timed out", "cannot run", INTERRUPTED)):  # not the source's fault
+        if source_fault(output):
             _write_atomic(failed, output)
         return ObjectResult(name, None, digest, False, output)
-    os.replace(tmp, obj)
+    files.replace(tmp, obj)
     failed.unlink(missing_ok=True)
     return ObjectResult(name, obj, digest, False)
 
@@ -246,7 +273,7 @@ def compile_file(cc: Sequence[str], args: Sequence[str], source: Path, headers: 
     if not ok:
         tmp.unlink(missing_ok=True)
         raise BuildError(f"cannot compile {source.name}:\n{output}")
-    os.replace(tmp, out)
+    files.replace(tmp, out)
     return out, False
 
 
@@ -478,7 +505,7 @@ def build_harness(
         ok, output = _run([*target.cc, *inputs, "-o", str(tmp), *link_flags], LINK_TIMEOUT * slowdown(target))
         if not ok:
             raise BuildError(f"cannot link the {target.isa} harness:\n{output}")
-        os.replace(tmp, exe)
+        files.replace(tmp, exe)
     finally:
         tmp.unlink(missing_ok=True)
         if rsp is not None:

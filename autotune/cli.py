@@ -17,10 +17,11 @@ from types import ModuleType
 from typing import Callable, Mapping, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
-from .home import HomeError, home
+from .home import MARKER, HomeError, check_cleanable, home, install_lock
 from .host import IsaCapError, cache_doubts, describe, detect
 from .pkgconfig import PC_NAME, pc_dir
 from .table import TableError, TunedTable, kernel_score, library_dir, load, table_path
@@ -103,7 +104,8 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
                     "table. A re-run rebuilds and re-measures only what changed. Ctrl-C (once or "
                     "twice, at any stage) exits with status 130 and leaves the previous table and "
                     "library as they were; finished compiles, measurements and tuning trials are "
-                    "kept for the next run.")
+                    "kept for the next run. One install runs per $AUTOTUNE_HOME at a time: a second "
+                    "one is refused at once, naming the first one's PID.")
     install.add_argument("--target", type=target, default="host", help=TARGET_HELP)
     install.add_argument("--quick", action="store_true",
                          help="a smaller kernel family and a shorter timing grid (about a minute)")
@@ -188,8 +190,14 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
                         help="where to write it (default: $AUTOTUNE_HOME/reports/<target>.html)")
     report.add_argument("--open", action="store_true", help="open it in a web browser")
 
-    clean = commands.add_parser("clean", help="delete the build cache (tables are kept unless --all)",
-                                description="Delete the build cache and journals under $AUTOTUNE_HOME.")
+    clean = commands.add_parser(
+        "clean", help="delete the build cache (tables are kept unless --all)",
+        description="Delete the build cache, journals and staged libraries under $AUTOTUNE_HOME. Only a "
+                    f"folder that is an autotune home is cleaned: one with the {MARKER} file `autotune "
+                    "install` writes there, the default home, or a home an older autotune filled (its "
+                    "tables/<target>.json, journal/<target>-<fingerprint>.jsonl, content-hashed objects "
+                    "or libautotune are there; it gets the marker then). Any other folder, e.g. a "
+                    "project given as AUTOTUNE_HOME=., is refused and left untouched.")
     clean.add_argument("--all", action="store_true", help="also delete the tuned tables")
     return parser
 
@@ -288,19 +296,69 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = run(argv)
         sys.stdout.flush()  # here, not at exit: a closed pipe is then one more case handled below
         return status
+    except KeyboardInterrupt:
+        # A second Ctrl-C that came before run() could ignore it: still an interrupted
+        # run (status 130), never the interpreter's death by SIGINT (-2).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return 130
     except BrokenPipeError:
         if stdout_closed():
             return quiet_exit_on_closed_pipe()
         raise
 
 
-def report_os_error(exc: OSError, err: Console) -> int:
-    # A home that became read-only or full, a file another process holds: the file
-    # and the reason, and where to go instead.
+#: Errors of a place that refuses writes, where writing somewhere else is the way out.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def os_error_hint(exc: OSError, command: str | None, root: Path) -> str:
+    """Where to go instead, only when going elsewhere helps: a home that refuses writes
+    (install, bench and report write there), or a report's file (`report -o`).
+
+    A full disk, an I/O error, `clean` (whose files are the home's whatever it is set
+    to) and a refusal that is not about permissions get no hint: another
+    AUTOTUNE_HOME or -o would not cure them.
+    """
+    if command == "clean":
+        return ""
+    name = os.fsdecode(exc.filename) if exc.filename else ""
+    in_home = bool(name) and _inside(Path(name), root)
+    from .files import NotRegularFileError
+
+    if command == "report" and not in_home and (exc.errno in _NOT_WRITABLE or isinstance(exc, NotRegularFileError)):
+        return " (give `report` another -o)"
+    if exc.errno not in _NOT_WRITABLE or not in_home:
+        return ""
+    if command == "report":
+        return " (set AUTOTUNE_HOME to a writable directory, or give `report` another -o)"
+    return " (set AUTOTUNE_HOME to a writable directory)"
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return os.path.commonpath([os.path.abspath(path), os.path.abspath(root)]) == os.path.abspath(root)
+    except ValueError:
+        return False
+
+
+def report_os_error(exc: OSError, err: Console, command: str | None = None) -> int:
+    """The file and the reason on one line, and a hint where one applies."""
     where = f"{exc.filename}: " if exc.filename else ""
-    err.print(f"[bold red]error:[/] {where}{exc.strerror or exc} (set AUTOTUNE_HOME to a writable "
-              "directory, or give `report` another -o)", soft_wrap=True)
+    err.print(f"[bold red]error:[/] {where}{exc.strerror or exc}{os_error_hint(exc, command, home())}",
+              soft_wrap=True)
     return 2
+
+
+def one_line(message: str) -> str:
+    """A message as one line: a compiler's failure (the command, then its output) is
+    told by its first diagnostic, the line a person would look for."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return message.strip()
+    diagnostic = next((line for line in lines[1:] if "error" in line.lower()), None)
+    if diagnostic is None:
+        return lines[0]
+    return f"{lines[0].split(' ', 1)[0]} failed: {diagnostic}" if len(lines[0]) > 200 else f"{lines[0]}: {diagnostic}"
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -311,7 +369,8 @@ def user_errors() -> tuple[type[Exception], ...]:
     join the tuple then, and the commands that do not need those modules never load them.
     """
     errors: list[type[Exception]] = [ToolchainError, TableError, HomeError, IsaCapError]
-    for module, name in (("autotune.install", "InstallError"), ("autotune.plans", "PlanError")):
+    for module, name in (("autotune.install", "InstallError"), ("autotune.plans", "PlanError"),
+                         ("autotune.link", "LibraryError"), ("autotune.build", "BuildError")):
         if module in sys.modules:
             errors.append(getattr(sys.modules[module], name))
     return tuple(errors)
@@ -337,16 +396,8 @@ def run(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "clean":
             return cmd_clean(args, out)
-    except user_errors() as exc:
-        # One line however long: a wrapped path or command cannot be copied.
-        err.print(f"[bold red]error:[/] {exc}", soft_wrap=True)
-        return 2
-    except BrokenPipeError as exc:
-        if stdout_closed():
-            raise  # main() ends quietly
-        return report_os_error(exc, err)
-    except OSError as exc:
-        return report_os_error(exc, err)
+    # First: evaluating the clauses below runs code (user_errors()), where a second
+    # Ctrl-C would raise past every clause of this try.
     except KeyboardInterrupt:
         # The run is over: a second Ctrl-C must not cut the report short.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -357,6 +408,16 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             err.print("[yellow]interrupted[/]")
         return 130
+    except user_errors() as exc:
+        # One line however long: a wrapped path or command cannot be copied.
+        err.print(f"[bold red]error:[/] {escape(one_line(str(exc)))}", soft_wrap=True)
+        return 2
+    except BrokenPipeError as exc:
+        if stdout_closed():
+            raise  # main() ends quietly
+        return report_os_error(exc, err, args.command)
+    except OSError as exc:
+        return report_os_error(exc, err, args.command)
     return 1
 
 
@@ -613,9 +674,17 @@ def cmd_bench(args: argparse.Namespace, err: Console) -> int:
 
 def cmd_clean(args: argparse.Namespace, out: Console) -> int:
     root = home()
+    if not root.exists():
+        return 0  # nothing was ever kept there
+    check_cleanable(root)
+    with install_lock(root):  # never under a running install's feet
+        return _clean(root, args.all, out)
+
+
+def _clean(root: Path, everything: bool, out: Console) -> int:
     # Staged libraries are a build cache too; installed ones go only with --all.
     staged = sorted((root / "lib").glob(".staging-*")) if (root / "lib").is_dir() else []
-    doomed = [root / "build", root / "journal", *staged] + ([root / "tables", root / "lib"] if args.all else [])
+    doomed = [root / "build", root / "journal", *staged] + ([root / "tables", root / "lib"] if everything else [])
     for path in doomed:
         if path.exists():
             shutil.rmtree(path)

@@ -29,7 +29,8 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 
 from . import build, codegen, families, measure, qsuite, table
-from .home import ensure_writable, home as default_home
+from . import files as files_mod
+from .home import ensure_writable, home as default_home, install_lock
 from .host import HostInfo, detect
 from .specs import KernelSpec
 from .table import KernelRecord, TunedTable, library_dir
@@ -394,8 +395,7 @@ def _advance(progress: Progress | None, task: Any) -> Callable[..., None]:
 
 # -- the pipeline ----------------------------------------------------------------------
 
-def install(options: InstallOptions = InstallOptions(), console: Console | None = None,
-            host: HostInfo | None = None) -> InstallResult:
+def _install(options: InstallOptions, console: Console | None, host: HostInfo | None) -> InstallResult:
     started = time.monotonic()
     console = console or Console(stderr=True)
     root = ensure_writable(options.home or default_home())
@@ -591,22 +591,53 @@ def library_qkernels(isas: Iterable[str], quant: Mapping[str, Any]) -> list[dict
     return entries
 
 
+def install(options: InstallOptions = InstallOptions(), console: Console | None = None,
+            host: HostInfo | None = None) -> InstallResult:
+    """Run the pipeline with the home's install lock held (one install per home at a time).
+
+    Raises :class:`~autotune.home.HomeBusyError` at once when another install runs there.
+    """
+    root = ensure_writable(options.home or default_home())
+    with install_lock(root):
+        # Under the lock no other run is using a staging folder: any there is left
+        # by a run that was killed, and only takes space.
+        for stale in sorted((root / "lib").glob(".staging-*")):
+            shutil.rmtree(stale, ignore_errors=True)
+        try:
+            return _install(options, console, host)
+        finally:
+            shutil.rmtree(staging_dir(options.target, root), ignore_errors=True)
+
+
 def staging_dir(target: str, home: Path | None = None) -> Path:
-    """Where a run builds and tunes its library before the commit (a build cache of its own)."""
-    return (home or default_home()) / "lib" / f".staging-{target}"
+    """Where this run builds and tunes its library before the commit; removed when it ends.
+
+    Named after the process, so no two runs can ever share one (the lock makes
+    sure of it too); the objects it links come from the build cache.
+    """
+    return (home or default_home()) / "lib" / f".staging-{target}-{os.getpid()}"
 
 
 @contextmanager
 def _sigint_held() -> Iterator[None]:
-    """SIGINT waits until the block ends (then it interrupts as usual)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
+    """SIGINT waits until the block ends (then it interrupts as usual).
+
+    Held at Python's level, not by the main thread's signal mask: with SIGINT
+    blocked there, the kernel hands it to another thread (the library's workers,
+    loaded for tuning, or a pipe reader), Python's handler still raises in the
+    main thread at once, and the commit was cut in the middle.
+    """
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # not ours to change: another thread, or a handler installed outside Python
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        signal.raise_signal(signal.SIGINT)  # to the handler that is back (ignored stays ignored)
 
 
 def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple[Path, Path | None]:
@@ -627,7 +658,7 @@ def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple
             for src in files:
                 tmp = final / f".{src.name}.{os.getpid()}.tmp"
                 shutil.copy2(src, tmp)
-                os.replace(tmp, final / src.name)
+                files_mod.replace(tmp, final / src.name)
             installed = final / staged.library.name
             write_pc(final)
         path = table.save(stored, root)

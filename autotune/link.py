@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from . import contract
+from . import contract, files
 from .build import BuildError, compile_file, shared_dir
 from .codegen import quant_neon, quant_sme2
 from .codegen.quant_registry import emit_registry
@@ -225,7 +225,7 @@ def _headers(*folders: Path) -> list[Path]:
 
 def _replace_atomic(src: Path, dst: Path) -> None:
     """Move a finished file into place: a process that loaded the old one keeps its mapping."""
-    os.replace(src, dst)
+    files.replace(src, dst)
 
 
 def shared_library_flags(target: Target, name: str) -> list[str]:
@@ -238,11 +238,19 @@ def shared_library_flags(target: Target, name: str) -> list[str]:
     """
     if target.os == "darwin":
         return ["-dynamiclib", f"-Wl,-install_name,@rpath/{name}"]
-    return ["-shared", f"-Wl,-soname,{name}", "-lm"]
+    # libdl: dlsym finds the host's error handlers (in libc itself from glibc 2.34 on).
+    return ["-shared", f"-Wl,-soname,{name}", "-lm", "-ldl"]
 
 
-#: Reference CBLAS's globals (blas.c defines them weak): exported because a tester's
-#: own cblas_xerbla reads the RowMajorStrg flag the library's checks set.
+#: Names autotune.h declares that belong to the host, not the library: the error
+#: handlers a program (or its BLAS) defines and the library calls (blas.c).  Never
+#: exported, never defined: preloaded, a definition would replace every other
+#: library's, as it did numpy's LAPACK's xerbla_.
+HOST_HANDLERS = ("xerbla_", "cblas_xerbla")
+
+#: Reference CBLAS's globals (blas.c defines them weak): exported because programs
+#: written for reference CBLAS link against them (Debian's CBLAS testers do not
+#: start without RowMajorStrg), and a flag shared by interposition stays one flag.
 CBLAS_GLOBALS = ("RowMajorStrg", "CBLAS_CallFromC")
 
 #: A function prototype in autotune.h: a lowercase type at column 0, then the name.
@@ -250,7 +258,8 @@ _PROTOTYPE = re.compile(r"^[a-z][\w *]*?\b(\w+)\(", re.MULTILINE)
 
 
 def public_symbols(header: Path | None = None) -> tuple[str, ...]:
-    """What libautotune exports: every function ``autotune.h`` declares, and the CBLAS globals.
+    """What libautotune exports: every function ``autotune.h`` declares but the host's
+    error handlers, and reference CBLAS's globals.
 
     The header is the one declaration of the public surface; the kernels, the
     generated tables and the ``at__`` internals stay local, so a program or a
@@ -261,7 +270,7 @@ def public_symbols(header: Path | None = None) -> tuple[str, ...]:
     """
     text = (header or kernels_src() / "include" / "autotune.h").read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.DOTALL)
-    return tuple(sorted(set(_PROTOTYPE.findall(text)) | set(CBLAS_GLOBALS)))
+    return tuple(sorted((set(_PROTOTYPE.findall(text)) - set(HOST_HANDLERS)) | set(CBLAS_GLOBALS)))
 
 
 def export_flags(target: Target, tmp: Path) -> list[str]:
@@ -589,9 +598,7 @@ def build_arm_runtime(
             gen = (cache / f"qsme2-{_digest(header_text)[:16]}") if cache is not None else tmp / "qsme2"
             gen.mkdir(parents=True, exist_ok=True)
             if not (gen / "at_qsme2.h").exists() or (gen / "at_qsme2.h").read_text() != header_text:
-                part = gen / f".at_qsme2.h.{os.getpid()}.tmp"
-                part.write_text(header_text)
-                os.replace(part, gen / "at_qsme2.h")
+                files.atomic_write_text(gen / "at_qsme2.h", header_text)
             qsme2_include = [f"-I{gen}"]
             for name, text in qsme2.items():
                 if name != "at_qsme2.h":

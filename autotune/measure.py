@@ -226,20 +226,27 @@ def _drive(
             if progress is not None:
                 progress(advance=1, description=kernel)
 
-        for event in run.events(timeout):
-            kind, kernel = event.get("event"), event.get("kernel")
-            if kind == "start" and isinstance(kernel, str):
-                if current is not None:
-                    close(current)
-                current = kernel
-            elif kind == "done":
-                if current is not None:
-                    close(current)
-                current = None
-            elif kind == "error" and isinstance(kernel, str):
-                close(kernel, f"harness error: {event.get('message', 'unknown')}")
-            elif isinstance(kernel, str) and kernel not in done:
-                handler.event(kernel, event)
+        try:
+            for event in run.events(timeout):
+                kind, kernel = event.get("event"), event.get("kernel")
+                if kind == "start" and isinstance(kernel, str):
+                    if current is not None:
+                        close(current)
+                    current = kernel
+                elif kind == "done":
+                    if current is not None:
+                        close(current)
+                    current = None
+                elif kind == "error" and isinstance(kernel, str):
+                    close(kernel, f"harness error: {event.get('message', 'unknown')}")
+                elif isinstance(kernel, str) and kernel not in done:
+                    handler.event(kernel, event)
+        except BaseException:
+            # Ctrl-C, or a failure of ours: the harness has a session of its own (a
+            # terminal's Ctrl-C never reaches it), so nothing else would stop it timing
+            # on in the background, on the cores the next run needs.
+            run._kill()
+            raise
         end = run.finish()
         if current is not None and current not in done:
             close(current, _crash_reason(end, timeout))

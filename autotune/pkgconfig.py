@@ -10,10 +10,10 @@ in the staging directory the library is built in.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from . import __version__
+from .files import atomic_write_text
 
 PC_NAME = "autotune.pc"
 
@@ -50,7 +50,5 @@ def write_pc(library_dir: Path) -> Path:
     directory = pc_dir(library_dir)
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / PC_NAME
-    tmp = directory / f".{PC_NAME}.{os.getpid()}.tmp"
-    tmp.write_text(pc_text(library_dir))
-    os.replace(tmp, final)
+    atomic_write_text(final, pc_text(library_dir))
     return final

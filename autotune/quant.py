@@ -29,7 +29,6 @@ C is NaN, as a BLAS passes a NaN of A through to its row of C.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from .files import atomic_writer
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -184,14 +185,9 @@ class QuantizedWeights:
         target = Path(path)
         if target.suffix != ".npz":
             target = target.with_name(target.name + ".npz")  # what np.savez would have named it
-        fd, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as out:
-                np.savez(out, **self.arrays())
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        # Through a link to its target, never over a FIFO or device, keeping the mode.
+        with atomic_writer(target, "wb") as out:
+            np.savez(out, **self.arrays())
         return target
 
     @classmethod

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
 
 from . import __version__
+from .files import atomic_write_text  # noqa: F401  (one helper; table.atomic_write_text still names it)
 from .home import home as default_home
 from .host import HostInfo
 from .specs import KernelSpec
@@ -241,25 +240,6 @@ def table_path(target: str, home: Path | None = None) -> Path:
 def library_dir(target: str, home: Path | None = None) -> Path:
     """Where the library built from ``target``'s table is installed (install.commit puts it there)."""
     return (home or default_home()) / "lib" / target
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file private; a table or report is an ordinary shared file.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save(table: TunedTable, home: Path | None = None) -> Path:

@@ -12,7 +12,9 @@ import glob
 import os
 import re
 import shutil
+import struct
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -100,6 +102,45 @@ def compiler_identity(cc: tuple[str, ...]) -> str:
     return first[0] if first else " ".join(cc)
 
 
+# What the runtime needs of a native compiler: the C library's headers, threads,
+# and this Python's pointer width (a 32-bit library cannot be loaded by a 64-bit process).
+_PROBE = f"""#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+_Static_assert(sizeof(void *) == {struct.calcsize("P")}, "autotune_probe_pointer_width");
+int at_probe(void) {{ return 0; }}
+"""
+
+
+@lru_cache(maxsize=None)
+def check_native_compiler(cc: tuple[str, ...], flags: tuple[str, ...]) -> None:
+    """Refuse, before any stage starts, a compiler that cannot build this host's library.
+
+    ``CC="gcc -m32"`` compiled every kernel (they include no C library header) and
+    then failed deep in the link stage; one probe says it at once, in one line.
+    """
+    with tempfile.TemporaryDirectory(prefix="autotune-cc-probe-") as folder:
+        source = os.path.join(folder, "probe.c")
+        with open(source, "w") as handle:
+            handle.write(_PROBE)
+        argv = [*cc, *flags, "-fPIC", "-shared", "-pthread", source, "-o", os.path.join(folder, "probe.so")]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ToolchainError(f"cannot run compiler {' '.join(cc)}: {exc}") from exc
+    if done.returncode == 0:
+        return
+    output = (done.stdout + done.stderr).replace(folder + os.sep, "")
+    if "autotune_probe_pointer_width" in output:
+        why = f"it does not build {8 * struct.calcsize('P')}-bit code, which this Python loads"
+    else:
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        why = next((line for line in lines if "error" in line), lines[0] if lines else f"status {done.returncode}")
+    raise ToolchainError(f"the C compiler `{' '.join(cc)}` cannot build a library for this host: {why} "
+                         "(set CC to a compiler for it, e.g. CC=gcc)")
+
+
 def _target_os(host: HostInfo) -> str:
     """A native target's object format family: "darwin" (Mach-O) on macOS, else "linux" (ELF)."""
     return "darwin" if host.os == "darwin" else "linux"
@@ -133,7 +174,9 @@ def target_for(isa: str, host: HostInfo, svl_bits: int | None = None) -> Target:
                 f"this CPU ({host.cpu}) lacks {', '.join(missing)}: it cannot run {isa} kernels"
             )
         flags = _X86_FLAGS[isa] if host.arch == "x86_64" else _COMMON
-        return Target(isa=isa, cc=find_cc(), cflags=flags, base_cflags=_COMMON, arch=host.arch,
+        cc = find_cc()
+        check_native_compiler(cc, _COMMON)
+        return Target(isa=isa, cc=cc, cflags=flags, base_cflags=_COMMON, arch=host.arch,
                       os=_target_os(host), under_emulator=bool(host.emulator))
     if isa in X86_ISAS:
         raise ToolchainError(f"{isa} kernels need an x86-64 host; this one is {host.arch}")

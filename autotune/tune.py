@@ -30,7 +30,7 @@ import sqlite3
 import threading
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -206,8 +206,11 @@ class _Interrupt:
 @contextmanager
 def _deferred_interrupt() -> Iterator[_Interrupt]:
     state = _Interrupt()
-    if threading.current_thread() is not threading.main_thread():
-        # Only the main thread may install handlers; elsewhere Ctrl-C is not ours.
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Only the main thread may install handlers; elsewhere Ctrl-C is not ours.  A
+        # process started with Ctrl-C ignored (a script's background job, nohup) keeps
+        # ignoring it here as in every other stage.
         yield state
         return
     previous = signal.signal(signal.SIGINT, state.handler)
@@ -374,7 +377,13 @@ def tune(
                 (bar if bar is not None else nullcontext()):
             setup = SearchSetup(table, runner, default, base_params, shapes, budget_s, seed, home,
                                 n_trials, started)
-            return _search(setup, SearchFeedback(progress, bar, say, stop), record)
+            result = _search(setup, SearchFeedback(progress, bar, say, stop), record)
+        if stop.hit and not result.interrupted:
+            # A press after the search's last look (in the final race, say) is a
+            # Ctrl-C all the same: the handler is back, and nobody else will see it.
+            record["interrupted"] = True
+            result = replace(result, interrupted=True)
+        return result
     finally:
         if own_runner:
             runner.close()

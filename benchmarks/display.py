@@ -13,6 +13,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from autotune.files import atomic_write_text, replace as replace_file
+
 from .peers import Peer
 from .results import OURS
 
@@ -63,10 +65,10 @@ def save(results: "Results", out_dir: Path) -> "Results":
         target = out_dir / name
         tmp = target.with_suffix(target.suffix + ".tmp")
         write(tmp)
-        tmp.replace(target)
+        replace_file(tmp, target)
         paths.append(target)
     dated = out_dir / f"run-{stamp}.json"
-    dated.write_text((out_dir / "latest.json").read_text())
+    atomic_write_text(dated, (out_dir / "latest.json").read_text())
     paths.append(dated)
     return replace(results, paths=tuple(paths))
 

@@ -275,3 +275,45 @@ def test_a_library_with_another_table_compiles_the_table_alone(home, target, mon
     if second.extension is not None:
         assert second.extension.read_bytes() == first.extension.read_bytes()
     assert second.library.stat().st_size > 0 and second.library.read_bytes() != first.library.read_bytes()
+
+
+# What compilers print when the machine stops them, as seen from gcc, cc1 and as.
+ENVIRONMENT_FAILURES = {
+    "full disk (cc1)": "cc1: fatal error: error writing to /tmp/ccQ1.s: No space left on device\n"
+                       "compilation terminated.",
+    "full disk (as)": "{standard input}: Assembler messages:\n{standard input}:912: Fatal error: can't write "
+                      "24 bytes to section .text of k.o: 'No space left on device'",
+    "quota": "k.c:1:1: fatal error: error writing to k.o: Disk quota exceeded",
+    "I/O error": "k.c: fatal error: cannot open k.o: Input/output error",
+    "OOM killer": "gcc: fatal error: Killed signal terminated program cc1\ncompilation terminated.",
+    "out of memory": "cc1: out of memory allocating 65536 bytes after a total of 0 bytes",
+    "crashed compiler": "k.c:9:1: internal compiler error: Segmentation fault\nPlease submit a full bug report",
+}
+
+
+@pytest.mark.parametrize("failure", ENVIRONMENT_FAILURES, ids=list(ENVIRONMENT_FAILURES))
+def test_a_full_disk_is_not_cached_as_the_kernel_s_error(home, target, tmp_path, failure):
+    """After the space (or memory) returns, the kernel compiles without --force."""
+    disk_full = tmp_path / "disk-full"
+    disk_full.write_text(ENVIRONMENT_FAILURES[failure])
+    fake = tmp_path / "cc"
+    real = " ".join(target.cc)
+    fake.write_text(f'#!/bin/sh\nif [ -e "{disk_full}" ] && [ "$1" != --version ]; then\n'
+                    f'  cat "{disk_full}" >&2; exit 1\nfi\nexec {real} "$@"\n')
+    fake.chmod(0o755)
+    faked = type(target)(**{**target.__dict__, "cc": (str(fake),)})
+    sources = tk.naive_sources(target.isa)[:1]
+    first = build.build_kernels(faked, sources)
+    assert list(first.failures) == [sources[0].spec.name]
+    assert not list((home / "build" / target.isa / "objects").glob("*.error"))
+    disk_full.unlink()  # the space is back
+    again = build.build_kernels(faked, sources)
+    assert not again.failures and list(again.objects) == [sources[0].spec.name]
+
+
+def test_only_a_diagnostic_about_the_source_is_its_fault():
+    assert build.source_fault("k.c:3:5: error: expected ';' before '}' token")
+    assert build.source_fault('k.c:5:2: error: #error "this kernel needs AVX-512F"')
+    assert not build.source_fault("cc exited with status 1")  # says nothing about the source
+    for output in ENVIRONMENT_FAILURES.values():
+        assert not build.source_fault(output)

@@ -12,13 +12,14 @@ import pytest
 from rich.console import Console
 
 from autotune import cli, table, toolchain
+from autotune.home import MARKER
 from tests.isa import best_simd_isa
 from tests.test_table import make_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
-def autotune(*args: str, home) -> subprocess.CompletedProcess:
-    env = {**os.environ, "AUTOTUNE_HOME": str(home)}
+def autotune(*args: str, home, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "AUTOTUNE_HOME": str(home), **(env or {})}
     env.pop("COLUMNS", None)  # as from a script: no width but the pipe's
     return subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True,
                           text=True, env=env, timeout=120)
@@ -124,12 +125,52 @@ def test_an_unwritable_home_is_one_line(tmp_path, monkeypatch, capsys, command):
         raise denied
 
     (tmp_path / "build").mkdir()
+    (tmp_path / MARKER).write_text("")
     monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
     monkeypatch.setattr(cli.shutil, "rmtree", refuse)
     monkeypatch.setattr(autotune.reports, "report_command", refuse)
     assert cli.main(command) == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert f"{tmp_path / 'build'}: Permission denied" in line and "AUTOTUNE_HOME" in line
+    assert f"{tmp_path / 'build'}: Permission denied" in line
+    # Another home helps a report (it writes there), not `clean`, whose files are this home's.
+    assert ("AUTOTUNE_HOME" in line) == (command == ["report"])
+    assert ("another -o" in line) == (command == ["report"])
+
+
+@pytest.mark.parametrize("command, error, hint", [
+    (["clean"], OSError(28, "No space left on device", "HOME/build"), None),
+    (["report"], OSError(28, "No space left on device", "HOME/reports/host.html"), None),
+    (["report"], OSError(5, "Input/output error", "HOME/reports/host.html"), None),
+    (["report", "-o", "/elsewhere/r.html"], PermissionError(13, "Permission denied", "/elsewhere/r.html"),
+     "(give `report` another -o)"),
+    (["show"], OSError(30, "Read-only file system", "HOME/tables/host.json"),
+     "(set AUTOTUNE_HOME to a writable directory)"),
+    (["show"], PermissionError(13, "Permission denied", "/etc/other"), None),
+])
+def test_a_hint_only_where_it_helps(tmp_path, monkeypatch, capsys, command, error, hint):
+    """The hint to move the home or the report goes only with a refusal to write there:
+    not with a full disk, an I/O error, `clean`, or a file outside the home."""
+    import autotune.reports
+
+    if error.filename.startswith("HOME"):
+        error.filename = str(tmp_path) + error.filename[4:]
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setenv("AUTOTUNE_HOME", str(tmp_path))
+    (tmp_path / "build").mkdir()
+    (tmp_path / MARKER).write_text("")
+    monkeypatch.setattr(cli.shutil, "rmtree", fail)
+    monkeypatch.setattr(autotune.reports, "report_command", fail)
+    monkeypatch.setattr(cli, "cmd_show", fail)
+    assert cli.main(command) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{error.filename}: {error.strerror}" in line
+    if hint is None:
+        assert "(" not in line.split(error.strerror, 1)[1], line
+    else:
+        assert line.endswith(hint), line
 
 
 # -- commands and their errors ------------------------------------------------------
@@ -291,3 +332,86 @@ def test_messages_on_stderr_are_not_wrapped_either(monkeypatch):
     err = cli.console(stderr=True)
     err.print("stored /some/home/tables/host.json: 701 kernels validated, 0 rejected, 419 selected " * 2)
     assert len(sys.stderr.getvalue().splitlines()) == 1
+
+
+def test_a_compiler_for_another_word_size_is_one_line_before_any_build(tmp_path):
+    """CC="gcc -m32" compiled every kernel and ended in a LibraryError traceback at the link."""
+    done = autotune("install", "--quick", "--budget", "0", home=tmp_path, env={"CC": "gcc -m32"})
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "gcc -m32" in line and "cannot build a library for this host" in line and "CC=" in line
+    assert not (tmp_path / "build").exists()  # refused before the first compile
+
+
+def test_a_library_build_failure_is_one_line(tmp_path, monkeypatch, capsys):
+    from autotune import install
+    from autotune.link import LibraryError
+
+    def fail(*args, **kwargs):
+        raise LibraryError("gcc -O3 -shared -o lib.so a.c b.c\nIn file included from a.c:1:\n"
+                           "a.h:3:10: fatal error: x.h: No such file or directory\ncompilation terminated.")
+
+    monkeypatch.setattr(install, "install", fail)
+    assert cli.main(["install", "--quick"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "fatal error: x.h: No such file or directory" in line and "AUTOTUNE_HOME" not in line
+
+
+def _project(folder: Path) -> list[Path]:
+    """A project folder: its own build/, lib/ and tables/, nothing of autotune's."""
+    made = [folder / "build" / "main.o", folder / "lib" / "libproject.so", folder / "tables" / "prices.csv",
+            folder / "journal" / "2026.md"]
+    for path in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("mine")
+    return made
+
+
+def test_clean_refuses_a_folder_that_is_not_a_home(tmp_path):
+    """`AUTOTUNE_HOME=. autotune clean --all` in a project deleted its build/, lib/ and tables/."""
+    made = _project(tmp_path)
+    for args in (("clean",), ("clean", "--all")):
+        done = autotune(*args, home=tmp_path)
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert "not an autotune home" in line and MARKER in line
+    assert all(path.read_text() == "mine" for path in made)
+
+
+def test_clean_cleans_a_home_install_marked_and_an_older_home(tmp_path):
+    from autotune.home import ensure_writable
+
+    marked = ensure_writable(tmp_path / "new")  # what install does first
+    assert (marked / MARKER).is_file()
+    (marked / "build").mkdir()
+    assert autotune("clean", "--all", home=marked).returncode == 0 and not (marked / "build").exists()
+    # A home an older autotune filled has no marker, but its files are autotune's own.
+    older = tmp_path / "older"
+    table.save(make_table(), older)
+    (older / "journal").mkdir()
+    (older / "journal" / "host-0123abcd.jsonl").write_text("")
+    done = autotune("clean", "--all", home=older)
+    assert done.returncode == 0, done.stderr
+    assert not (older / "tables").exists() and not (older / "journal").exists() and (older / MARKER).is_file()
+
+
+def test_a_second_ctrl_c_while_the_first_is_handled_still_exits_130(monkeypatch, capsys):
+    """The second press of a double Ctrl-C landed while Python evaluated `except
+    user_errors()` (a call) for the first: it escaped every clause, and the
+    interpreter died of SIGINT (status -2) instead of exiting with 130."""
+    import signal
+
+    def first_press(*args):
+        raise KeyboardInterrupt
+
+    def second_press():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_install", first_press)
+    monkeypatch.setattr(cli, "user_errors", second_press)
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["install"]) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert "interrupted" in capsys.readouterr().err

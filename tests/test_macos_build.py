@@ -168,7 +168,7 @@ def test_library_name_and_link_flags_follow_the_platform():
     linux = Target(isa="sme2", cc=("cc",), cflags=(), arch="aarch64")
     assert shared_library_flags(apple, "libautotune.dylib") == [
         "-dynamiclib", "-Wl,-install_name,@rpath/libautotune.dylib"]
-    assert shared_library_flags(linux, "libautotune.so") == ["-shared", "-Wl,-soname,libautotune.so", "-lm"]
+    assert shared_library_flags(linux, "libautotune.so") == ["-shared", "-Wl,-soname,libautotune.so", "-lm", "-ldl"]
     assert extension_link_flags(apple) == ["-bundle", "-undefined", "dynamic_lookup"]
     assert extension_link_flags(linux) == ["-shared"]
 

@@ -109,3 +109,44 @@ def test_the_runner_prefix_is_used(kit):
     wrapped = type(target)(**{**target.__dict__, "runner": ("env", "AT_RUNNER_SEEN=1")})
     results = measure.validate(exe, wrapped, names["naive"][:1])
     assert results[names["naive"][0]].ok
+
+
+def test_ctrl_c_while_measuring_stops_the_harness(kit, tmp_path, monkeypatch):
+    """The harness runs in a session of its own: after Ctrl-C it went on timing in the
+    background, on the cores of a busy machine."""
+    import os
+    import time
+
+    _, names, target = kit
+    pid_file = tmp_path / "pid"
+    script = tmp_path / "slow-harness"
+    script.write_text(f'#!/bin/sh\necho $$ > "{pid_file}"\n'
+                      f'echo \'{{"event":"start","kernel":"{names["naive"][0]}"}}\'\nexec sleep 300\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    real_events = measure._Run.events
+
+    def interrupted(self, timeout):
+        for event in real_events(self, timeout):
+            yield event
+            raise KeyboardInterrupt  # Ctrl-C once the harness is under way
+
+    monkeypatch.setattr(measure._Run, "events", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        measure.validate(script, target, names["naive"][:1])
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        # A killed child not yet reaped is a zombie: gone for this purpose.
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z":
+                break
+        except FileNotFoundError:  # reaped between the two looks
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the harness was still running after Ctrl-C")

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from autotune import table
+from autotune import files, table
 from autotune.host import CacheLevel, HostInfo
 from autotune.specs import KernelSpec
 from autotune.table import KernelRecord, TableError, TunedTable
@@ -95,7 +95,7 @@ def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
     def interrupted(*_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(table.os, "replace", interrupted)
+    monkeypatch.setattr(files.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
         table.atomic_write_text(path, "new")
     assert path.read_text() == "old"

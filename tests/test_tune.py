@@ -419,3 +419,23 @@ def test_kernels_and_settings_are_timed_in_rounds_of_every_one():
     best = suite.best_of_rounds({n: (lambda n=n: measure(n)) for n in results}, 3, named.append)
     assert order == named == ["a", "b"] * 3
     assert best == {"a": 2.0, "b": 1.0}
+
+
+def test_a_ctrl_c_at_the_search_s_last_measurement_is_not_lost(tmp_path):
+    """One press after the search last looked at it (the final race) was dropped when
+    the handler was put back: the install went on and committed with status 0."""
+    counted = FakeRunner()
+    first = run(tmp_path / "count", runner=counted, n_trials=4)
+    assert not first.interrupted
+    res = run(tmp_path / "pressed", runner=FakeRunner(sigint_after=counted.calls), n_trials=4)
+    assert res.interrupted and res.record["interrupted"]
+
+
+def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it_while_tuning(tmp_path):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        res = run(tmp_path, runner=FakeRunner(sigint_after=len(SUITE) + 5), n_trials=4)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not res.interrupted

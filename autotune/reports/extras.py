@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ..home import home as default_home
-from ..table import atomic_write_text
+from ..files import atomic_write_text
 from .html import ReportExtras
 
 if TYPE_CHECKING:

@@ -22,8 +22,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from .. import __version__
 from ..home import home as default_home
+from ..files import atomic_write_text
 from ..host import cache_doubts, describe
-from ..table import TunedTable, atomic_write_text
+from ..table import TunedTable
 from ..table import load as load_table
 from ..trials import crossover_lines, held_out_line
 from . import data, figures
@@ -79,10 +80,10 @@ def render_report(table: TunedTable, *, extra: ReportExtras | None = None) -> st
 def write_report(table: TunedTable, path: Path, *, extra: ReportExtras | None = None) -> Path:
     """Write the report of ``table`` to ``path`` (atomically) and return the path."""
     path = Path(path)
+    # A new report gets the umask's mode (0644 under the usual 022), readable by the
+    # browsers, artifact uploaders and web servers of other users; a report that is
+    # there keeps its own.
     atomic_write_text(path, render_report(table, extra=extra))
-    # The temporary file behind the atomic write is private (0600); a report is meant
-    # to be opened by browsers, CI artifact uploaders and web servers of other users.
-    path.chmod(0o644)
     return path
 
 

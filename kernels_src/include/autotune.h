@@ -249,9 +249,14 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
 /* Fortran callers pass hidden string lengths after ldc; the C calling convention
  * lets the callee ignore them, so the prototypes above leave them out.
  *
- * Error handlers are weak symbols of the library, so a program may define its own:
- * xerbla_ receives the routine name ("SGEMM ") and the 1-based Fortran parameter
- * number; cblas_xerbla receives CBLAS's numbering (order is parameter 1). */
+ * Bad arguments are reported through the host's error handlers, which the library
+ * calls but never defines (defining them would replace another library's when
+ * preloaded): a program's own, or its BLAS's, xerbla_ receives the routine name
+ * ("SGEMM ") and the 1-based Fortran parameter number; cblas_xerbla receives
+ * CBLAS's numbering (order is parameter 1), with reference CBLAS's RowMajorStrg
+ * set for a row-major gemm (the library defines that flag and CBLAS_CallFromC, as
+ * reference CBLAS does).  Without a handler the library prints the message as
+ * BLAS does and returns. */
 void xerbla_(const char *srname, const int *info, size_t srname_len);
 void cblas_xerbla(int p, const char *rout, const char *form, ...);
 

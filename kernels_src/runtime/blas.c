@@ -2,9 +2,14 @@
  *
  * Every entry checks its arguments as the reference library does, looks its
  * plan up in the cache (this thread's front cache first: see cache.c) and
- * executes it.  xerbla_ and cblas_xerbla are weak, so
- * a program that defines its own (as LAPACK test drivers do) gets it called.
+ * executes it.  Argument errors go to the host's xerbla_ or cblas_xerbla (a
+ * program's own, as LAPACK test drivers define, or its BLAS's); the library
+ * defines neither, so it never replaces another library's (see report_xerbla).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#endif
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -121,30 +126,65 @@ int at_gemm_batch_strided(int dtype, int layout, int trans_a, int trans_b, int64
 
 /* ---- error handlers ---------------------------------------------------------- */
 
-__attribute__((weak)) void xerbla_(const char *srname, const int *info, size_t len);
-__attribute__((weak)) void xerbla_(const char *srname, const int *info, size_t len)
+/* Argument errors go to the host's handlers, as a BLAS consumer expects: the
+ * program's (or its BLAS's) xerbla_ and cblas_xerbla.  The library defines
+ * neither: preloaded into a program, a definition would bind every other
+ * library's calls to it (numpy's LAPACK stopped reporting through its own
+ * xerbla_, and its override test was skipped).  Where the host has no handler,
+ * the library prints as BLAS does.
+ *
+ * ELF: weak references, never definitions.  They bind at load time to a
+ * definition in the global scope (the program, a preloaded or linked library)
+ * and make the linker export a program's own xerbla_, as it would for a BLAS
+ * linked beside it.  A handler loaded later with RTLD_GLOBAL is found by dlsym
+ * when the error happens.  Mach-O has no undefined weak references without
+ * extra linker flags, so there dlsym alone looks. */
+#ifndef __APPLE__
+extern void xerbla_(const char *srname, const int *info, size_t len) __attribute__((weak));
+extern void cblas_xerbla(int p, const char *rout, const char *form, ...) __attribute__((weak));
+#define AT_LINKED(name) ((void *)&(name))
+#else
+#define AT_LINKED(name) NULL
+#endif
+
+typedef void (*xerbla_fn)(const char *srname, const int *info, size_t len);
+typedef void (*cblas_xerbla_fn)(int p, const char *rout, const char *form, ...);
+
+static void *host_symbol(void *linked, const char *name)
 {
+    return linked ? linked : dlsym(RTLD_DEFAULT, name);
+}
+
+static __attribute__((noinline, cold)) void report_xerbla(const char *srname, int info)
+{
+    xerbla_fn host = (xerbla_fn)host_symbol(AT_LINKED(xerbla_), "xerbla_");
+    if (host) {
+        host(srname, &info, strlen(srname));
+        return;
+    }
     /* The reference prints the name trimmed of trailing blanks, then stops; a
      * library loaded into Python must not end the process, so this returns as
      * OpenBLAS's does. */
     size_t n = 0;
-    while (n < len && srname[n] && srname[n] != ' ') n++;
-    fprintf(stderr, " ** On entry to %.*s parameter number %2d had an illegal value\n", (int)n,
-            srname, *info);
+    while (srname[n] && srname[n] != ' ') n++;
+    fprintf(stderr, " ** On entry to %.*s parameter number %2d had an illegal value\n", (int)n, srname,
+            info);
 }
 
-/* Reference CBLAS's globals.  Its cblas_?gemm runs a row-major call as the
- * Fortran routine with A and B (M and N) exchanged, so the parameter number it
- * reports for M, N, lda and ldb is the other one's; it sets RowMajorStrg so that
- * an error handler (the netlib CBLAS tester's among them) can map it back.  This
- * library reports the same numbers and sets the same flag, so programs and
- * testers written for the reference see what they expect.  Weak: a program
- * that links reference CBLAS too keeps its definitions. */
+/* Reference CBLAS runs a row-major cblas_?gemm as the Fortran routine with A and
+ * B (M and N) exchanged, so the parameter number it reports for M, N, lda and
+ * ldb is the other one's, with RowMajorStrg set so that a handler (the netlib
+ * CBLAS tester's among them) can map it back.  This library reports the same
+ * numbers and sets the same flag.
+ *
+ * Unlike the handlers, reference CBLAS's two globals are defined here (weak) and
+ * exported: a consumer written for reference CBLAS links against them (Debian's
+ * CBLAS testers carry a copy relocation for RowMajorStrg and do not start without
+ * a library that defines it), and a flag, unlike a function, merged with the
+ * host's by interposition is still the one flag every party reads and writes. */
 __attribute__((weak)) int RowMajorStrg;
 __attribute__((weak)) int CBLAS_CallFromC;
 
-/* A row-major gemm's parameter number as reference CBLAS reports it (and back:
- * the exchange is its own inverse). */
 static int row_major_position(int pos)
 {
     switch (pos) {
@@ -156,14 +196,22 @@ static int row_major_position(int pos)
     }
 }
 
-__attribute__((weak)) void cblas_xerbla(int p, const char *rout, const char *form, ...)
+/* ``p``: the reference's number (exchanged for a row-major gemm, ``row``);
+ * ``form`` takes at most the one int ``value``. */
+static __attribute__((noinline, cold)) void report_cblas(int p, int row, const char *rout, const char *form,
+                                                        int value)
 {
-    va_list ap;
-    va_start(ap, form);
-    if (RowMajorStrg && strstr(rout, "gemm")) p = row_major_position(p);
+    cblas_xerbla_fn host = (cblas_xerbla_fn)host_symbol(AT_LINKED(cblas_xerbla), "cblas_xerbla");
+    if (host) {
+        CBLAS_CallFromC = 1;
+        RowMajorStrg = row;
+        host(p, rout, form, value);
+        RowMajorStrg = 0;
+        return;
+    }
+    if (row && strstr(rout, "gemm")) p = row_major_position(p);
     if (p) fprintf(stderr, "Parameter %d to routine %s was incorrect\n", p, rout);
-    vfprintf(stderr, form, ap);
-    va_end(ap);
+    fprintf(stderr, form, value);
 }
 
 /* ---- CBLAS --------------------------------------------------------------------- */
@@ -174,19 +222,18 @@ static __attribute__((noinline, cold)) int cblas_check(int order, int ta, int tb
                                                       int K, int lda, int ldb, int ldc,
                                                       const char *rout)
 {
-    RowMajorStrg = 0;
     if (order != CblasColMajor && order != CblasRowMajor) {
-        cblas_xerbla(1, rout, "Illegal order setting, %d\n", order);
+        report_cblas(1, 0, rout, "Illegal order setting, %d\n", order);
         return 1;
     }
     int ok_a = ta == CblasNoTrans || ta == CblasTrans || ta == CblasConjTrans;
     int ok_b = tb == CblasNoTrans || tb == CblasTrans || tb == CblasConjTrans;
     if (!ok_a) {
-        cblas_xerbla(2, rout, "Illegal TransA setting, %d\n", ta);
+        report_cblas(2, 0, rout, "Illegal TransA setting, %d\n", ta);
         return 2;
     }
     if (!ok_b) {
-        cblas_xerbla(3, rout, "Illegal TransB setting, %d\n", tb);
+        report_cblas(3, 0, rout, "Illegal TransB setting, %d\n", tb);
         return 3;
     }
     int pos = 0;
@@ -207,12 +254,7 @@ static __attribute__((noinline, cold)) int cblas_check(int order, int ta, int tb
         pos = 11;
     else if (ldc < (need_c > 1 ? need_c : 1))
         pos = 14;
-    if (pos) {
-        CBLAS_CallFromC = 1;
-        RowMajorStrg = row;
-        cblas_xerbla(row ? row_major_position(pos) : pos, rout, "");
-        RowMajorStrg = 0;
-    }
+    if (pos) report_cblas(row ? row_major_position(pos) : pos, row, rout, "", 0);
     return pos;
 }
 
@@ -289,7 +331,7 @@ void sgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
 {
     int info = fortran_check(ta, tb, *M, *N, *K, *lda, *ldb, *ldc);
     if (info) {
-        xerbla_("SGEMM ", &info, 6);
+        report_xerbla("SGEMM ", info);
         return;
     }
     if (__builtin_expect(gemm_f32(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
@@ -303,7 +345,7 @@ void dgemm_(const char *ta, const char *tb, const int *M, const int *N, const in
 {
     int info = fortran_check(ta, tb, *M, *N, *K, *lda, *ldb, *ldc);
     if (info) {
-        xerbla_("DGEMM ", &info, 6);
+        report_xerbla("DGEMM ", info);
         return;
     }
     if (__builtin_expect(gemm_f64(AT_COL_MAJOR, trans_flag(*ta), trans_flag(*tb), *M, *N, *K, *alpha, A,
@@ -339,8 +381,7 @@ static int batch_item_check(int order, int ta, int tb, int M, int N, int K, int 
 
 static __attribute__((noinline, cold)) void batch_report(int pos, const char *rout)
 {
-    RowMajorStrg = 0;
-    cblas_xerbla(pos, rout, "");
+    report_cblas(pos, 0, rout, "", 0);
 }
 
 /* cblas_?gemm_batch_strided: batch_size products of one shape, item i at
