@@ -5,4 +5,6 @@
 #define _SC_NPROCESSORS_CONF 57
 #define _SC_NPROCESSORS_ONLN 58
 long sysconf(int name);
+typedef long ssize_t;
+ssize_t write(int fd, const void *buf, unsigned long count);
 #endif
