@@ -155,7 +155,12 @@ def summary_line(tuning: Mapping[str, Any] | None) -> str:
     default_s, tuned_s = tuning.get("objective_default_s"), tuning.get("objective_tuned_s")
     if not default_s or not tuned_s:
         return "planner parameters: analytic default (not tuned)"
-    verdict_word = "tuned kept" if was_kept(tuning) else "default kept (tuned not faster when re-measured)"
+    if was_kept(tuning):
+        verdict_word = "tuned kept"
+    elif tuning.get("held_out_rejected"):
+        verdict_word = "default kept (tuned faster on the suite, not on the held-out shapes)"
+    else:
+        verdict_word = "default kept (tuned not faster when re-measured)"
     return (f"tuning: suite {default_s * 1e3:.2f} ms default, {tuned_s * 1e3:.2f} ms tuned, {verdict_word} "
             f"({trial_counts(tuning).describe()}; {tuning.get('budget_s', 0):.0f} s)")
 

@@ -154,10 +154,11 @@ def test_a_noisy_size_is_measured_again_and_its_spread_widens_the_margin() -> No
     assert point.spread > cx.MARGIN and point.verdict() == "tie"
 
 
-def test_the_pack_sweep_runs_on_one_thread_and_forces_each_side() -> None:
+def test_the_pack_sweep_runs_on_all_threads_and_forces_each_side() -> None:
     machine = FakeMachine()
     (base, base_shape), (alt, alt_shape) = cx.pack_sweep("f64").force(PlannerParams(), 256)
-    assert base_shape.threads == alt_shape.threads == 1
+    assert base_shape.threads == alt_shape.threads == 0  # the library's default
+    assert base.thread_flops == alt.thread_flops == 0
     assert base.get("f64", "pack_flops") > 1e100 and alt.get("f64", "pack_flops") == 0
     assert base.get("f32", "pack_flops") == PlannerParams().get("f32", "pack_flops")  # the other dtype untouched
     (_, one), (threaded, all_) = cx.thread_sweep().force(PlannerParams(), 64)
@@ -251,7 +252,7 @@ def test_a_busy_machine_keeps_the_models_thread_threshold() -> None:
     params, found = cx.measure_crossovers(machine, model, cx.specs_for(("f32",), threads=2), busy=True)
     threads = next(c for c in found if c.param == "thread_flops")
     assert threads.source == "busy" and params.thread_flops == model.thread_flops and not threads.points
-    assert all(s.threads == 1 for s in machine.timed)  # only the one-thread pack sweep ran
+    assert all(s.threads == 0 for s in machine.timed)  # only the pack sweep ran
     assert "quiet machine" in crossover_lines([threads.to_dict()])[0]
 
 
@@ -287,3 +288,22 @@ def test_a_quick_sweep_stops_before_long_calls_and_takes_fewer_rounds() -> None:
     # The next size's call would have passed the quick limit.
     last = points[-1]
     assert last.base_s * (cx.PACK_SIDES["f32"][len(points)] / last.side) ** 3 > cx.QUICK.max_call_s
+
+
+def test_a_tie_inside_the_closing_run_moves_the_threshold_by_a_step_not_past_the_ladder() -> None:
+    ratios = (1.15, 1.10, 0.97, 0.80, 0.70)  # 0.97 is within the noise at 256
+    points = [cx.Point(side, 1.0, r, 0.02, 3) for side, r in zip((128, 180, 256, 360, 512), ratios)]
+    flops, source = cx.crossing(points)
+    assert source == "measured" and round((flops / 2) ** (1 / 3)) == round(math.sqrt(180 * 256))
+    # A slower size after the wins ends the run: the threshold moves past it.
+    points[3] = cx.Point(360, 1.0, 1.02, 0.02, 3)
+    flops, _ = cx.crossing(points)
+    assert round((flops / 2) ** (1 / 3)) == round(math.sqrt(360 * 512))
+
+
+def test_the_summary_says_why_a_tuned_set_was_dropped() -> None:
+    from autotune.trials import summary_line
+
+    record = {"objective_default_s": 0.1, "objective_tuned_s": 0.09, "kept": False, "held_out_rejected": True}
+    assert "not on the held-out shapes" in summary_line(record)
+    assert "not faster when re-measured" in summary_line({**record, "held_out_rejected": False})
