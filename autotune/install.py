@@ -686,6 +686,10 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     from .suite import LibraryRunner, default_suite, held_out_suite
     from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, judge, tune
 
+    if stored.provenance == "emulated":
+        # A whole userland under a user-mode emulator: every time is the emulator's, so
+        # nothing measured here may decide; the model's parameters stay, said as such.
+        return stored, library
     budget = options.budget_s
     if budget is None:
         budget = QUICK_BUDGET_S if options.quick else DEFAULT_BUDGET_S

@@ -198,3 +198,19 @@ def test_peak_is_never_below_a_validated_kernel():
     peaks = {"avx512": {"f32": 258.9, "f64": 129.6}, "avx2": {"f32": 126.6, "f64": 63.0}}
     assert _best_peak(peaks, [fast, wrong]) == {"f32": 273.2, "f64": 129.6}
     assert _best_peak(peaks) == {"f32": 258.9, "f64": 129.6}
+
+
+@needs_x86_simd
+def test_under_a_user_mode_emulator_nothing_timed_decides(tmp_path):
+    """An install inside an emulated userland (host.emulator) measures no crossover and
+    judges nothing: the emulator's times would decide; the model's parameters stay."""
+    import dataclasses
+
+    from autotune.host import detect
+
+    host = dataclasses.replace(detect(), emulator="x86_64 emulated by a test")
+    result = install(InstallOptions(quick=True, home=tmp_path, only=(f"at_sgemm_{SIMD}_nn_16x1_*",)), host=host)
+    table = result.table
+    assert table.provenance == "emulated" and result.library is not None
+    assert "crossovers" not in table.settings and "held_out" not in (table.tuning or {})
+    assert table.params["provenance"] == "emulated"
