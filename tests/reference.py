@@ -35,3 +35,14 @@ def operand(rng, rows, cols, dtype, order="C", pad=0):
     if order == "C":
         return rng.standard_normal((rows, cols + pad)).astype(dtype)[:, :cols]
     return np.asfortranarray(rng.standard_normal((rows + pad, cols)).astype(dtype))[:rows, :]
+
+
+def check_gemm(gemm, rng, M, N, K, ta, tb, dtype, alpha, beta):
+    """Random op(A) (M x K), op(B) (K x N) and C, ``gemm(A, B, C, alpha=, beta=, trans_a=, trans_b=)``
+    in place, and C against the reference."""
+    A = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
+    B = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
+    C0 = rng.standard_normal((M, N)).astype(dtype)
+    C = C0.copy()
+    gemm(A, B, C, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+    assert_close(C, A, B, C0, alpha, beta, ta, tb)

@@ -23,7 +23,7 @@ import autotune.runtime as rt
 from autotune import plans
 from autotune.runtime import loader
 
-from .reference import assert_close
+from .reference import assert_close, check_gemm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -148,12 +148,7 @@ def test_chunked_plans_compute_the_product(lib, dtype):
         made = plans.plan(M, N, K, dtype="f32" if dtype == np.float32 else "f64", max_steps=0)
         assert made.path == "packed"
         for ta, tb in ((False, False), (True, True), (False, True)):
-            A = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
-            B = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
-            C0 = rng.standard_normal((M, N)).astype(dtype)
-            C = C0.copy()
-            rt.gemm(A, B, C, alpha=1.5, beta=-1.0, trans_a=ta, trans_b=tb)
-            assert_close(C, A, B, C0, 1.5, -1.0, ta, tb)
+            check_gemm(rt.gemm, rng, M, N, K, ta, tb, dtype, 1.5, -1.0)
     finally:
         lib.lib.at_params_set(None)
         rt.set_num_threads(0)

@@ -26,7 +26,7 @@ from autotune.runtime import api, loader
 from .untuned import build_untuned, small_selection
 from autotune.specs import KernelSpec
 
-from .reference import assert_close, operand
+from .reference import assert_close, check_gemm, operand
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = (np.float32, np.float64)
@@ -81,12 +81,7 @@ def test_gemm_random_shapes(built, M, N, K, ta, tb, f64, seed):
     rt.use_library(built.library)
     rng = np.random.default_rng(seed)
     dtype = np.float64 if f64 else np.float32
-    A = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
-    B = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
-    C0 = rng.standard_normal((M, N)).astype(dtype)
-    C = C0.copy()
-    rt.gemm(A, B, C, alpha=0.5, beta=-1.5, trans_a=ta, trans_b=tb)
-    assert_close(C, A, B, C0, 0.5, -1.5, ta, tb)
+    check_gemm(rt.gemm, rng, M, N, K, ta, tb, dtype, 0.5, -1.5)
 
 
 def test_large_packed_path(lib):
@@ -95,12 +90,7 @@ def test_large_packed_path(lib):
     for dtype in DTYPES:
         for ta, tb in TRANS:
             M, N, K = 211, 173, 301
-            A = rng.standard_normal((K, M) if ta else (M, K)).astype(dtype)
-            B = rng.standard_normal((N, K) if tb else (K, N)).astype(dtype)
-            C0 = rng.standard_normal((M, N)).astype(dtype)
-            C = C0.copy()
-            rt.gemm(A, B, C, alpha=1.25, beta=0.5, trans_a=ta, trans_b=tb)
-            assert_close(C, A, B, C0, 1.25, 0.5, ta, tb)
+            check_gemm(rt.gemm, rng, M, N, K, ta, tb, dtype, 1.25, 0.5)
 
 
 def test_strided_and_transposed_views(lib):
