@@ -294,15 +294,17 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
     """Run ``specs`` in turn, each on the parameters the ones before it set.
 
     Returns the parameters with every measured threshold in place, and what
-    each sweep saw.  On a ``busy`` machine the thread sweep is not run: one
-    thread would win every size against a split that waits for a loaded core,
-    and the model's value stays (source ``busy``).  The runner is left on the
-    returned parameters.
+    each sweep saw.  On a ``busy`` machine no sweep is run and the model's values
+    stay (source ``busy``): one thread would win every size against a split that
+    waits for a loaded core, and the pack sweep, which times both sides on all
+    threads, waits the same way (an install beside two busy cores found "in place
+    wins up to 1708^3" where a quiet run of the same host packs from 429^3).  The
+    runner is left on the returned parameters.
     """
     found: list[Crossover] = []
     for spec in specs:
         model = float(params.get(spec.dtype, spec.param))
-        if busy and spec.param == "thread_flops":
+        if busy:
             found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy"))
             continue
         points = sweep(runner, spec, params, advance, effort)
