@@ -8,9 +8,10 @@ operating system reports about the caches, and a report can be far off: a
 24 GFLOP, and 1024^3 ran in place at a fifth of the machine.  So the install
 measures each decision instead of trusting the model: for a ladder of square
 products it times the plan both ways, interleaved in rounds, and puts the
-threshold where the faster side changes for good.  The model's value is the
-prior: it stands only where the machine's noise leaves the measurement
-undecided, and the record says so.
+threshold where it loses the least time over the sizes measured.  The model's
+value is the prior: it stands where the measurement finds it as good as any
+other, or where the machine's noise leaves every size undecided, and the record
+says so.
 
 Nothing here builds or loads a library: it measures through a
 :class:`autotune.suite.SuiteRunner`, so the tests drive it with a fake machine.
@@ -135,36 +136,60 @@ class Crossover:
         return cls(**{**data, "points": points})
 
 
-def crossing(points: Sequence[Point], margin: float = MARGIN) -> tuple[float | None, str]:
-    """(threshold flops, source) from a sweep's points, ascending in size.
+def _gain(point: Point, margin: float) -> float:
+    """How much faster the alternative ran than the base at ``point``, in log time,
+    beyond the noise (the margin or the rounds' spread, whichever is larger):
+    negative where the base was faster, 0 where the noise hides the answer."""
+    if not point.ratio > 0 or not math.isfinite(point.ratio):
+        return -math.inf if point.ratio == math.inf else 0.0
+    gap = -math.log(point.ratio)
+    return math.copysign(max(0.0, abs(gap) - math.log1p(max(margin, point.spread))), gap)
 
-    The threshold sits between the last size where the alternative was not
-    faster and the first of the sizes after it, which it all ran faster
-    (geometrically halfway); a sweep whose every size the alternative ran faster
-    puts it half a step below the first.  That closing run must hold at least
-    one win beyond the noise (Point.verdict); sizes inside it that the noise
-    leaves undecided still count for their side of one, so a noisy machine
-    moves the threshold by a step, not to the end of the ladder.  No such run:
-    ``beyond`` when the base side won a size (half a step above the last one),
-    else ``model`` (only ties: noise).
+
+def crossing(points: Sequence[Point], margin: float = MARGIN,
+             prior: float | None = None) -> tuple[float | None, str]:
+    """(threshold flops, source) from a sweep's points, ascending in size: the
+    threshold that loses the least time over the sizes measured.
+
+    A threshold takes the base side below it and the alternative from it on; at
+    each size, choosing the slower side loses the log of their time ratio beyond
+    the noise (a size the noise leaves undecided costs nothing either way).  The
+    candidates sit half a step below the first size, geometrically halfway
+    between neighbours, and half a step above the last.  Sizes do not take turns
+    in a real machine's answer as they do in its noise: a 720^3 that ran in place
+    faster between a 512^3 and a 1024^3 that packed ran faster moves the
+    threshold only as far as the time it saves, where "the alternative wins every
+    size from here on" put it past all three.
+
+    ``prior`` (the model's threshold in flops) stays when it loses no more than
+    the best candidate (source ``measured``: the measurement agrees with it), and
+    among equally good candidates the nearest to it is taken.  ``beyond``: the
+    best is past the last size (the base side won up to the end); ``model``: no
+    size was decided beyond the noise.
     """
-    if not points:
+    gains = [_gain(p, margin) for p in points]
+    if not any(gains):
         return None, "model"
-    verdicts = [p.verdict(margin) for p in points]
-    first = len(points)
-    while first > 0 and points[first - 1].ratio < 1.0:
-        first -= 1
-    if first < len(points) and "alt" in verdicts[first:]:
-        if first == 0:
-            step = points[1].side / points[0].side if len(points) > 1 else math.sqrt(2.0)
-            side = points[0].side / math.sqrt(step)
-        else:
-            side = math.sqrt(points[first - 1].side * points[first].side)
-        return 2.0 * side ** 3, "measured"
-    if "base" in verdicts:
-        step = points[-1].side / points[-2].side if len(points) > 1 else math.sqrt(2.0)
-        return 2.0 * (points[-1].side * math.sqrt(step)) ** 3, "beyond"
-    return None, "model"
+    sides = [float(p.side) for p in points]
+    first = sides[1] / sides[0] if len(sides) > 1 else math.sqrt(2.0)
+    last = sides[-1] / sides[-2] if len(sides) > 1 else math.sqrt(2.0)
+    candidates = [sides[0] / math.sqrt(first), *(math.sqrt(a * b) for a, b in zip(sides, sides[1:])),
+                  sides[-1] * math.sqrt(last)]
+
+    def lost(threshold: float) -> float:
+        return sum(max(0.0, -g) if side >= threshold else max(0.0, g) for side, g in zip(sides, gains))
+
+    least = min(lost(c) for c in candidates)
+    tolerance = 1e-9 * (1.0 + least)
+    if prior is not None and lost((prior / 2.0) ** (1.0 / 3.0)) <= least + tolerance:
+        return prior, "measured"
+    best = [c for c in candidates if lost(c) <= least + tolerance]
+    if prior is not None:
+        centre = math.log((prior / 2.0) ** (1.0 / 3.0))
+        chosen = min(best, key=lambda c: abs(math.log(c) - centre))
+    else:
+        chosen = best[(len(best) - 1) // 2]
+    return 2.0 * chosen ** 3, "beyond" if chosen > sides[-1] else "measured"
 
 
 # -- measuring ------------------------------------------------------------------------
@@ -308,7 +333,7 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
             found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy"))
             continue
         points = sweep(runner, spec, params, advance, effort)
-        flops, source = crossing(points)
+        flops, source = crossing(points, prior=model)
         if flops is None:
             flops = model
         flops = float(f"{flops:.4g}")
