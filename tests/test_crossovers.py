@@ -216,6 +216,24 @@ def test_judge_keeps_the_tuned_set_only_when_it_wins_the_held_out_shapes() -> No
     assert worse.chosen == "model" and worse.gain("model") == pytest.approx(1.0)
 
 
+def test_judge_counts_every_shape_once_not_the_largest_many_times() -> None:
+    class LargestNoisy(_Costs):
+        def time_shape(self, shape: SuiteShape) -> float:
+            assert self.params is not None
+            measured = self.params.thread_flops == 2.0
+            # The measured set is 20 % faster on every shape but the largest, where
+            # it drew a 15 % slower window: that one call outweighs all the others.
+            largest = shape.flops >= 2.0 * 1024**3
+            factor = (1.15 if largest else 0.8) if measured else 1.0
+            return factor * shape.flops * 1e-12
+
+    shapes = held_out_suite(("f64",))
+    sets = {"measured": PlannerParams(thread_flops=2.0), "model": PlannerParams(thread_flops=3.0)}
+    verdict = tn.judge(LargestNoisy({}), sets, shapes)
+    assert verdict.times["measured"] > verdict.times["model"]  # the workload's total says model...
+    assert verdict.chosen == "measured" and verdict.gain("model") > 1.15  # ...every shape but one says measured
+
+
 def test_judge_times_identical_sets_once() -> None:
     same = PlannerParams()
     costs = _Costs({same.thread_flops: 1.0})
