@@ -5,8 +5,8 @@
  * snapshot, copied under the lock when planning starts, so a concurrent
  * at_params_set never mixes two settings in one plan; every set bumps a
  * generation the plan cache keys on, so no plan of old parameters is found again
- * (the cache drops them itself when it sees the generation move: this unit
- * calls no other but error.c, so the cache can depend on it).
+ * (the cache drops them itself when it sees the generation move: the cache
+ * depends on this unit, never the other way).
  * The fields are declared once, in autotune/params.py.
  */
 #include <math.h>
