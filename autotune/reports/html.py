@@ -24,6 +24,7 @@ from .. import __version__
 from ..home import home as default_home
 from ..files import atomic_write_text
 from ..host import cache_doubts, describe
+from ..quant_shapes import MEASURE_KN
 from ..table import TunedTable
 from ..table import load as load_table
 from ..trials import crossover_lines, held_out_line
@@ -202,8 +203,6 @@ def _quantised(settings: Mapping[str, Any]) -> dict[str, Any] | None:
     else those the library carries unmeasured (``settings["quant_library"]``); None for neither."""
     quant = settings.get("quant") or {}
     if quant.get("verdicts"):
-        from ..qsuite import MEASURE_KN
-
         seconds = quant.get("seconds", {})
         ms = sorted({int(m) for times in seconds.values() for m in times})
         selected = set(quant.get("selected", ()))
