@@ -6,13 +6,30 @@ Both are results later stages stored in the home: the plans install recorded
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pandas as pd
 
 from ..home import home as default_home
 from ..plans.examples import example_plans
-from .html import ReportExtras
+
+if TYPE_CHECKING:
+    from ..plans import Plan
+
+
+@dataclass(frozen=True, eq=False)
+class ReportExtras:
+    """Inputs produced by later stages; each section appears only when its input exists.
+
+    ``tuning`` defaults to the table's own ``tuning`` mapping. ``plans`` are
+    :class:`autotune.plans.Plan` records. ``benchmarks`` is a frame with columns shape, library, gflops, ratio.
+    """
+
+    tuning: Mapping[str, Any] | None = None
+    plans: Sequence["Plan"] | None = None
+    benchmarks: pd.DataFrame | None = None
 
 
 def latest_benchmarks(root: Path) -> pd.DataFrame | None:

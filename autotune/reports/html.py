@@ -29,6 +29,7 @@ from ..table import TunedTable
 from ..table import load as load_table
 from ..trials import crossover_lines, held_out_line
 from . import data, figures
+from .extras import ReportExtras, collect_extras
 
 if TYPE_CHECKING:
     from ..plans import Plan
@@ -37,19 +38,6 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 #: Top kernels per family drawn against K; more lines than this stop being readable.
 CURVES_PER_FAMILY = 3
-
-
-@dataclass(frozen=True, eq=False)
-class ReportExtras:
-    """Inputs produced by later stages; each section appears only when its input exists.
-
-    ``tuning`` defaults to the table's own ``tuning`` mapping. ``plans`` are
-    :class:`autotune.plans.Plan` records. ``benchmarks`` is a frame with columns shape, library, gflops, ratio.
-    """
-
-    tuning: Mapping[str, Any] | None = None
-    plans: Sequence["Plan"] | None = None
-    benchmarks: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -96,8 +84,6 @@ def report_command(target: str, output: Path | None, open_browser: bool, *,
     describe another CPU); an emulated one is never checked against the host.
     """
     from ..host import detect
-
-    from .extras import collect_extras
 
     table = load_table(target, root, host=detect())
     extra = extra if extra is not None else collect_extras(target, root)
