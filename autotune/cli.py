@@ -24,6 +24,7 @@ from . import __version__
 from .home import MARKER, HomeError, check_cleanable, home, install_lock
 from .host import IsaCapError, cache_doubts, describe, detect
 from .pkgconfig import PC_NAME, pc_dir
+from .quant_shapes import MEASURE_KN
 from .table import TableError, TunedTable, kernel_score, library_dir, load, table_path
 from .specs import SVL_CHOICES
 from .toolchain import KNOWN_ISAS, ToolchainError
@@ -569,8 +570,6 @@ def print_quantised(quant: dict | None, out: Console) -> None:
     each one's verdict, whether qmatmul uses it, and its time per product at each timed M."""
     if not quant or not quant.get("verdicts"):
         return
-    from .qsuite import MEASURE_KN
-
     seconds = quant.get("seconds", {})
     ms = sorted({int(m) for times in seconds.values() for m in times})
     listing = Table(title=f"quantised kernels (qmatmul; microseconds at K = N = {MEASURE_KN})",

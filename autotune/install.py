@@ -565,7 +565,7 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
                                            show, extra)
     path, installed = commit(stored, library, root)
     if native and installed is not None:
-        from .reports.extras import record_example_plans  # the report's shapes; loads matplotlib
+        from .plans.examples import record_example_plans  # the report's shapes
 
         record_example_plans(options.target, installed, root)
     return InstallResult(stored, path, compiled, measured, time.monotonic() - started, tuple(notes), installed)

@@ -36,6 +36,7 @@ from .codegen.quant_x86 import QKernel
 from .codegen.quant_registry import emit_registry
 from .families import ARM_ISAS
 from .home import kernels_src
+from .quant_shapes import MEASURE_KN
 from .suite import best_of_rounds
 from .toolchain import Target
 
@@ -43,7 +44,6 @@ from .toolchain import Target
 UNIT = "at_qkernels"
 #: Shapes (M) timed at install, with K = N = MEASURE_KN, best of MEASURE_ROUNDS.
 MEASURE_M = (1, 16, 64)
-MEASURE_KN = 1024
 MEASURE_ROUNDS = 5
 #: Seconds a validation or measurement subprocess may take.
 TIMEOUT = 600.0

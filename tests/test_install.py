@@ -55,7 +55,7 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     assert set(table.measurements["kernel"]) == {k.name for k in table.validated}
     assert set(table.selection) <= {k.name for k in table.validated}
     # The plans the report draws are recorded beside the table: a report loads no library.
-    from autotune.reports.extras import EXAMPLE_SHAPES, example_plans
+    from autotune.plans.examples import EXAMPLE_SHAPES, example_plans
 
     drawn = example_plans("host", tmp_path)
     assert drawn is not None and len(drawn) == len(EXAMPLE_SHAPES)

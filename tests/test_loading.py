@@ -298,7 +298,7 @@ def test_a_library_above_the_isa_cap_is_refused(built, tmp_path, monkeypatch):
 
 
 def test_plans_recorded_at_install_are_what_the_report_reads(built, private_home):
-    from autotune.reports.extras import EXAMPLE_SHAPES, example_plans, plans_path, record_example_plans
+    from autotune.plans.examples import EXAMPLE_SHAPES, example_plans, plans_path, record_example_plans
 
     assert example_plans("host", private_home) is None  # nothing recorded yet: no section
     lib = install_copy(built, private_home)

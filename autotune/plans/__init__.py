@@ -13,11 +13,16 @@ import dataclasses
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..runtime import api, loader
 from ..specs import DTYPE_CODE, DTYPES, KernelSpec, parse_trans
+
+# The runtime is imported by the functions that ask a library: a plan recorded
+# earlier reads back (the report) without the bindings that load one.
+if TYPE_CHECKING:
+    from ..runtime import loader
 
 _TRANS = ("nn", "nt", "tn", "tt")
 _LAYOUTS = {"col": 0, "row": 1}
@@ -124,6 +129,8 @@ class Plan:
 
 
 def _runtime() -> loader.Runtime:
+    from ..runtime import api, loader
+
     runtime = api.current() or loader.load()
     if runtime is None:
         raise PlanError("no libautotune installed: run `autotune install`")
@@ -151,6 +158,8 @@ def plan(
     ``max_steps`` steps are listed; counts and explain cover them all.  ``runtime``:
     the library whose tiler plans (default: the one gemm uses, else the installed one).
     """
+    from ..runtime import loader
+
     if dtype not in DTYPES:
         raise PlanError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     if layout not in _LAYOUTS:
@@ -210,6 +219,8 @@ def plan(
 
 def kernel_names(runtime: loader.Runtime | None = None) -> list[str]:
     """The library's kernels in table order (the indices of ``at_kernel_get``)."""
+    from ..runtime import loader
+
     lib = (runtime or _runtime()).lib
     names = []
     for i in range(lib.at_kernel_count()):

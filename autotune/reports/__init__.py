@@ -6,7 +6,8 @@ HTML file; ``report_command`` is what the command line calls; ``terminal_heatmap
 draws one kernel family for `autotune show`.
 """
 
-from .html import ReportExtras, default_report_path, render_report, report_command, write_report
+from .extras import ReportExtras
+from .html import default_report_path, render_report, report_command, write_report
 from .terminal import terminal_heatmap
 
 __all__ = [

@@ -1,73 +1,35 @@
-"""What the report draws beyond the table: plans of example shapes, peer benchmarks."""
+"""What the report draws beyond the table: plans of example shapes, peer benchmarks.
+
+Both are results later stages stored in the home: the plans install recorded
+(:mod:`autotune.plans.examples`), the last `autotune bench`.
+"""
 
 from __future__ import annotations
 
-import json
-import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import pandas as pd
 
 from ..home import home as default_home
-from ..files import atomic_write_text
-from .html import ReportExtras
+from ..plans.examples import example_plans
 
 if TYPE_CHECKING:
     from ..plans import Plan
 
-#: Shapes whose plans the report draws (M, N, K, dtype): IAAT's 15x15 figure, the
-#: irregular shapes of the benchmark suite, and a large one that takes the packed path.
-EXAMPLE_SHAPES = (
-    (15, 15, 64, "f32"),
-    (35, 32, 64, "f32"),
-    (13, 33, 23, "f32"),
-    (87, 93, 56, "f64"),
-    (100, 10, 1000, "f32"),
-    (512, 512, 512, "f32"),
-)
 
+@dataclass(frozen=True, eq=False)
+class ReportExtras:
+    """Inputs produced by later stages; each section appears only when its input exists.
 
-def plans_path(target: str, root: Path) -> Path:
-    return root / "plans" / f"{target}.json"
-
-
-def record_example_plans(target: str, library: Path, root: Path) -> Path | None:
-    """Write the plans ``library`` makes for EXAMPLE_SHAPES where the report reads them.
-
-    `autotune install` calls this after each native install, so that writing a
-    report loads no library.  The library is opened privately (RTLD_LOCAL, see
-    the loader): this never changes which library ``autotune.gemm`` runs.
-    None when the library cannot run here (built for another machine).
+    ``tuning`` defaults to the table's own ``tuning`` mapping. ``plans`` are
+    :class:`autotune.plans.Plan` records. ``benchmarks`` is a frame with columns shape, library, gflops, ratio.
     """
-    from ..plans import PlanError, plan
-    from ..runtime import loader
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            private = loader.load(library)
-        if private is None:
-            return None
-        records = [plan(M, N, K, dtype, runtime=private).to_dict() for M, N, K, dtype in EXAMPLE_SHAPES]
-    except (OSError, PlanError):
-        return None
-    path = plans_path(target, root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps({"library": str(library), "plans": records}) + "\n")
-    return path
-
-
-def example_plans(target: str, root: Path) -> "list[Plan] | None":
-    """The plans the last install recorded for EXAMPLE_SHAPES; None when there are none
-    (no native install yet) or the file cannot be read."""
-    from ..plans import Plan
-
-    try:
-        data = json.loads(plans_path(target, root).read_text())
-        return [Plan.from_dict(p) for p in data["plans"]] or None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    tuning: Mapping[str, Any] | None = None
+    plans: Sequence["Plan"] | None = None
+    benchmarks: pd.DataFrame | None = None
 
 
 def latest_benchmarks(root: Path) -> pd.DataFrame | None:
@@ -81,5 +43,6 @@ def latest_benchmarks(root: Path) -> pd.DataFrame | None:
 
 
 def collect_extras(target: str, root: Path | None = None) -> ReportExtras:
+    """What the home holds for ``target``'s report besides its table."""
     root = root or default_home()
     return ReportExtras(plans=example_plans(target, root), benchmarks=latest_benchmarks(root))

@@ -24,10 +24,12 @@ from .. import __version__
 from ..home import home as default_home
 from ..files import atomic_write_text
 from ..host import cache_doubts, describe
+from ..quant_shapes import MEASURE_KN
 from ..table import TunedTable
 from ..table import load as load_table
 from ..trials import crossover_lines, held_out_line
 from . import data, figures
+from .extras import ReportExtras, collect_extras
 
 if TYPE_CHECKING:
     from ..plans import Plan
@@ -36,19 +38,6 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 #: Top kernels per family drawn against K; more lines than this stop being readable.
 CURVES_PER_FAMILY = 3
-
-
-@dataclass(frozen=True, eq=False)
-class ReportExtras:
-    """Inputs produced by later stages; each section appears only when its input exists.
-
-    ``tuning`` defaults to the table's own ``tuning`` mapping. ``plans`` are
-    :class:`autotune.plans.Plan` records. ``benchmarks`` is a frame with columns shape, library, gflops, ratio.
-    """
-
-    tuning: Mapping[str, Any] | None = None
-    plans: Sequence["Plan"] | None = None
-    benchmarks: pd.DataFrame | None = None
 
 
 @dataclass(frozen=True)
@@ -95,8 +84,6 @@ def report_command(target: str, output: Path | None, open_browser: bool, *,
     describe another CPU); an emulated one is never checked against the host.
     """
     from ..host import detect
-
-    from .extras import collect_extras
 
     table = load_table(target, root, host=detect())
     extra = extra if extra is not None else collect_extras(target, root)
@@ -202,8 +189,6 @@ def _quantised(settings: Mapping[str, Any]) -> dict[str, Any] | None:
     else those the library carries unmeasured (``settings["quant_library"]``); None for neither."""
     quant = settings.get("quant") or {}
     if quant.get("verdicts"):
-        from ..qsuite import MEASURE_KN
-
         seconds = quant.get("seconds", {})
         ms = sorted({int(m) for times in seconds.values() for m in times})
         selected = set(quant.get("selected", ()))

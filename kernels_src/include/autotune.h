@@ -138,8 +138,9 @@ typedef struct {
 
 /* The parameters plans are made with now (the library's table unless replaced). */
 int at_params_get(at_tune_params *out);
-/* Replace them (NULL: back to the library's table) and drop every cached plan;
- * plans created before stay valid and keep their own decisions.  AT_EINVAL for
+/* Replace them (NULL: back to the library's table); no cached plan of the old
+ * ones is used again (the cache drops them on its next lookup).  Plans created
+ * before stay valid and keep their own decisions.  AT_EINVAL for
  * a negative block or threshold, or a grid mode outside 0..2. */
 int at_params_set(const at_tune_params *params);
 

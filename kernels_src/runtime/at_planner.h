@@ -10,13 +10,13 @@
 
 #pragma GCC visibility push(hidden)
 
-/* plan.c */
+/* cost.c (set by plan.c) */
 /* The parameters of the plan being built: the snapshot on at__plan_build's stack
  * (params.c keeps the library's; planning itself takes no lock).  Thread-local,
  * so the cost model reads it without taking it as an argument everywhere.
  * Local-dynamic, as when it was one unit's static: GCC gives a hidden extern
  * thread-local the general-dynamic model, a __tls_get_addr call per access
- * (the definition in plan.c repeats the model: GCC does not carry it over). */
+ * (the definition in cost.c repeats the model: GCC does not carry it over). */
 #define AT_TLS_LOCAL __attribute__((tls_model("local-dynamic")))
 extern _Thread_local const at_tune_params *at__tp AT_TLS_LOCAL;
 

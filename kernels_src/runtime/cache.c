@@ -20,6 +20,10 @@
  * parameter generation, packed into 64-bit words compared with xor/or (no
  * memcmp call).  Plans are reference counted, so evicting a plan another
  * thread is executing only drops the cache's reference.
+ *
+ * A plan of older parameters is never found again, so the first shared lookup
+ * after at_params_set drops them all; the cache asks params.c for the
+ * generation, and params.c knows nothing of the cache.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,6 +46,9 @@ static at_slot cache[AT_CACHE_SETS][AT_CACHE_WAYS];
 static uint64_t cache_tick;
 static int64_t cache_created, cache_hits;
 static size_t cache_bytes; /* of the plans in the shared cache, under cache_lock */
+/* The parameter generation of the plans in the shared cache: written under
+ * cache_lock, read without it to keep the check off a hit's path. */
+static _Atomic uint64_t cache_gen;
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
 _Thread_local at_tcache *at__tcache AT_TLS_FAST;
@@ -95,12 +102,45 @@ static uint64_t key_hash(const at_key *k)
     return h;
 }
 
+/* Empties the shared cache under cache_lock into drop (room for every slot),
+ * returning how many plans the caller must release once it unlocks. */
+static int take_all(at_plan **drop)
+{
+    int n = 0;
+    for (int s = 0; s < AT_CACHE_SETS; s++)
+        for (int w = 0; w < AT_CACHE_WAYS; w++)
+            if (cache[s][w].plan) {
+                drop[n++] = cache[s][w].plan;
+                cache[s][w].plan = NULL;
+            }
+    cache_bytes = 0;
+    return n;
+}
+
+/* The generation only grows; a thread that read an older one is late, and must
+ * not throw away the plans of the newer. */
+static void drop_stale(void)
+{
+    uint64_t gen = at__params_generation();
+    if (atomic_load_explicit(&cache_gen, memory_order_relaxed) == gen) return;
+    at_plan *drop[AT_CACHE_SETS * AT_CACHE_WAYS];
+    int n = 0;
+    pthread_mutex_lock(&cache_lock);
+    if (gen > atomic_load_explicit(&cache_gen, memory_order_relaxed)) {
+        n = take_all(drop);
+        atomic_store_explicit(&cache_gen, gen, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&cache_lock);
+    for (int i = 0; i < n; i++) at__plan_release(drop[i]);
+}
+
 /* The shared cache's lookup-or-build for key k: returns the plan with one
  * reference for the caller, or NULL when planning runs out of memory. */
 static at_plan *shared_acquire(const at_key *k, int dtype, int layout, int trans_a, int trans_b,
                                int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                                int64_t ldc, int threads)
 {
+    drop_stale();
     at_slot *set = cache[key_hash(k) % AT_CACHE_SETS];
     pthread_mutex_lock(&cache_lock);
     for (int w = 0; w < AT_CACHE_WAYS; w++)
@@ -120,8 +160,9 @@ static at_plan *shared_acquire(const at_key *k, int dtype, int layout, int trans
 
     pthread_mutex_lock(&cache_lock);
     cache_created++;
-    if (p->bytes > AT_CACHE_BYTES) {
-        /* Kept by no one but the caller: made again on its next use. */
+    if (p->bytes > AT_CACHE_BYTES || k->w[7] != atomic_load_explicit(&cache_gen, memory_order_relaxed)) {
+        /* Kept by no one but the caller: made again on its next use (a plan
+         * whose key has parameters replaced meanwhile would never be found). */
         pthread_mutex_unlock(&cache_lock);
         return p;
     }
@@ -298,19 +339,13 @@ at_plan *at__plan_lookup_slow(const at_key *key, int *owned)
 void at_plan_cache_clear(void)
 {
     at_plan *drop[AT_CACHE_SETS * AT_CACHE_WAYS];
-    int n = 0;
+    int n;
     atomic_fetch_add(&at__clear_epoch, 1);
     /* The calling thread's own entries go now; other threads drop theirs on
      * their next lookup (only the owner may touch a front cache). */
     if (at__tcache) tcache_flush(at__tcache);
     pthread_mutex_lock(&cache_lock);
-    for (int s = 0; s < AT_CACHE_SETS; s++)
-        for (int w = 0; w < AT_CACHE_WAYS; w++)
-            if (cache[s][w].plan) {
-                drop[n++] = cache[s][w].plan;
-                cache[s][w].plan = NULL;
-            }
-    cache_bytes = 0;
+    n = take_all(drop);
     pthread_mutex_unlock(&cache_lock);
     for (int i = 0; i < n; i++) at__plan_release(drop[i]);
 }

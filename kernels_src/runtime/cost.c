@@ -9,6 +9,11 @@
 
 #include "at_planner.h"
 
+/* at_planner.h: the parameters of the plan being built.  Defined here, by the
+ * unit that reads them most, and set by plan.c: defined in plan.c it made the
+ * cost model and the planner call each other. */
+_Thread_local const at_tune_params *at__tp AT_TLS_LOCAL;
+
 /* The grid of block sizes is at least this big, so tiny problems can be
  * covered by one portable edge block rather than many kernel calls. */
 #define AT_GRID_MIN 8

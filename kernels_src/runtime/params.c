@@ -4,7 +4,9 @@
  * settings this way without rebuilding the library).  A plan is made from one
  * snapshot, copied under the lock when planning starts, so a concurrent
  * at_params_set never mixes two settings in one plan; every set bumps a
- * generation the plan cache keys on, so no plan of old parameters is found again.
+ * generation the plan cache keys on, so no plan of old parameters is found again
+ * (the cache drops them itself when it sees the generation move: the cache
+ * depends on this unit, never the other way).
  * The fields are declared once, in autotune/params.py.
  */
 #include <math.h>
@@ -72,6 +74,5 @@ int at_params_set(const at_tune_params *in)
     params_replaced = in != NULL;
     atomic_fetch_add(&at__params_gen, 1);
     pthread_mutex_unlock(&params_lock);
-    at_plan_cache_clear();
     return AT_OK;
 }

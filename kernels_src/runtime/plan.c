@@ -28,9 +28,6 @@
 
 #include "at_planner.h"
 
-/* at_planner.h: the parameters of the plan being built, set by at__plan_build. */
-_Thread_local const at_tune_params *at__tp AT_TLS_LOCAL;
-
 /* ---- plan construction ------------------------------------------------------ */
 
 void at__plan_free(at_plan *plan)
