@@ -1,9 +1,13 @@
 """Guest instructions of one GEMM call under QEMU: autotune's aarch64 code against KleidiAI's.
 
 Without Arm hardware, the measure of an aarch64 GEMM here is the number of guest
-instructions it executes under ``qemu-aarch64``: deterministic, repeatable, and for
-kernels made of outer products, ``sdot``/``smmla`` and their loads a fair proxy of
-issue slots, no more.  **These are instruction counts under emulation, not timings.**
+instructions it executes under ``qemu-aarch64``: for kernels made of outer products,
+``sdot``/``smmla`` and their loads a fair proxy of issue slots, no more.  **These are
+instruction counts under emulation, not timings.**  A count repeats exactly for the
+same program, arguments and environment (their sizes move the guest's stack, and with
+it what malloc and a name lookup execute: tens to hundreds of instructions) when the
+library runs one thread: QEMU logs every guest thread, so with the pool's workers
+(``AUTOTUNE_NUM_THREADS`` unset) a float count varies from run to run.
 
 ::
 

@@ -3,7 +3,8 @@
  * Each program puts the call it measures between icount_begin(phase) and
  * icount_end(phase); the counter (benchmarks/icount.py) finds a phase by these two
  * symbols in QEMU's instruction log, so they stay out of line, distinct and empty.
- * One translation unit per program includes this file. */
+ * One translation unit per program includes this file, after defining ICOUNT_PROGRAM,
+ * the name its messages start with. */
 #ifndef AT_ICOUNT_H
 #define AT_ICOUNT_H
 
@@ -29,7 +30,7 @@ __attribute__((unused)) static void *icount_read(FILE *f, size_t bytes)
 {
     void *p = malloc(bytes ? bytes : 1);
     if (!p || fread(p, 1, bytes, f) != bytes) {
-        fprintf(stderr, "icount: short input file\n");
+        fprintf(stderr, ICOUNT_PROGRAM ": truncated input\n");
         exit(2);
     }
     return p;
@@ -40,7 +41,7 @@ __attribute__((unused)) static void *icount_read_counted(FILE *f, size_t *bytes)
 {
     int64_t n = 0;
     if (fread(&n, sizeof n, 1, f) != 1) {
-        fprintf(stderr, "icount: short input file\n");
+        fprintf(stderr, ICOUNT_PROGRAM ": truncated input\n");
         exit(2);
     }
     *bytes = (size_t)n;

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "autotune.h"
+#define ICOUNT_PROGRAM "arm_icount"
 #include "icount.h"
 
 #ifdef AT_KLEIDIAI

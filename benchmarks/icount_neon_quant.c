@@ -24,6 +24,8 @@
 #include <string.h>
 
 #include "autotune.h"
+/* The program's file name (arm_icount.py keeps the one the published counts were measured with). */
+#define ICOUNT_PROGRAM "arm_neon_qicount"
 #include "icount.h"
 
 #ifdef AT_KLEIDIAI
@@ -68,7 +70,7 @@ static const kai_kernel KAI_I8MM = {
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: icount_neon_quant IN WHO OUT\n");
+        fprintf(stderr, "usage: " ICOUNT_PROGRAM " IN WHO OUT\n");
         return 2;
     }
     FILE *in = fopen(argv[1], "rb");
@@ -106,7 +108,7 @@ int main(int argc, char **argv)
 #else
     const void *kai = NULL;
     if (strncmp(who, "kai", 3) == 0) {
-        fprintf(stderr, "icount_neon_quant: built without KleidiAI\n");
+        fprintf(stderr, ICOUNT_PROGRAM ": built without KleidiAI\n");
         return 2;
     }
 #endif
@@ -129,7 +131,7 @@ int main(int argc, char **argv)
         icount_end(phase);
     }
     if (status != 0) {
-        fprintf(stderr, "icount_neon_quant: %s returned %d: %s\n", who, status, at_last_error());
+        fprintf(stderr, ICOUNT_PROGRAM ": %s returned %d: %s\n", who, status, at_last_error());
         return 1;
     }
     FILE *out = fopen(argv[3], "wb");
