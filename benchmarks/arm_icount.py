@@ -1,34 +1,62 @@
-"""Guest instructions of one SGEMM call under QEMU: autotune's aarch64 library against KleidiAI.
+"""Guest instructions of one GEMM call under QEMU: autotune's aarch64 code against KleidiAI's.
 
-Without SME2 hardware, the measure of an SME2 GEMM here is the number of guest
-instructions it executes under ``qemu-aarch64``: deterministic, repeatable, and for
-an outer-product kernel a fair proxy of its issue slots.  **These are instruction
-counts under emulation, not timings.**
+Without Arm hardware, the measure of an aarch64 GEMM here is the number of guest
+instructions it executes under ``qemu-aarch64``: for kernels made of outer products,
+``sdot``/``smmla`` and their loads a fair proxy of issue slots, no more.  **These are
+instruction counts under emulation, not timings.**  A count repeats exactly for the
+same program, arguments and environment (their sizes move the guest's stack, and with
+it what malloc and a name lookup execute: tens to hundreds of instructions) when the
+library runs one thread: QEMU logs every guest thread, so with the pool's workers
+(``AUTOTUNE_NUM_THREADS`` unset) a float count varies from run to run.
 
 ::
 
     AUTOTUNE_HOME=/tmp/h autotune install --target sme2 --quick
-    AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount [--kleidiai /path/to/kleidiai]
-    AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount --isa neon [--kleidiai ...]
+    AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount [--kleidiai DIR] [MxNxK ...]     # float, SME2
+    AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount --isa neon [--kleidiai DIR]      # float, no SME
+    python -m benchmarks.arm_icount --quantised --kleidiai DIR [--svl 512] [MxNxK ...]   # 4-bit, SME2
+    python -m benchmarks.arm_icount --quantised --isa neon [--kleidiai DIR] [MxNxK ...]  # 4-bit, NEON
     python -m autotune.benchmarks.arm_icount ...          # the same from an installed autotune
 
-How: ``arm_icount.c`` (beside this file) is linked statically with the installed
-``lib/sme2/libautotune.a`` and, when a KleidiAI source checkout is given, with
-KleidiAI's f32 SME2 packers and its 2VLx2VL ``mopa`` kernel compiled from that
-checkout (built under ``$AUTOTUNE_HOME/benchmarks/icount``, never inside the
-project).  The program makes the same row-major NN call twice (fp32, one thread,
-alpha 1, beta 0), each between two marker functions; QEMU runs it with
-``-one-insn-per-tb -d exec,nochain``, which logs one line per executed guest
-instruction with the symbol it belongs to, and this module counts the lines
-between the markers per symbol.  Phase "first" includes planning the shape,
-"cached" is the same call again.  KleidiAI's count is its two packs and the
-matmul: a BLAS call must pack both operands.  Both results are checked against a
-double-precision reference; a wrong one is reported, never counted.
+Every kind takes shapes as ``MxNxK`` (C is M x N) and builds its program (a C file
+beside this module, linked statically with an aarch64 ``libautotune.a`` and, given a
+KleidiAI source checkout, with KleidiAI's sources for the same path compiled from it)
+under ``$AUTOTUNE_HOME/benchmarks``, never inside the project.  The program makes
+the same call twice, each between two marker functions; :mod:`benchmarks.icount`
+counts the instructions between the markers per symbol.  Phase "first" of autotune's
+float call includes planning the shape; "cached" is the same call again, the one
+compared.  Every result is checked first; a wrong one is reported, never counted.
 
-Prints, per shape: autotune's first and cached calls and their difference (what
-planning a new shape costs), instructions per FLOP,
-KleidiAI's count and the ratio cached / KleidiAI, measured in this run (or "not
-measured" without ``--kleidiai``), and the symbols taking most of the cached call.
+**float** (``icount_float.c``): ``cblas_sgemm`` of the installed ``lib/sme2/libautotune.a``
+(fp32, row-major NN, one thread, alpha 1, beta 0), checked against a double-precision
+reference.  KleidiAI's count is its two packs and the matmul (a BLAS call must pack
+both operands): ``lhs_pack_f32p2vlx1`` + ``rhs_pack_kxn_f32p2vlx1biasf32`` + the 2VLx2VL
+``mopa`` kernel; with ``--isa neon`` QEMU's CPU has no SME, the library's plans use its
+NEON family, and KleidiAI's path is ``rhs_pack_kxn_x32p16x1b`` + the 6x16 ``mla`` kernel.
+Prints per shape: the first and cached calls and their difference (what planning a
+new shape costs), instructions per FLOP, KleidiAI's count, the ratio cached / KleidiAI
+and the symbols taking most of the cached call.
+
+**--quantised** (``C = A (f32) x W``, W symmetric 4-bit in blocks of 32, A quantised to
+int8 per block at call time; KleidiAI's ``qsi8d32p x qsi4c32p``, its scales f16).  W's
+packing is outside the markers on both sides (done once per model).
+
+* SME2 (``icount_sme2_quant.c``, ``--kleidiai`` required): autotune's A quantisation and
+  packing (``at_qsme2_quantize_a``) and its kernels called directly (the 1VLx4VL
+  ``smopa`` block over whole row tiles, the 1x4VL ``sdot`` GEMV for M = 1 and a last
+  tile of one row), the same product through the library's ``at_qmatmul_f32``
+  ("library": its own choice, so the wiring's overhead shows), and KleidiAI's
+  ``lhs_quant_pack_qsi8d32p_f32_neon`` + ``..._1x4vl_sme2_sdot`` (M = 1) or
+  ``..._1vlx4vl_sme2_mopa``.  The library is built here with the SME2 target's
+  generated kernels; the operands quantise exactly, so every C must equal the
+  reference exactly.
+* NEON (``icount_neon_quant.c``, on ``-cpu max``: dotprod and i8mm): the library's own
+  choice, the dotprod 4x8 block forced by name, KleidiAI's dotprod kernel
+  (``qsi8d32p1x4_qsi4c32p4x4_1x4`` for M = 1, which computes one row only,
+  ``qsi8d32p4x4_qsi4c32p4x4_16x4`` above) and ``qsi8d32p4x8_qsi4c32p4x8_16x4_neon_i8mm``.
+  autotune's C is checked against :func:`autotune.quant.reference_qmatmul` within
+  :func:`autotune.quant.scaling_error_bound`, KleidiAI's against the f32 product of A
+  and the dequantised W (relative Frobenius error: its f16 scales differ).
 """
 
 from __future__ import annotations
@@ -37,151 +65,102 @@ import argparse
 import json
 import math
 import os
-import subprocess
-import sys
-import tempfile
+import struct
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
-from autotune import home as at_home
-from autotune.host import detect
+import numpy as np
+
+from autotune import home as at_home, quant, qsuite
+from autotune.codegen import quant_sme2
+from autotune.host import HostInfo, detect
+from autotune.link import build_arm_runtime, default_params
 from autotune.toolchain import arm_target
 
+from . import icount
+from .icount import Count, checked_count, counted_run, geomean, kleidiai_checkout, kleidiai_native, unlogged
+
 HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "arm_icount.c"
-#: The shapes of issue 15's table (M, N, K).
-SHAPES = ((256, 256, 256), (128, 128, 128), (64, 64, 64), (8, 128, 128), (1, 512, 512), (100, 10, 1000),
-          (33, 65, 129), (512, 512, 64))
-#: KleidiAI's sources the comparison needs (paths inside a KleidiAI checkout).
-KAI_SOURCES = (
-    "kai/ukernels/matmul/pack/kai_lhs_pack_f32p2vlx1_f32_sme.c",
-    "kai/ukernels/matmul/pack/kai_lhs_pack_f32p2vlx1_f32_sme_asm.S",
-    "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme.c",
-    "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme_asm.S",
-    "kai/ukernels/matmul/matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa.c",
-    "kai/ukernels/matmul/matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa_asm.S",
-    "kai/kai_common_sme_asm.S",
-    "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon.c",
-    "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon_asm.S",
-    "kai/ukernels/matmul/matmul_clamp_f32_f32_f32p/kai_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla.c",
-    "kai/ukernels/matmul/matmul_clamp_f32_f32_f32p/kai_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla_asm.S",
-)
+KAI_MATMUL = "kai/ukernels/matmul/"
+QUANT_DIR = KAI_MATMUL + "matmul_clamp_f32_qsi8d32p_qsi4c32p/"
+BLOCK = 32
+
+#: The shapes each kind counts by default, MxNxK: issue 15's table, issue 17's SME2 comparison, and
+#: the NEON comparison's.
+SHAPES = {
+    "float": ((256, 256, 256), (128, 128, 128), (64, 64, 64), (8, 128, 128), (1, 512, 512), (100, 10, 1000),
+              (33, 65, 129), (512, 512, 64)),
+    "sme2-quant": ((1, 4096, 4096), (16, 1024, 1024), (64, 1024, 1024), (33, 96, 512)),
+    "neon-quant": ((1, 4096, 4096), (16, 1024, 1024), (64, 512, 512), (33, 1000, 512)),
+}
+#: KleidiAI's sources each kind compiles (paths inside a checkout).
+KAI_SOURCES = {
+    "float": (
+        KAI_MATMUL + "pack/kai_lhs_pack_f32p2vlx1_f32_sme.c",
+        KAI_MATMUL + "pack/kai_lhs_pack_f32p2vlx1_f32_sme_asm.S",
+        KAI_MATMUL + "pack/kai_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme.c",
+        KAI_MATMUL + "pack/kai_rhs_pack_kxn_f32p2vlx1biasf32_f32_f32_sme_asm.S",
+        KAI_MATMUL + "matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa.c",
+        KAI_MATMUL + "matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa_asm.S",
+        "kai/kai_common_sme_asm.S",
+        KAI_MATMUL + "pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon.c",
+        KAI_MATMUL + "pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon_asm.S",
+        KAI_MATMUL + "matmul_clamp_f32_f32_f32p/kai_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla.c",
+        KAI_MATMUL + "matmul_clamp_f32_f32_f32p/kai_matmul_clamp_f32_f32_f32p16x1b_6x16_neon_mla_asm.S",
+    ),
+    "sme2-quant": (
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa.c",
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot.c",
+        KAI_MATMUL + "pack/kai_lhs_quant_pack_qsi8d32p_f32_neon.c",
+        KAI_MATMUL + "pack/kai_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon.c",
+        "kai/kai_common_sme_asm.S",
+    ),
+    "neon-quant": (
+        KAI_MATMUL + "pack/kai_lhs_quant_pack_qsi8d32p_f32.c",
+        KAI_MATMUL + "pack/kai_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0.c",
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4x4_1x4_neon_dotprod.c",
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4x4_1x4_neon_dotprod_asm.S",
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p4x4_qsi4c32p4x4_16x4_neon_dotprod.c",
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p4x4_qsi4c32p4x4_16x4_neon_dotprod_asm.S",
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p4x8_qsi4c32p4x8_16x4_neon_i8mm.c",
+        QUANT_DIR + "kai_matmul_clamp_f32_qsi8d32p4x8_qsi4c32p4x8_16x4_neon_i8mm_asm.S",
+    ),
+}
+
+
+def _work(args: argparse.Namespace) -> Path:
+    """Where the kind ``args`` selects builds.  A count can depend on the length of the program's path
+    (64x64x64 float: 6,110, 6,231 or 6,341 instructions cached, the difference in
+    malloc, for the same binary at paths of 52, 61 or 19 characters), so these are
+    the directories and program names the published counts were measured with: the
+    same ``--home`` gives the same numbers."""
+    return Path(args.home or at_home.home()) / "benchmarks" / {"float": "icount", "sme2-quant": "qicount",
+                                                               "neon-quant": "neon_qicount"}[kind(args)]
+
+
+# --------------------------------------------------------------------------- float
+
 #: QEMU's CPU model per counted instruction set (None: the SME2 target's own).
 #: Without SME the library's SME2 kernels are unusable (cpu.c) and its plans use NEON.
 CPUS = {"sme2": None, "neon": "max,sme=off"}
-PHASES = {1: "first", 2: "cached"}
 
 
-@dataclass
-class Count:
-    """Instructions of one program run, per phase and per symbol."""
-
-    phases: dict[str, int] = field(default_factory=dict)
-    symbols: dict[str, Counter] = field(default_factory=dict)
-    check: dict = field(default_factory=dict)
-
-
-def build_driver(out: Path, library: Path, kleidiai: Path | None, svl_bits: int) -> Path:
-    """Link arm_icount.c with libautotune.a (and KleidiAI's sources when given)."""
-    target = arm_target("sme2", detect(), svl_bits)
-    include = at_home.kernels_src() / "include"
-    argv = [*target.cc, "-O2", "-std=c11", "-march=armv9-a+sme2", "-I", str(include), str(DRIVER)]
-    if kleidiai is not None:
-        argv += ["-DAT_KLEIDIAI", "-I", str(kleidiai), *[str(kleidiai / s) for s in KAI_SOURCES]]
-    argv += [str(library), "-lm", *target.ldflags, "-o", str(out)]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"building the counting driver failed:\n{' '.join(argv)}\n{done.stderr[-3000:]}")
-    return out
-
-
-def tally(lines: Iterable[bytes], result: Count) -> Count:
-    """Count QEMU ``-d exec`` lines between the markers, per phase and symbol.
-
-    A line ends with the symbol of its instruction (``Trace 0: 0x... [.../pc/...]
-    name``).  Phase n starts at the n-th ``icount_begin`` and ends at the next
-    ``icount_end``; the markers' own instructions are not counted."""
-    phase, counter = 0, Counter()
-    for line in lines:
-        symbol = line.rsplit(b"] ", 1)[-1].strip()
-        if symbol == b"icount_begin":
-            phase = len(result.phases) + 1
-        elif symbol == b"icount_end":
-            if phase:
-                result.phases[PHASES.get(phase, str(phase))] = sum(counter.values())
-                result.symbols[PHASES.get(phase, str(phase))] = Counter({k.decode(): v for k, v in counter.items()})
-            phase, counter = 0, Counter()
-        elif phase:
-            counter[symbol] += 1
-    return result
-
-
-def qemu_runner(svl_bits: int, cpu: str | None = None) -> list[str]:
-    """The SME2 target's QEMU command, on CPU model `cpu` instead of its own when given."""
-    runner = list(arm_target("sme2", detect(), svl_bits).runner)
-    if cpu is not None:
-        runner[runner.index("-cpu") + 1] = cpu
-    return runner
-
-
-def count(program: Path, library: str, shape: tuple[int, int, int], svl_bits: int, cpu: str | None = None) -> Count:
-    """Check the call's result under plain QEMU, then run it again with one
-    instruction per translation block and count the executed instructions
-    between each phase's markers, per symbol.
-
-    QEMU's log line for an executed block is ``Trace 0: host [.../pc/...] symbol``;
-    with ``-one-insn-per-tb`` and ``nochain`` there is one per guest instruction.
-    The log goes through a FIFO, so a first call of millions of instructions
-    never lands on disk."""
-    runner = qemu_runner(svl_bits, cpu)
-    args = [str(program), library, *map(str, shape)]
-    checked = subprocess.run([*runner, *args, "check"], capture_output=True, text=True)
-    if checked.returncode not in (0, 1):
-        raise RuntimeError(f"{' '.join(args)} failed ({checked.returncode}): {checked.stderr[-2000:]}")
-    lines = [ln for ln in checked.stdout.splitlines() if ln.startswith("{")]
-    return counted_run(runner, [*args, "count"], Count(check=json.loads(lines[-1]) if lines else {"wrong": -1}))
-
-
-def counted_run(runner: Sequence[str], program: Sequence[str], result: Count,
-                qemu_flags: Sequence[str] = ()) -> Count:
-    """Run ``program`` under ``runner`` (a qemu-aarch64 command) logging every executed
-    instruction, and tally the log into ``result`` by phase and symbol.  The log goes
-    through a FIFO, so a run of millions of instructions never lands on disk."""
-    with tempfile.TemporaryDirectory(prefix="at-icount-") as tmp:
-        fifo = Path(tmp) / "log"
-        os.mkfifo(fifo)
-        argv = [*runner, "-one-insn-per-tb", "-d", "exec,nochain", *qemu_flags, "-D", str(fifo), *program]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        with open(fifo, "rb") as log:
-            tally(log, result)
-        err = proc.communicate()[1]
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {err[-2000:]!r}")
-    return result
-
-
-def _fmt(n: float | None) -> str:
-    return "not measured" if n is None else f"{n:,.0f}"
-
-
-def run(args: argparse.Namespace) -> list[dict]:
+def run_float(args: argparse.Namespace) -> list[dict]:
+    """The float kind: the installed SME2 library's cblas_sgemm (or ``--library``)."""
     home = Path(args.home or at_home.home())
     library = Path(args.library) if args.library else home / "lib" / "sme2" / "libautotune.a"
     if not library.exists():
         raise SystemExit(f"{library} not found: run `autotune install --target sme2` with AUTOTUNE_HOME={home}")
-    kai = Path(args.kleidiai).resolve() if args.kleidiai else None
-    if kai is not None and not all((kai / s).exists() for s in KAI_SOURCES):
-        raise SystemExit(f"{kai} is not a KleidiAI checkout with the f32 SME2 kernels ({KAI_SOURCES[-2]})")
-    program = build_driver(home / "benchmarks" / "icount" / f"arm_icount_{args.svl}", library, kai, args.svl)
+    kai = kleidiai_checkout(args.kleidiai, KAI_SOURCES["float"], "the f32 SME2 and NEON kernels")
+    target = arm_target("sme2", detect(), args.svl)
+    program = icount.build(target, HERE / "icount_float.c", _work(args) / f"arm_icount_{args.svl}",
+                           "-march=armv9-a+sme2", [at_home.kernels_src() / "include"], library, kai, KAI_SOURCES["float"])
+    qemu = icount.runner(target, CPUS[args.isa])
+    peer = "kleidiai-neon" if args.isa == "neon" else "kleidiai"
     rows = []
     for shape in args.shapes:
-        cpu = CPUS[args.isa]
-        at = count(program, "autotune", shape, args.svl, cpu)
-        peer = "kleidiai-neon" if args.isa == "neon" else "kleidiai"
-        kc = count(program, peer, shape, args.svl, cpu) if kai is not None else None
+        at = checked_count(qemu, [str(program), "autotune", *map(str, shape)])
+        kc = checked_count(qemu, [str(program), peer, *map(str, shape)]) if kai is not None else None
         flops = 2.0 * math.prod(shape)
         cached = at.phases.get("cached")
         row = {
@@ -196,21 +175,23 @@ def run(args: argparse.Namespace) -> list[dict]:
             "kleidiai": kc.phases.get("cached") if kc else None,
             "kleidiai_per_flop": kc.phases["cached"] / flops if kc and kc.phases.get("cached") else None,
             "kleidiai_wrong": kc.check.get("wrong") if kc else None,
-            "top": at.symbols.get("cached", Counter()).most_common(args.top),
+            "top": at.symbols.get("cached", Counter()).most_common(args.top or 4),
         }
         row["ratio"] = cached / row["kleidiai"] if cached and row["kleidiai"] else None
         rows.append(row)
-        _print_row(row)
+        _print_float(row)
     ratios = [r["ratio"] for r in rows if r["ratio"]]
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+    _write_json(args, rows)
     if ratios:
-        print(f"geometric mean of cached / KleidiAI over {len(ratios)} shapes: "
-              f"{math.exp(sum(map(math.log, ratios)) / len(ratios)):.2f}x")
+        print(f"geometric mean of cached / KleidiAI over {len(ratios)} shapes: {geomean(ratios):.2f}x")
     return rows
 
 
-def _print_row(r: dict) -> None:
+def _fmt(n: float | None) -> str:
+    return "not measured" if n is None else f"{n:,.0f}"
+
+
+def _print_float(r: dict) -> None:
     wrong = " WRONG" if r["autotune_wrong"] else ""
     kwrong = " WRONG" if r["kleidiai_wrong"] else ""
     ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "not measured"
@@ -218,31 +199,240 @@ def _print_row(r: dict) -> None:
     print(f"{r['shape']:>14}  first {_fmt(r['autotune_first']):>12}  cached {_fmt(r['autotune_cached']):>10}{wrong}"
           f"  first - cached {_fmt(r.get('autotune_extra')):>10}"
           f"  ({r['autotune_per_flop']:.4f}/flop)  KleidiAI {_fmt(r['kleidiai']):>10}{kpf}{kwrong}  ratio {ratio}")
-    total = r["autotune_cached"] or 1
-    print("                " + ", ".join(f"{s} {100 * n / total:.0f}%" for s, n in r["top"]))
-    sys.stdout.flush()
+    print("                " + icount.top(r["top"], r["autotune_cached"]), flush=True)
 
 
-def _shape(text: str) -> tuple[int, int, int]:
-    m, n, k = (int(x) for x in text.lower().replace(",", "x").split("x"))
-    return m, n, k
+# --------------------------------------------------------------------------- quantised, SME2
+
+
+
+def build_sme2_quant(work: Path, kleidiai: Path, svl_bits: int) -> Path:
+    """The SME2 quantised program: icount_sme2_quant.c, KleidiAI's sources and the SME2
+    target's libautotune.a (no float kernels), which holds the generated SME2 kernels
+    the program also calls directly."""
+    target = arm_target("sme2", detect(), svl_bits)
+    gen = work / "generated"
+    gen.mkdir(parents=True, exist_ok=True)
+    header = quant_sme2.header_source()
+    (gen / header.filename).write_text(header.text)
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {},
+                            work / "lib", with_extension=False, cache=work / "cache")
+    return icount.build(target, HERE / "icount_sme2_quant.c", work / f"arm_qicount_{svl_bits}",
+                        "-march=armv9-a+sme2", [gen, lib.header.parent], lib.archive, kleidiai, KAI_SOURCES["sme2-quant"])
+
+
+def exact_operands(m: int, n: int, k: int, seed: int = 17) -> tuple[np.ndarray, np.ndarray]:
+    """A [M, K] of integers with max |a| = 127 in every block (so sa = 1 exactly, also
+    in f16) and signed 4-bit codes [K, N] in [-7, 7] (with scale 1)."""
+    rng = np.random.default_rng(seed)
+    A = rng.integers(-127, 128, (m, k)).astype(np.float32)
+    A[:, ::BLOCK] = 127
+    codes = rng.integers(-7, 8, (k, n))
+    codes[::BLOCK] = 7  # each block's max |w| = 7: scale exactly 1
+    return A, codes
+
+
+def sme2_quant_data(path: Path, m: int, n: int, k: int, svl_bits: int) -> None:
+    """The SME2 program's operands (its header describes the layout), exact by construction."""
+    A, codes = exact_operands(m, n, k)
+    w = quant.quantize_weights(codes.astype(np.float32), block=BLOCK)
+    assert (w.scales == 1).all() and (w.signed_codes()[:, :k].T == codes).all()
+    ours = quant.pack_sme2(w, svl_bits)
+    native = np.frombuffer(kleidiai_native(w), np.uint8)
+    want = (A.astype(np.float64) @ codes.astype(np.float64)).astype(np.float32)
+    header = np.array([svl_bits // 32, m, n, k, ours.codes.size, ours.scales.size, native.size], np.int64)
+    # Then the library's qpanel8 arrays (the weights' own format; the SME2 form rides beside it).
+    panels = w.packed
+    tail = np.array([panels.codes.size, panels.scales.size], np.int64)
+    path.write_bytes(b"".join(x.tobytes() for x in (header, A, ours.codes, ours.scales, native, want,
+                                                    tail, panels.codes, panels.scales)))
+
+
+def run_sme2_quant(args: argparse.Namespace) -> list[dict]:
+    """The quantised SME2 kind: autotune's kernels, its library, KleidiAI's kernels."""
+    kai = kleidiai_checkout(args.kleidiai, KAI_SOURCES["sme2-quant"], "the qsi8d32p x qsi4c32p SME2 kernels")
+    if kai is None:
+        raise SystemExit("--quantised --isa sme2 compares with KleidiAI: give --kleidiai DIR")
+    work = _work(args)
+    program = build_sme2_quant(work, kai, args.svl)
+    qemu = icount.runner(arm_target("sme2", detect(), args.svl))
+    quiet = unlogged(program)
+    n_top = args.top or 3
+    rows = []
+    for m, n, k in args.shapes:
+        data = work / f"data_{m}x{n}x{k}_{args.svl}.bin"
+        sme2_quant_data(data, m, n, k, args.svl)
+        env = {**os.environ, "AT_QICOUNT_DATA": str(data)}  # the operands, read outside the markers
+        ours, lib, theirs = (checked_count(qemu, [str(program), who, str(m), str(n), str(k)], env, quiet)
+                             for who in ("autotune", "library", "kleidiai"))
+        row = {"shape": f"{m}x{n}x{k}", "svl": args.svl,
+               "autotune": ours.phases.get("cached"), "autotune_wrong": ours.check.get("wrong"),
+               "library": lib.phases.get("cached"), "library_wrong": lib.check.get("wrong"),
+               "kleidiai": theirs.phases.get("cached"), "kleidiai_wrong": theirs.check.get("wrong"),
+               "autotune_top": ours.symbols.get("cached", Counter()).most_common(n_top),
+               # One more for the library: at_qmatmul_f32's own frame takes a place.
+               "library_top": lib.symbols.get("cached", Counter()).most_common(n_top + 1),
+               "kleidiai_top": theirs.symbols.get("cached", Counter()).most_common(n_top)}
+        row["ratio"] = row["autotune"] / row["kleidiai"] if row["autotune"] and row["kleidiai"] else None
+        row["library_ratio"] = row["library"] / row["kleidiai"] if row["library"] and row["kleidiai"] else None
+        rows.append(row)
+        _print_sme2_quant(row)
+    for key, who in (("ratio", "autotune"), ("library_ratio", "library")):
+        ratios = [r[key] for r in rows if r[key]]
+        if ratios:
+            print(f"geometric mean of {who} / KleidiAI over {len(ratios)} shapes at SVL {args.svl}: "
+                  f"{geomean(ratios):.3f}")
+    _write_json(args, rows)
+    return rows
+
+
+def _print_sme2_quant(r: dict) -> None:
+    def fmt(n: int | None) -> str:
+        return "not counted" if n is None else f"{n:,}"
+
+    def wrong(side: str) -> str:
+        return " WRONG" if r[f"{side}_wrong"] else ""
+
+    ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
+    lratio = f"{r['library_ratio']:.3f}" if r["library_ratio"] else "-"
+    print(f"{r['shape']:>14} SVL {r['svl']}: autotune {fmt(r['autotune']):>12}{wrong('autotune')}  "
+          f"library {fmt(r['library']):>12}{wrong('library')}  KleidiAI {fmt(r['kleidiai']):>12}{wrong('kleidiai')}"
+          f"  autotune/KleidiAI {ratio}  library/KleidiAI {lratio}")
+    for side in ("autotune", "library", "kleidiai"):
+        print(f"{'':16}{side}: " + icount.top(r[f"{side}_top"], r[side]), flush=True)
+
+
+# --------------------------------------------------------------------------- quantised, NEON
+
+#: KleidiAI's relative error against the f32 product of the dequantised W may not exceed this.
+KAI_TOLERANCE = 0.05
+NEON_CALLS = ("autotune", "autotune:at_q4s_dotprod_4x8", "kai-dotprod", "kai-i8mm")
+#: The NEON target as a cross build: QEMU's ``-cpu max`` has every NEON level, whatever this host is.
+X86 = HostInfo(arch="x86_64", os="linux", cpu="x86-64", features=())
+
+
+def build_neon_quant(work: Path, kleidiai: Path | None) -> tuple[tuple[str, ...], Path]:
+    """(QEMU runner on -cpu max, the NEON quantised program with every NEON quantised kernel)."""
+    target = arm_target("neon", X86)
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, work / "lib")
+    exe = work / ("arm_neon_qicount_kai" if kleidiai else "arm_neon_qicount")
+    icount.build(target, HERE / "icount_neon_quant.c", exe, "-march=armv8.6-a+dotprod+i8mm", [lib.header.parent],
+                 lib.archive, kleidiai, KAI_SOURCES["neon-quant"])
+    return target.runner, exe
+
+
+def write_neon_quant_input(path: Path, A: np.ndarray, w: quant.QuantizedWeights) -> None:
+    """The NEON program's input: the shape, A, autotune's and KleidiAI's forms of ``w``."""
+    def counted(array: np.ndarray) -> bytes:
+        data = np.ascontiguousarray(array).tobytes()
+        return struct.pack("<q", len(data)) + data
+
+    native = np.frombuffer(kleidiai_native(w), np.uint8)
+    path.write_bytes(struct.pack("<4q", A.shape[0], w.n, w.k, w.block) + np.ascontiguousarray(A).tobytes()
+                     + counted(w.packed.codes) + counted(w.packed.scales) + counted(native))
+
+
+def count_neon_quant(runner: tuple[str, ...], exe: Path, inp: Path, who: str, out: Path) -> Count:
+    """Instructions per phase and symbol of one run (KleidiAI's RHS packing left out of the log)."""
+    return counted_run(runner, [str(exe), str(inp), who, str(out)], Count(), unlogged(exe))
+
+
+def run_neon_quant(args: argparse.Namespace) -> list[dict]:
+    """The quantised NEON kind: the library's choice, a forced kernel, KleidiAI's two."""
+    work = _work(args)
+    work.mkdir(parents=True, exist_ok=True)
+    kai = kleidiai_checkout(args.kleidiai, KAI_SOURCES["neon-quant"], "the qsi8d32p x qsi4c32p NEON kernels")
+    runner, exe = build_neon_quant(work, kai)
+    rng = np.random.default_rng(3)
+    rows = []
+    for m, n, k in args.shapes:
+        A = rng.standard_normal((m, k)).astype(np.float32)
+        w = quant.quantize_weights(rng.standard_normal((k, n)).astype(np.float32), 4, 32, True)
+        inp, out = work / "in.bin", work / "out.bin"
+        write_neon_quant_input(inp, A, w)
+        want, bound = quant.reference_qmatmul(A, w), quant.scaling_error_bound(A, w).astype(np.float64)
+        f32 = A.astype(np.float64) @ w.dequantize().astype(np.float64)
+        row: dict = {"shape": f"{m}x{n}x{k}"}
+        # The forced 4x8 block leaves rows below 4 to the portable code: not worth counting.
+        calls = [c for c in NEON_CALLS if (kai is not None or not c.startswith("kai")) and (m >= 4 or ":" not in c)]
+        for who in calls:
+            counted = count_neon_quant(runner, exe, inp, who, out)
+            C = np.fromfile(out, np.float32).reshape(m, n)
+            if who.startswith("autotune"):
+                ok = qsuite._check(C, want, bound) is None
+            else:
+                ok = float(np.linalg.norm(C - f32) / np.linalg.norm(f32)) <= KAI_TOLERANCE
+            symbols = counted.symbols.get("cached")
+            row[who] = {"cached": counted.phases.get("cached"), "ok": ok,
+                        "top": symbols.most_common(args.top or 3) if symbols else []}
+        rows.append(row)
+        _print_neon_quant(row)
+    _write_json(args, rows)
+    return rows
+
+
+def _print_neon_quant(row: dict) -> None:
+    cells = [f"{who} {r['cached']:,}{'' if r['ok'] else ' WRONG'}" for who, r in row.items() if who != "shape"]
+    base = row.get("autotune", {}).get("cached")
+    for peer in ("kai-dotprod", "kai-i8mm"):
+        if peer in row and base:
+            cells.append(f"autotune/{peer} {base / row[peer]['cached']:.2f}x")
+    print(f"{row['shape']:>16}  " + "  ".join(cells))
+    print(" " * 18 + "autotune: " + icount.top(row["autotune"]["top"], row["autotune"]["cached"]), flush=True)
+
+
+# --------------------------------------------------------------------------- the command
+
+RUNS = {"float": run_float, "sme2-quant": run_sme2_quant, "neon-quant": run_neon_quant}
+
+
+def kind(args: argparse.Namespace) -> str:
+    """The kind ``--quantised`` and ``--isa`` select: float (on either ISA), sme2-quant or neon-quant."""
+    return f"{args.isa}-quant" if args.quantised else "float"
+
+
+def _write_json(args: argparse.Namespace, rows: list[dict]) -> None:
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, shapes defaulting to the kind's table."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.arm_icount", description=__doc__.split("\n\n")[0])
+    parser.add_argument("shapes", nargs="*", type=icount.parse_shape,
+                        help="MxNxK (default: the kind's table; quantised: K a multiple of 32)")
+    parser.add_argument("--quantised", action="store_true",
+                        help="count the 4-bit quantised product (f32 A x symmetric 4-bit W) instead of SGEMM")
+    parser.add_argument("--isa", choices=sorted(CPUS), default="sme2",
+                        help="float: count the SME2 library on an SME2 CPU model (default) or without SME (its "
+                             "NEON family); quantised: the SME2 or the NEON kernels; each against KleidiAI's "
+                             "path for that instruction set")
+    parser.add_argument("--kleidiai", help="a KleidiAI source checkout to compare with (built beside, not copied; "
+                                           "required with --quantised --isa sme2)")
+    parser.add_argument("--home", help="AUTOTUNE_HOME: the float kind's sme2 install, and where every kind builds "
+                                       "(default: $AUTOTUNE_HOME)")
+    parser.add_argument("--library", help="float: a libautotune.a for aarch64 to count instead of the installed one")
+    parser.add_argument("--svl", type=int, default=512, help="SME2: streaming vector length in bits (default 512)")
+    parser.add_argument("--top", type=int, help="symbols listed per shape (default 4 float, 3 quantised)")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows to PATH as JSON")
+    args = parser.parse_args(argv)
+    if args.quantised and args.library:
+        parser.error("--library is the float kind's: the quantised kinds build their library")
+    if args.quantised and args.isa == "sme2" and not args.kleidiai:
+        parser.error("--quantised --isa sme2 compares with KleidiAI: give --kleidiai DIR")
+    if args.quantised and any(k % BLOCK for _, _, k in args.shapes):
+        parser.error(f"KleidiAI's quantised kernels need K a multiple of {BLOCK}")
+    args.shapes = args.shapes or list(SHAPES[kind(args)])
+    return args
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    """Count the kind ``args`` selects; prints a table and returns its rows."""
+    return RUNS[kind(args)](args)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.arm_icount", description=__doc__.split("\n\n")[0])
-    parser.add_argument("shapes", nargs="*", type=_shape, help="MxNxK (default: issue 15's table)")
-    parser.add_argument("--home", help="AUTOTUNE_HOME with an sme2 install (default: $AUTOTUNE_HOME)")
-    parser.add_argument("--library", help="a libautotune.a for aarch64 to count instead of the installed one")
-    parser.add_argument("--kleidiai", help="a KleidiAI source checkout to compare with (built beside, not copied)")
-    parser.add_argument("--isa", choices=sorted(CPUS), default="sme2",
-                        help="count the library on an SME2 CPU model (default) or without SME (its NEON family), "
-                             "against KleidiAI's path for that instruction set")
-    parser.add_argument("--svl", type=int, default=512, help="streaming vector length in bits (default 512)")
-    parser.add_argument("--top", type=int, default=4, help="symbols listed per shape")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows to PATH as JSON")
-    args = parser.parse_args(argv)
-    args.shapes = args.shapes or list(SHAPES)
-    run(args)
+    run(parse_args(argv))
     return 0
 
 

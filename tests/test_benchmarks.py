@@ -256,10 +256,10 @@ def test_peers_run_without_pinning_variables() -> None:
 
 
 def test_arm_icount_tally_counts_between_markers():
-    # benchmarks/arm_icount.py reads QEMU's `-d exec` log: one line per guest
+    # benchmarks/icount.py reads QEMU's `-d exec` log: one line per guest
     # instruction, ending with its symbol.  Only what runs between a begin and
     # the next end marker counts, per phase, and the markers themselves do not.
-    from benchmarks.arm_icount import Count, tally
+    from benchmarks.icount import Count, tally
 
     def line(pc: int, symbol: str) -> bytes:
         return f"Trace 0: 0x7f0000{pc:04x} [00000000/{pc:016x}/00000001/00000201] {symbol}\n".encode()
@@ -276,14 +276,16 @@ def test_arm_icount_tally_counts_between_markers():
 def test_arm_icount_neon_runs_without_sme():
     # --isa neon counts the same library on a CPU model without SME, where its
     # plans use the NEON family: the runner's CPU is swapped, nothing else.
-    from benchmarks.arm_icount import CPUS, qemu_runner
-    from autotune.toolchain import ToolchainError
+    from benchmarks.arm_icount import CPUS
+    from benchmarks.icount import runner
+    from autotune.host import detect
+    from autotune.toolchain import ToolchainError, arm_target
 
     try:
-        sme2 = qemu_runner(512)
+        target = arm_target("sme2", detect(), 512)
     except ToolchainError as exc:
         pytest.skip(f"no Arm toolchain: {exc}")
-    neon = qemu_runner(512, CPUS["neon"])
+    sme2, neon = runner(target, CPUS["sme2"]), runner(target, CPUS["neon"])
     at = sme2.index("-cpu")
     assert "sme512=on" in sme2[at + 1] and neon[at + 1] == "max,sme=off"
     assert neon[:at + 1] == sme2[:at + 1] and neon[at + 2:] == sme2[at + 2:]

@@ -49,7 +49,7 @@ def test_the_wheel_carries_the_sources_install_compiles(tmp_path):
     assert wheel.name.startswith(f"autotune-{autotune.__version__}-")
     names = set(zipfile.ZipFile(wheel).namelist())
     for directory, package, suffixes in ((ROOT / "kernels_src", "autotune/kernels_src", (".c", ".h", ".S", ".md")),
-                                         (ROOT / "benchmarks", "autotune/benchmarks", (".py", ".c", ".md"))):
+                                         (ROOT / "benchmarks", "autotune/benchmarks", (".py", ".c", ".h", ".md"))):
         for path in directory.rglob("*"):
             if path.suffix in suffixes and "__pycache__" not in path.parts:
                 assert f"{package}/{path.relative_to(directory).as_posix()}" in names

@@ -13,7 +13,7 @@ qemu-aarch64 on cases written here, and the host compares each C with
   portable code, no SIGILL), with dotprod (cortex-a76, neoverse-n1) and with
   i8mm (neoverse-n2, max), where a forced kernel the CPU cannot run is refused;
   and which kernels it executes there, by symbol, under QEMU's instruction log
-  (benchmarks/arm_neon_qicount.py's counter).
+  (benchmarks/icount.py's counter).
 
 Nothing here times anything.
 """
@@ -286,10 +286,10 @@ def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qdri
 
 
 def test_kleidiai_native_weights_hold_the_same_codes():
-    """benchmarks/arm_neon_qicount.py hands KleidiAI the weights autotune uses, in its
+    """benchmarks/arm_icount.py hands KleidiAI the weights autotune uses, in its
     qsu4c32s16s0 layout: per column and block an f16 scale, then per 32 values of K
     16 bytes, byte i holding k = i (low nibble) and k = i + 16 (high), zero point 8."""
-    from benchmarks.arm_neon_qicount import kleidiai_native
+    from benchmarks.icount import kleidiai_native
 
     rng = np.random.default_rng(4)
     w = quant.quantize_weights(rng.standard_normal((96, 5)).astype(np.float32), 4, 64, True)
@@ -308,11 +308,11 @@ def test_kleidiai_native_weights_hold_the_same_codes():
 @pytest.mark.arm
 @pytest.mark.slow
 def test_instruction_count_benchmark_counts_checked_calls(tmp_path, capsys):
-    from benchmarks import arm_neon_qicount
+    from benchmarks import arm_icount
 
     _target()
-    options = arm_neon_qicount.argparse.Namespace(home=str(tmp_path), kleidiai=None, top=20, shapes=[(5, 40, 64)])
-    (row,) = arm_neon_qicount.run(options)
+    options = arm_icount.parse_args(["--quantised", "--isa", "neon", "--home", str(tmp_path), "--top", "20", "5x40x64"])
+    (row,) = arm_icount.run(options)
     for who in ("autotune", "autotune:at_q4s_dotprod_4x8"):
         assert row[who]["ok"] and row[who]["cached"] > 0
     assert "at_q4s_dotprod_4x8" in {symbol for symbol, _ in row["autotune:at_q4s_dotprod_4x8"]["top"]}
@@ -324,19 +324,19 @@ def test_the_library_runs_the_kernels_of_the_cpus_level(tmp_path):
     """Which kernels the library's own choice executes, by symbol, on each level's CPU
     model: none on cortex-a53 (no dotprod), the dotprod block and GEMV on
     cortex-a76, the i8mm block and the dotprod GEMV on neoverse-n2."""
-    from benchmarks import arm_neon_qicount
+    from benchmarks import arm_icount
 
     _target()
-    runner, exe = arm_neon_qicount.build(tmp_path, None)
+    runner, exe = arm_icount.build_neon_quant(tmp_path, None)
     rng = np.random.default_rng(8)
     A = rng.standard_normal((5, 64)).astype(np.float32)
     w = quant.quantize_weights(rng.standard_normal((64, 40)).astype(np.float32), 4, 32, True)
-    arm_neon_qicount.write_input(tmp_path / "in.bin", A, w)
+    arm_icount.write_neon_quant_input(tmp_path / "in.bin", A, w)
     expected = {"cortex-a53": set(), "cortex-a76": {"at_q4s_dotprod_4x8", "at_q4s_dotprod_1x16"},
                 "neoverse-n2": {"at_q4s_i8mm_4x8", "at_q4s_dotprod_1x16"}}
     for model, kernels in expected.items():
         cpu = [*runner[:-1], model]
-        counted = arm_neon_qicount.count(tuple(cpu), exe, tmp_path / "in.bin", "autotune", tmp_path / "out.bin")
+        counted = arm_icount.count_neon_quant(tuple(cpu), exe, tmp_path / "in.bin", "autotune", tmp_path / "out.bin")
         ran = {s for s in counted.symbols["cached"] if s.startswith(("at_q4s_", "at_q4a_", "at_q8_"))}
         assert ran == kernels, model
         C = np.fromfile(tmp_path / "out.bin", np.float32).reshape(5, 40)

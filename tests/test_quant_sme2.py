@@ -84,16 +84,17 @@ def test_kernel_text_names_the_instructions():
 
 
 def test_qicount_operands_quantise_exactly(tmp_path):
-    """benchmarks/arm_qicount checks both libraries' C for equality with the reference:
-    its operands must quantise exactly, and KleidiAI's nxk input must hold the same codes."""
-    from benchmarks import arm_qicount
+    """benchmarks/arm_icount --quantised checks both libraries' C for equality with the
+    reference on SME2: its operands must quantise exactly, and KleidiAI's nxk input must
+    hold the same codes."""
+    from benchmarks import arm_icount
 
     m, k, n = 3, 64, 40
-    A, codes = arm_qicount.operands(m, k, n)
+    A, codes = arm_icount.exact_operands(m, n, k)
     qa, sa = quant.quantize_activations(A)
     assert (sa == 1).all() and (qa == A).all()
     path = tmp_path / "data.bin"
-    arm_qicount.data_file(path, m, k, n, 512)
+    arm_icount.sme2_quant_data(path, m, n, k, 512)
     raw = np.fromfile(path, np.uint8)
     header = raw[:56].view(np.int64)
     ours_codes, ours_scales, native = header[4], header[5], header[6]

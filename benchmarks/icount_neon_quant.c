@@ -1,8 +1,8 @@
-/* arm_neon_qicount.c: one quantised matmul (f32 A x symmetric 4-bit W, blocks of 32),
- * autotune's or KleidiAI's, between two marker functions, for counting guest
- * instructions under QEMU (benchmarks/arm_neon_qicount.py drives it).
+/* icount_neon_quant.c: one quantised matmul (f32 A x symmetric 4-bit W, blocks of 32),
+ * autotune's or KleidiAI's, between two marker functions (icount.h), for counting guest
+ * instructions under QEMU (`python -m benchmarks.arm_icount --quantised --isa neon`).
  *
- *   arm_neon_qicount IN WHO OUT
+ *   icount_neon_quant IN WHO OUT
  *
  * IN (written by the Python side): int64 M, N, K, block; A (M x K f32); autotune's
  * packed weights (int64 byte count, then the qpanel8 codes; int64 count, then
@@ -24,6 +24,9 @@
 #include <string.h>
 
 #include "autotune.h"
+/* The program's file name (arm_icount.py keeps the one the published counts were measured with). */
+#define ICOUNT_PROGRAM "arm_neon_qicount"
+#include "icount.h"
 
 #ifdef AT_KLEIDIAI
 #include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4x4_1x4_neon_dotprod.h"
@@ -32,30 +35,6 @@
 #include "kai/ukernels/matmul/pack/kai_lhs_quant_pack_qsi8d32p_f32.h"
 #include "kai/ukernels/matmul/pack/kai_rhs_pack_nxk_qsi4c32pscalef16_qsu4c32s16s0.h"
 #endif
-
-__attribute__((noinline)) void icount_begin(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
-__attribute__((noinline)) void icount_end(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
-
-static void *take(FILE *f, size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p || fread(p, 1, bytes, f) != bytes) {
-        fprintf(stderr, "arm_neon_qicount: truncated input\n");
-        exit(2);
-    }
-    return p;
-}
-
-static void *take_counted(FILE *f, size_t *bytes)
-{
-    int64_t n = 0;
-    if (fread(&n, sizeof n, 1, f) != 1) {
-        fprintf(stderr, "arm_neon_qicount: truncated input\n");
-        exit(2);
-    }
-    *bytes = (size_t)n;
-    return take(f, (size_t)n);
-}
 
 #ifdef AT_KLEIDIAI
 /* KleidiAI's micro-kernel API for one of its two kernels. */
@@ -91,7 +70,7 @@ static const kai_kernel KAI_I8MM = {
 int main(int argc, char **argv)
 {
     if (argc != 4) {
-        fprintf(stderr, "usage: arm_neon_qicount IN WHO OUT\n");
+        fprintf(stderr, "usage: " ICOUNT_PROGRAM " IN WHO OUT\n");
         return 2;
     }
     FILE *in = fopen(argv[1], "rb");
@@ -99,11 +78,11 @@ int main(int argc, char **argv)
     int64_t head[4];
     if (fread(head, sizeof head, 1, in) != 1) return 2;
     const int64_t M = head[0], N = head[1], K = head[2], block = head[3];
-    float *A = take(in, sizeof(float) * (size_t)(M * K));
+    float *A = icount_read(in, sizeof(float) * (size_t)(M * K));
     size_t code_bytes, scale_bytes, native_bytes;
-    uint8_t *codes = take_counted(in, &code_bytes);
-    float *scales = take_counted(in, &scale_bytes);
-    uint8_t *native = take_counted(in, &native_bytes);
+    uint8_t *codes = icount_read_counted(in, &code_bytes);
+    float *scales = icount_read_counted(in, &scale_bytes);
+    uint8_t *native = icount_read_counted(in, &native_bytes);
     fclose(in);
     float *C = calloc((size_t)(M * N), sizeof(float));
     const char *who = argv[2];
@@ -129,7 +108,7 @@ int main(int argc, char **argv)
 #else
     const void *kai = NULL;
     if (strncmp(who, "kai", 3) == 0) {
-        fprintf(stderr, "arm_neon_qicount: built without KleidiAI\n");
+        fprintf(stderr, ICOUNT_PROGRAM ": built without KleidiAI\n");
         return 2;
     }
 #endif
@@ -152,7 +131,7 @@ int main(int argc, char **argv)
         icount_end(phase);
     }
     if (status != 0) {
-        fprintf(stderr, "arm_neon_qicount: %s returned %d: %s\n", who, status, at_last_error());
+        fprintf(stderr, ICOUNT_PROGRAM ": %s returned %d: %s\n", who, status, at_last_error());
         return 1;
     }
     FILE *out = fopen(argv[3], "wb");

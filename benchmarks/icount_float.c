@@ -1,12 +1,12 @@
-/* arm_icount.c: the program arm_icount.py runs under qemu-aarch64 to count guest
- * instructions of one GEMM call.
+/* icount_float.c: the program `python -m benchmarks.arm_icount` runs under qemu-aarch64
+ * to count guest instructions of one float GEMM call.
  *
- *   arm_icount autotune M N K count|check   cblas_sgemm, row-major NN, alpha 1, beta 0: twice
- *   arm_icount kleidiai M N K count|check   KleidiAI's f32 SME2 path (built with -DAT_KLEIDIAI)
- *   arm_icount kleidiai-neon M N K count|check   KleidiAI's f32 NEON path (the same build)
+ *   icount_float autotune M N K count|check   cblas_sgemm, row-major NN, alpha 1, beta 0: twice
+ *   icount_float kleidiai M N K count|check   KleidiAI's f32 SME2 path (built with -DAT_KLEIDIAI)
+ *   icount_float kleidiai-neon M N K count|check   KleidiAI's f32 NEON path (the same build)
  *
  * Each measured call sits between two marker functions, icount_begin(phase) and
- * icount_end(phase): phase 1 is the first call (for autotune it plans the shape),
+ * icount_end(phase) (icount.h): phase 1 is the first call (for autotune it plans the shape),
  * phase 2 the same call again (autotune's plan is cached).  The counter attributes
  * every instruction executed between a begin and the next end to a symbol; the
  * markers are noinline and do nothing, so they only show where a phase starts.
@@ -35,6 +35,8 @@
 #include <string.h>
 
 #include "autotune.h"
+#define ICOUNT_PROGRAM "arm_icount"
+#include "icount.h"
 
 #ifdef AT_KLEIDIAI
 #include "kai/ukernels/matmul/matmul_clamp_f32_f32p_f32p/kai_matmul_clamp_f32_f32p2vlx1_f32p2vlx1biasf32_sme2_mopa.h"
@@ -44,20 +46,9 @@
 #include "kai/ukernels/matmul/pack/kai_rhs_pack_kxn_x32p16x1b_x32_x32_neon.h"
 #endif
 
-/* The counter looks these two symbols up: keep them out of line and distinct. */
-__attribute__((noinline)) void icount_begin(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
-__attribute__((noinline)) void icount_end(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
-
 static float value(long i, long j, int salt) { return (float)((i * 7 + j * 3 + salt) % 17 - 8) / 8.0f; }
 
 #ifdef AT_KLEIDIAI
-/* kai_commit_za calls the SME ABI's __arm_tpidr2_save, which Debian 12's aarch64
- * libgcc lacks.  It saves a caller's dormant ZA state when TPIDR2_EL0 is set;
- * nothing in this program leaves ZA dormant (TPIDR2_EL0 stays 0), so here it
- * returns at once, as the real routine does in that case. */
-__asm__(".text\n.globl __arm_tpidr2_save\n.type __arm_tpidr2_save, %function\n"
-        "__arm_tpidr2_save:\n    ret\n.size __arm_tpidr2_save, .-__arm_tpidr2_save\n");
-
 typedef struct {
     void *lhs_packed, *rhs_packed;
     float *bias;

@@ -1,17 +1,17 @@
-/* arm_qicount.c: the program arm_qicount.py runs under qemu-aarch64 to count guest
- * instructions of one quantised product C[M, N] = A[M, K] (f32) x W[K, N] (symmetric
- * 4-bit weights, blocks of 32).
+/* icount_sme2_quant.c: the program `python -m benchmarks.arm_icount --quantised` runs
+ * under qemu-aarch64 to count guest instructions of one quantised product
+ * C[M, N] = A[M, K] (f32) x W[K, N] (symmetric 4-bit weights, blocks of 32) on SME2.
  *
- *   arm_qicount autotune|library|kleidiai M N K count|check      (data: $AT_QICOUNT_DATA)
+ *   icount_sme2_quant autotune|library|kleidiai M N K count|check      (data: $AT_QICOUNT_DATA)
  *
- * The data file (written by arm_qicount.py) holds A, W packed for autotune's SME2
+ * The data file (written by benchmarks/arm_icount.py) holds A, W packed for autotune's SME2
  * kernels (autotune.quant.pack_sme2), W in the nxk layout KleidiAI's RHS packer
  * reads, the exact C, then W in the library's qpanel8 format (autotune.quant.pack_panels),
  * its int64 code bytes and scale count first.  A's blocks have max |a| = 127 and integer values and W's
  * scales are 1, so both libraries' quantisations are exact (their f16 scales too) and
  * a right C equals the reference exactly.
  *
- * Measured, between the markers icount_begin(2) and icount_end(2) (the first call,
+ * Measured, between the markers (icount.h) icount_begin(2) and icount_end(2) (the first call,
  * phase 1, warms nothing up but is counted too):
  *   autotune: at_qsme2_quantize_a (A quantised and packed), then the block kernel
  *     at_q4s_sme2_1vlx4vl over whole row tiles and, for a last tile of one row, the
@@ -29,30 +29,14 @@
 
 #include "at_qsme2.h"
 #include "autotune.h"
+#define ICOUNT_PROGRAM "arm_qicount"
+#include "icount.h"
 #include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa.h"
 #include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot.h"
 #include "kai/ukernels/matmul/pack/kai_lhs_quant_pack_qsi8d32p_f32_neon.h"
 #include "kai/ukernels/matmul/pack/kai_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon.h"
 
 #define BL 32
-
-__attribute__((noinline)) void icount_begin(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
-__attribute__((noinline)) void icount_end(int phase) { __asm__ volatile("" ::"r"(phase) : "memory"); }
-
-/* kai_commit_za calls the SME ABI's __arm_tpidr2_save, which Debian 12's aarch64
- * libgcc lacks; TPIDR2_EL0 stays 0 in this program, where the routine returns at once. */
-__asm__(".text\n.globl __arm_tpidr2_save\n.type __arm_tpidr2_save, %function\n"
-        "__arm_tpidr2_save:\n    ret\n.size __arm_tpidr2_save, .-__arm_tpidr2_save\n");
-
-static void *read_part(FILE *f, size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p || fread(p, 1, bytes, f) != bytes) {
-        fprintf(stderr, "short data file\n");
-        exit(2);
-    }
-    return p;
-}
 
 typedef struct {
     int64_t vl, M, N, K, ours_codes, ours_scales, kai_rhs, panel_codes, panel_scales;
@@ -67,19 +51,19 @@ static void load(const char *path, data *d)
         perror(path);
         exit(2);
     }
-    int64_t *h = read_part(f, 7 * sizeof(int64_t));
+    int64_t *h = icount_read(f, 7 * sizeof(int64_t));
     d->vl = h[0], d->M = h[1], d->N = h[2], d->K = h[3], d->ours_codes = h[4], d->ours_scales = h[5];
     d->kai_rhs = h[6];
-    d->A = read_part(f, sizeof(float) * (size_t)(d->M * d->K));
-    d->ours_wq = read_part(f, (size_t)d->ours_codes);
-    d->ours_ws = read_part(f, sizeof(float) * (size_t)d->ours_scales);
-    d->kai_native = read_part(f, (size_t)d->kai_rhs);
-    d->want = read_part(f, sizeof(float) * (size_t)(d->M * d->N));
-    int64_t *tail = read_part(f, 2 * sizeof(int64_t));
+    d->A = icount_read(f, sizeof(float) * (size_t)(d->M * d->K));
+    d->ours_wq = icount_read(f, (size_t)d->ours_codes);
+    d->ours_ws = icount_read(f, sizeof(float) * (size_t)d->ours_scales);
+    d->kai_native = icount_read(f, (size_t)d->kai_rhs);
+    d->want = icount_read(f, sizeof(float) * (size_t)(d->M * d->N));
+    int64_t *tail = icount_read(f, 2 * sizeof(int64_t));
     d->panel_codes = tail[0], d->panel_scales = tail[1];
     free(tail);
-    d->panel_wq = read_part(f, (size_t)d->panel_codes);
-    d->panel_ws = read_part(f, sizeof(float) * (size_t)d->panel_scales);
+    d->panel_wq = icount_read(f, (size_t)d->panel_codes);
+    d->panel_ws = icount_read(f, sizeof(float) * (size_t)d->panel_scales);
     fclose(f);
     free(h);
 }
@@ -113,26 +97,25 @@ static void library(const data *d, float *C)
     }
 }
 
+/* KleidiAI's LHS quantise-and-pack for KERNEL's tile, then KERNEL over the whole C.  A macro
+ * rather than a table of function pointers, so the calls between the markers stay direct. */
+#define KAI_QMATMUL(KERNEL)                                                                                     \
+    do {                                                                                                       \
+        kai_run_lhs_quant_pack_qsi8d32p_f32_neon(M, K, BL, kai_get_mr_matmul_clamp_f32_##KERNEL(),             \
+                                                 kai_get_kr_matmul_clamp_f32_##KERNEL(),                      \
+                                                 kai_get_sr_matmul_clamp_f32_##KERNEL(), 0, d->A,              \
+                                                 K * sizeof(float), lhs_packed);                               \
+        kai_run_matmul_clamp_f32_##KERNEL(M, N, K, BL, lhs_packed, rhs_packed, C, N * sizeof(float),           \
+                                          sizeof(float), -FLT_MAX, FLT_MAX);                                   \
+    } while (0)
+
 static void kleidiai(const data *d, void *lhs_packed, const void *rhs_packed, float *C)
 {
     const size_t M = (size_t)d->M, N = (size_t)d->N, K = (size_t)d->K;
-    if (M == 1) {
-        kai_run_lhs_quant_pack_qsi8d32p_f32_neon(M, K, BL, kai_get_mr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(),
-                                                 kai_get_kr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(),
-                                                 kai_get_sr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(), 0,
-                                                 d->A, K * sizeof(float), lhs_packed);
-        kai_run_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot(M, N, K, BL, lhs_packed, rhs_packed, C,
-                                                                          N * sizeof(float), sizeof(float), -FLT_MAX,
-                                                                          FLT_MAX);
-    } else {
-        kai_run_lhs_quant_pack_qsi8d32p_f32_neon(M, K, BL, kai_get_mr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(),
-                                                 kai_get_kr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(),
-                                                 kai_get_sr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(), 0,
-                                                 d->A, K * sizeof(float), lhs_packed);
-        kai_run_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa(M, N, K, BL, lhs_packed, rhs_packed, C,
-                                                                              N * sizeof(float), sizeof(float), -FLT_MAX,
-                                                                              FLT_MAX);
-    }
+    if (M == 1)
+        KAI_QMATMUL(qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot);
+    else
+        KAI_QMATMUL(qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa);
 }
 
 int main(int argc, char **argv)
