@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from autotune.host import usable_cores
 from autotune.runtime.loader import LIBRARY_NAME
 
 from .harness import Config, Point, Shape, build_harness, run_peer
@@ -274,8 +275,10 @@ def load_latest(home: Path | None = None) -> pd.DataFrame | None:
 
 
 def _thread_count(text: str) -> int:
+    if text == "all":
+        return usable_cores()
     if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (a whole number, 1 or more)")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (a whole number, 1 or more, or all)")
     return int(text)
 
 
@@ -296,7 +299,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("f32", "f64"), action="append", dest="dtypes",
                         help="measure only this dtype (repeatable)")
     parser.add_argument("--threads", type=_thread_count, action="append", metavar="N",
-                        help="thread count (repeatable; default 1 and all cores)")
+                        help="thread count, or all for every core this process may use (repeatable; "
+                             "default 1 and all cores)")
     parser.add_argument("--min-time", type=float, default=None, help="seconds per repeat (default 0.002)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per point (default 7)")
     parser.add_argument("--cold", type=int, default=None,
@@ -314,10 +318,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-save", action="store_true", help="do not write result files")
     parser.add_argument("--list-peers", action="store_true", help="print where each peer was found and exit")
     parser.add_argument("--quantised", action="store_true",
-                        help="the quantised matmul instead: qmatmul against PyTorch's int4 and dynamic int8 "
-                             "matmuls and np.matmul on the dequantised f32 weights, one thread each "
-                             "(benchmarks/quantised.py; --quick, --shape M,N,K, --repeats, --min-time apply; "
-                             "--threads N adds a run on N threads, default one)")
+                        help="the quantised matmul instead: qmatmul against ONNX Runtime's MatMulNBits, "
+                             "PyTorch's int4 and dynamic int8 matmuls and np.matmul on the dequantised f32 "
+                             "weights, one thread each (benchmarks/quantised.py; --quick, --shape M,N,K, "
+                             "--repeats, --min-time apply; --threads N or --threads all runs on N threads or "
+                             "all cores instead, repeatable)")
 
 
 def options_from_args(args: argparse.Namespace) -> Options:

@@ -4,6 +4,8 @@
 #   OpenBLAS, BLIS, LIBXSMM   Debian packages libopenblas-dev, libblis-dev, libxsmm-dev
 #   MKL                       PyPI packages mkl, mkl-devel (libmkl_rt.so under the prefix's lib/)
 #   numpy, pandas, rich       PyPI
+#   onnxruntime, onnx         PyPI (pyproject's `bench` extra): the ONNX Runtime MatMulNBits peer
+#                             of `--quantised`
 #   torch==2.13.0 (optional)  PyPI, the CPU build: the peers of `--quantised` (int4 weight-only
 #                             and dynamic int8 matmuls); a wheel of it is on these machines' disk
 #
@@ -36,7 +38,7 @@ pip_install() {
   python3 -m pip install --quiet --disable-pip-version-check "$@" 2>&1 \
     | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" || true
 }
-for pkg in numpy pandas rich "mkl" "mkl-devel"; do
+for pkg in numpy pandas rich "mkl" "mkl-devel" "onnxruntime>=1.17" "onnx>=1.15"; do
   name=${pkg%%[<>=]*}
   python3 -m pip show -q "$name" >/dev/null 2>&1 && continue
   echo "setup_bench: pip install $pkg"

@@ -336,3 +336,100 @@ def test_quantised_report_judges_the_targets_by_the_paired_ratio() -> None:
     assert "64x4096x4096: 3.50x torch int4 bf16 (target 1.5x) met" in text
     assert "torch int4" in text and "no torch" in text
     assert "2.07" not in text
+
+
+def _onnxruntime() -> None:
+    """Skip, saying why, where the ONNX Runtime peer cannot be built."""
+    for module in ("onnxruntime", "onnx"):
+        pytest.importorskip(module, reason=f"{module} not installed (scripts/setup.sh --test installs it)")
+
+
+def _weights(k: int = 200, n: int = 72, seed: int = 3):
+    """4-bit weights whose K is not a multiple of the block: the last block is padded."""
+    import autotune
+
+    W = np.random.default_rng(seed).standard_normal((k, n)).astype(np.float32)
+    return autotune.quantize_weights(W, bits=4, block=32)
+
+
+def test_onnxruntime_matmulnbits_reads_autotunes_codes_and_scales() -> None:
+    """MatMulNBits fed autotune's codes and scales stands for the same W, bit for bit (its
+    f32 path times the identity), and multiplies exactly quantised rows as the reference does."""
+    _onnxruntime()
+    from benchmarks import quantised
+
+    w = _weights()
+    f32 = quantised.matmul_nbits(w, threads=1, accuracy_level=1)
+    assert np.array_equal(f32(np.eye(w.k, dtype=np.float32)), w.dequantize())
+    int8 = quantised.matmul_nbits(w, threads=1)  # accuracy_level=4, as the bench runs it
+    assert quantised.check_codes(int8, w, rows=5) is None
+    assert quantised.check_codes(quantised.matmul_nbits(w, threads=2), w) is None
+
+
+@pytest.mark.parametrize("mistake", ["nibbles swapped", "codes as signed nibbles"])
+def test_onnxruntime_peer_with_a_wrong_code_mapping_is_reported_wrong(mistake: str, monkeypatch) -> None:
+    """A session built on the codes laid out wrongly fails the bench's check, and the
+    peer becomes that verdict (reported, never timed) instead of a callable."""
+    _onnxruntime()
+    from autotune.quant import QuantizedWeights
+    from benchmarks import quantised
+
+    w = _weights()
+    codes = (w.codes >> 4 | w.codes << 4) if mistake == "nibbles swapped" else w.codes ^ 0x88
+    mislaid = QuantizedWeights(codes.astype(np.uint8), w.scales, None, w.k, 4, w.block)
+    build = quantised.matmul_nbits
+    monkeypatch.setattr(quantised, "matmul_nbits", lambda weights, threads: build(mislaid, threads))
+    A = np.random.default_rng(4).standard_normal((3, w.k)).astype(np.float32)
+    verdict = quantised._ort_peer(A, w, threads=1)
+    assert isinstance(verdict, str) and verdict.startswith("wrong: on exactly quantised rows"), verdict
+
+
+def test_quantised_bench_times_onnxruntime_beside_autotune(monkeypatch) -> None:
+    """A small run: the ONNX Runtime row passes both checks and is timed (PyTorch left out for speed)."""
+    _onnxruntime()
+    from benchmarks import quantised
+
+    monkeypatch.setattr(quantised, "_torch_peers", lambda *args: {})
+    rows = quantised.measure(shapes=((5, 200, 72),), repeats=2, min_time=0.0)
+    row = next(r for r in rows if r.peer == quantised.ORT)
+    assert row.note == "" and row.seconds and row.seconds > 0
+    assert [r.peer for r in rows] == ["autotune", quantised.ORT, "numpy f32"]
+
+
+def test_threads_all_is_every_usable_core() -> None:
+    """`bench --quantised --threads all` runs on all cores as `--threads 1` runs on one."""
+    import argparse
+
+    from autotune.host import usable_cores
+
+    parser = argparse.ArgumentParser()
+    benchmarks.add_arguments(parser)
+    args = parser.parse_args(["--quantised", "--threads", "1", "--threads", "all"])
+    assert args.threads == [1, usable_cores()]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--threads", "0"])
+
+
+def test_a_peer_over_the_time_limit_is_called_once_then_left_out_at_larger_m(monkeypatch) -> None:
+    """A peer whose first call takes longer than MAX_CALL is shown with that call, its ratio
+    against autotune's best, and is not run at a larger M of the same K and N."""
+    from benchmarks import quantised
+
+    calls: list[tuple[int, int, int]] = []
+
+    def slow_peers(A, w, Wd, threads):
+        def run() -> np.ndarray:
+            calls.append((len(A), w.k, w.n))
+            return np.matmul(A, Wd)
+        return {"slow f32": run}
+
+    monkeypatch.setattr(quantised, "_torch_peers", slow_peers)
+    monkeypatch.setattr(quantised, "_ort_peer", lambda *args: "left out")
+    monkeypatch.setattr(quantised, "MAX_CALL", 0.0)  # every first call is over it
+    shapes = ((2, 64, 32), (4, 64, 32), (4, 96, 32))
+    rows = {(r.shape, r.peer): r for r in quantised.measure(shapes=shapes, repeats=1, min_time=0.0)}
+    assert calls == [(2, 64, 32), (4, 96, 32)]
+    once, left_out = rows[(shapes[0], "slow f32")], rows[(shapes[1], "slow f32")]
+    assert once.note.startswith("one call (over 0 s), not paired") and once.seconds
+    assert left_out.note.startswith("not run: ") and "at M = 2 already" in left_out.note
+    assert left_out.seconds is None
