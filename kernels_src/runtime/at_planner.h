@@ -82,6 +82,7 @@ void at__tiler_free(at_tiler *t);
 typedef struct {
     int64_t i0, j0;
     double sec;
+    int32_t mb, nb;
     int32_t thread;
 } at_item;
 

@@ -175,6 +175,8 @@ static int build_nopack(at_plan *p, int T, at_nopack *pre)
         const at_step *s = &p->steps[k];
         it[k].i0 = s->i0;
         it[k].j0 = s->j0;
+        it[k].mb = s->mb;
+        it[k].nb = s->nb;
         it[k].sec = g->sec[(size_t)(s->mb - 1) * g->W + (s->nb - 1)];
         it[k].thread = 0;
         memops += (double)(s->mb + s->nb) * (double)p->K;
@@ -303,6 +305,8 @@ static int build_packed(at_plan *p, int T)
             double packed = (double)b->mb * (double)p->K + (double)b->nb * (double)p->K;
             it[k].i0 = b->i0;
             it[k].j0 = b->j0;
+            it[k].mb = b->mb;
+            it[k].nb = b->nb;
             it[k].thread = 0;
             it[k].sec = tsec[t] * (double)p->K / (double)bk + packed * at__pack_seconds(dt);
             for (int64_t s = 0; s < p->tilings[t].count; s++) {
