@@ -275,9 +275,9 @@ def judge(runner: SuiteRunner, candidates: Mapping[str, PlannerParams], shapes: 
     caught: a set is kept only if no less measured one ran these shapes faster,
     by the geometric mean of the shapes' time ratios.  Not by the workload's
     total: one 1024^3 call outweighs the other 14 shapes together, and its noise
-    (a few percent on a shared VM) hid a packing threshold that ran 448^3 and
-    768x512x384 a quarter faster.  Identical sets are timed once, under the
-    first name.
+    (a few percent on a shared VM) outweighed the two shapes where a measured and
+    the model's packing thresholds differed (448^3, 768x512x384): the model's set
+    was kept by 1 %.  Identical sets are timed once, under the first name.
     """
     unique: dict[str, PlannerParams] = {}
     for name, params in candidates.items():
