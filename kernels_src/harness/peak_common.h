@@ -1,5 +1,6 @@
 /* Timing shared by the peak_<isa>.c files: each supplies run(iters), a loop of
- * independent multiply-add chains, and the flops one iteration performs. */
+ * independent multiply-add chains (written once in peak_t.h for the intrinsic
+ * files), and the flops one iteration performs. */
 #ifndef AT_PEAK_COMMON_H
 #define AT_PEAK_COMMON_H
 
@@ -30,5 +31,17 @@ static double at_peak_measure(void (*run)(long long iters), double flops_per_ite
     }
     return flops_per_iter * (double)iters / best;
 }
+
+/* The at_peak of a file with run_f32 and run_f64 whose iteration is AT_NCHAINS
+ * multiply-adds on vectors of lanes_f32 or lanes_f64 lanes, 2 flops a lane (all
+ * but peak_sme2.c).  A NULL pointer skips that dtype. */
+#define AT_PEAK_OF_CHAINS(lanes_f32, lanes_f64)                                          \
+    void at_peak(double *gflops_f32, double *gflops_f64)                               \
+    {                                                                                  \
+        if (gflops_f32)                                                                \
+            *gflops_f32 = at_peak_measure(run_f32, AT_NCHAINS * (lanes_f32) * 2.0);    \
+        if (gflops_f64)                                                                \
+            *gflops_f64 = at_peak_measure(run_f64, AT_NCHAINS * (lanes_f64) * 2.0);    \
+    }
 
 #endif

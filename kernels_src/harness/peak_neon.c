@@ -11,57 +11,35 @@
 
 #include "peak_common.h"
 
-static volatile double peak_sink;
-
+#define AT_NCHAINS 24
 #define AT_CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) \
     X(12) X(13) X(14) X(15) X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
-#define AT_NCHAINS 24
 
-static void run_f32(long long iters)
-{
-    /* acc = acc * m + c converges to about 1: no overflow, no denormals. */
-    float32x4_t m = vdupq_n_f32(0.9999999f), c = vdupq_n_f32(1e-7f);
-    /* Opaque constants: clang would otherwise fold the whole chain away. */
-    __asm__("" : "+w"(m), "+w"(c));
-#define DECL(i) float32x4_t a##i = vdupq_n_f32(1.0f + (float)(i) * 1e-3f);
-#define STEP(i) a##i = vfmaq_f32(c, a##i, m);
-#define SUM(i) s = vaddq_f32(s, a##i);
-    AT_CHAINS(DECL)
-    for (long long it = 0; it < iters; ++it) {
-        AT_CHAINS(STEP)
-    }
-    float32x4_t s = vdupq_n_f32(0.0f);
-    AT_CHAINS(SUM)
-    peak_sink = vaddvq_f32(s);
-#undef DECL
-#undef STEP
-#undef SUM
-}
+/* m and c are opaque vectors, not broadcasts of a scalar the compiler knows: for a
+ * broadcast clang multiplies by lane 0 (fmla by element) and allocates the loop's
+ * registers differently, and this file's loop has always had m and c opaque. */
+#define AT_NEON_OPAQUE(m, c) __asm__("" : "+w"(m), "+w"(c))
 
-static void run_f64(long long iters)
-{
-    float64x2_t m = vdupq_n_f64(0.9999999), c = vdupq_n_f64(1e-7);
-    __asm__("" : "+w"(m), "+w"(c));
-#define DECL(i) float64x2_t a##i = vdupq_n_f64(1.0 + (double)(i) * 1e-3);
-#define STEP(i) a##i = vfmaq_f64(c, a##i, m);
-#define SUM(i) s = vaddq_f64(s, a##i);
-    AT_CHAINS(DECL)
-    for (long long it = 0; it < iters; ++it) {
-        AT_CHAINS(STEP)
-    }
-    float64x2_t s = vdupq_n_f64(0.0);
-    AT_CHAINS(SUM)
-    peak_sink = vaddvq_f64(s);
-#undef DECL
-#undef STEP
-#undef SUM
-}
+/* See peak_t.h for what each definition means.  vfmaq(c, a, m) is c + a * m. */
+#define AT_RUN run_f32
+#define AT_T float
+#define AT_V float32x4_t
+#define AT_SET1 vdupq_n_f32
+#define AT_FMA(a, m, c) vfmaq_f32(c, a, m)
+#define AT_ADD vaddq_f32
+#define AT_HSUM vaddvq_f32
+#define AT_OPAQUE AT_NEON_OPAQUE
+#include "peak_t.h"
 
-void at_peak(double *gflops_f32, double *gflops_f64)
-{
-    /* chains x lanes x 2 flops per FMA. */
-    if (gflops_f32)
-        *gflops_f32 = at_peak_measure(run_f32, AT_NCHAINS * 4.0 * 2.0);
-    if (gflops_f64)
-        *gflops_f64 = at_peak_measure(run_f64, AT_NCHAINS * 2.0 * 2.0);
-}
+#define AT_RUN run_f64
+#define AT_T double
+#define AT_V float64x2_t
+#define AT_SET1 vdupq_n_f64
+#define AT_FMA(a, m, c) vfmaq_f64(c, a, m)
+#define AT_ADD vaddq_f64
+#define AT_HSUM vaddvq_f64
+#define AT_OPAQUE AT_NEON_OPAQUE
+#include "peak_t.h"
+
+/* at_peak: 4 f32 or 2 f64 lanes a vector. */
+AT_PEAK_OF_CHAINS(4, 2)
