@@ -34,6 +34,7 @@ from . import build
 from .codegen import quant_neon, quant_x86
 from .codegen.quant_x86 import QKernel
 from .codegen.quant_registry import emit_registry
+from .qformat import KINDS
 from .families import ARM_ISAS
 from .home import kernels_src
 from .suite import best_of_rounds
@@ -199,7 +200,7 @@ def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: b
 def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
     """Per kind: the fastest mr = 1 kernel at M = 1, the fastest block kernel over M > 1."""
     chosen = []
-    for kind in quant_x86.KINDS:
+    for kind in KINDS:
         mine = {n: s for n, s in seconds.items() if parse_name(n).kind == kind and s}
         gemv = [n for n in mine if parse_name(n).mr == 1 and 1 in mine[n]]
         blocks = [n for n in mine if parse_name(n).mr > 1 and all(m in mine[n] for m in MEASURE_M if m > 1)]

@@ -84,7 +84,7 @@ def test_the_record_follows_what_each_library_links():
     assert library_qkernels(("generic",), {}) == [] and library_qkernels(("avx2",), {}) == []
     neon = library_qkernels(("neon",), {})
     assert [e["name"] for e in neon] == [k.name for k in quant_neon.family()]
-    assert {e["needs"] for e in neon} == {"i8mm", "dotprod"}
+    assert {e["needs"] for e in neon} == {"i8mm", "asimddp"}
     assert [e["name"] for e in library_qkernels(("sme2", "neon"), {})] == [e["name"] for e in neon] + SME2_NAMES
 
 

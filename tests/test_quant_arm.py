@@ -84,7 +84,7 @@ def test_registry_entries_name_their_levels():
     k = quant_neon.NeonQKernel("q4a", "i8mm", 4, 8)
     text = quant_registry.emit_registry([k, quant_neon.NeonQKernel("q8", "dotprod", 1, 16)])
     assert '{"at_q4a_i8mm_4x8", 1, 4, 8, at_q4a_i8mm_4x8, "i8mm"},' in text
-    assert '{"at_q8_dotprod_1x16", 2, 1, 16, at_q8_dotprod_1x16, "dotprod"},' in text
+    assert '{"at_q8_dotprod_1x16", 2, 1, 16, at_q8_dotprod_1x16, "asimddp"},' in text
 
 
 # --------------------------------------------------------------------------- under QEMU

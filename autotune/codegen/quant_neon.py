@@ -39,14 +39,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .quant_registry import KINDS, signature
+from ..qformat import KINDS, PANEL, SUB, weight_format
+from .quant_registry import signature
 
-#: Columns of a packed panel (two int32x4 / float32x4 halves).
-PANEL = 8
-#: Rows of K in a packed sub-block.
-SUB = 32
 #: ISA levels, most capable first: the order in which an aarch64 library prefers them.
 LEVELS = ("i8mm", "dotprod")
+#: What the CPU must have for each level, in autotune.host's names (HWCAP_ASIMDDP is dotprod).
+FEATURES = {"dotprod": ("asimddp",), "i8mm": ("i8mm",)}
 #: Each level's architecture flag: only its own translation unit is compiled with it.
 MARCH = {"dotprod": "-march=armv8.2-a+dotprod", "i8mm": "-march=armv8.2-a+i8mm"}
 #: The ACLE macro the compiler defines with each level's flag: the unit's guard.
@@ -90,8 +89,8 @@ class NeonQKernel:
 
     @property
     def features(self) -> tuple[str, ...]:
-        """What the CPU needs (qgemm.c checks it before running the kernel)."""
-        return (self.level,)
+        """What the CPU needs, in autotune.host's names (qgemm.c checks it before running the kernel)."""
+        return FEATURES[self.level]
 
 
 def fits(kernel: NeonQKernel) -> bool:
@@ -180,7 +179,7 @@ def _load_a(k: NeonQKernel) -> list[str]:
 
 def _dotprod_kernel(k: NeonQKernel) -> list[str]:
     four = k.kind != "q8"
-    bps = 128 if four else 256
+    bps = weight_format(k.kind).sub_bytes
     out = ["    for (int64_t b = 0; b < blocks; ++b) {"]
     for r in range(k.mr):
         for p in range(k.panels):
@@ -215,7 +214,7 @@ def _dotprod_kernel(k: NeonQKernel) -> list[str]:
 
 def _i8mm_kernel(k: NeonQKernel) -> list[str]:
     four = k.kind != "q8"
-    bps = 128 if four else 256
+    bps = weight_format(k.kind).sub_bytes
     pairs = range(k.mr // 2)
     out = ["    for (int64_t b = 0; b < blocks; ++b) {",
            "        /* s{pair}_{panel}_{j}: rows 2*pair, 2*pair+1 x columns 2j, 2j+1 of the panel, as SMMLA's 2x2. */"]

@@ -40,26 +40,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .quant_registry import KINDS, signature
+from ..qformat import KINDS, PANEL, SUB, weight_format
+from .quant_registry import signature
 
-#: Columns of a packed panel: one ymm of int32 / f32 lanes.
-PANEL = 8
-#: Rows of K in a sub-block: what one int16 accumulation may cover without overflow.
-SUB = 32
 #: The ISAs this generator writes kernels for (the portable path lives in qgemm.c).
 ISAS = ("avx2", "avxvnni", "avx512vnni")
 #: The toolchain target whose flags build them (one translation unit; VNNI by target attributes).
 TARGETS = ("avx2",)
 FLAGS_GUARD = "!defined(__AVX2__) || !defined(__FMA__)"
-#: What the CPU must have to run a kernel of each ISA: the registry's names, those of
-#: the compilers' __builtin_cpu_supports (qgemm.c asks it), and autotune.host's
-#: names for the same features (install builds only what the capped host has).
+#: What the CPU must have to run a kernel of each ISA, in autotune.host's names (the
+#: registry lists them, features.c tests them, install builds only what the capped host has).
 FEATURES = {
-    "avx2": ("avx2", "fma"),
-    "avxvnni": ("avx2", "fma", "avxvnni"),
-    "avx512vnni": ("avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512vnni"),
-}
-HOST_FEATURES = {
     "avx2": ("avx2", "fma"),
     "avxvnni": ("avx2", "fma", "avx_vnni"),
     "avx512vnni": ("avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"),
@@ -98,7 +89,7 @@ class QKernel:
 
     @property
     def features(self) -> tuple[str, ...]:
-        """What the CPU must have to run it (__builtin_cpu_supports names, as the registry lists them)."""
+        """What the CPU must have to run it (autotune.host names, as the registry lists them)."""
         return FEATURES[self.isa]
 
     @property
@@ -132,7 +123,7 @@ def family(isa: str = "avx2", kinds: Sequence[str] = KINDS, quick: bool = False)
 
 def isas_for(features: Sequence[str]) -> tuple[str, ...]:
     """The kernel ISAs a CPU with ``features`` (autotune.host names, after the ISA cap) runs."""
-    return tuple(isa for isa in ISAS if set(HOST_FEATURES[isa]) <= set(features))
+    return tuple(isa for isa in ISAS if set(FEATURES[isa]) <= set(features))
 
 
 _signature = signature  # shared with the registry and the other ISAs' kernels
@@ -193,7 +184,7 @@ def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
     # AVX2's 4-bit kernels keep C's tile in memory (L1) and their int16 sums in registers
     # across a sub-block, written in assembly (_nibble_products); see the module's notes.
     in_memory = four and not k.vnni
-    bpb = 128 if four else 256
+    bpb = weight_format(k.kind).sub_bytes
     attribute = "" if emulate_vnni or not _TARGET_ATTRIBUTE[k.isa] else \
         f"__attribute__((target(\"{_TARGET_ATTRIBUTE[k.isa]}\")))\n"
     dot = "_mm256_dpbusd_avx_epi32" if k.isa == "avxvnni" else "_mm256_dpbusd_epi32"
