@@ -31,13 +31,12 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract, files
 from .build import BuildError, compile_file, shared_dir
-from .codegen import quant_neon, quant_sme2
-from .codegen.quant_registry import emit_registry
-from .families import ARM_ISAS
+from .codegen import quant_generator
+from .families import ARM_ISAS, quant_kernels
 from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
-from .qsuite import library_parts, registry_kernels
+from .qsuite import library_parts
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import library_name
 from .specs import KernelSpec
@@ -51,8 +50,7 @@ if TYPE_CHECKING:  # only for annotations
 RUNTIME_SOURCES = ("plan.c", "cost.c", "cover.c", "threads.c", "params.c", "error.c", "exec.c",
                    "pool.c", "cache.c", "blas.c", "cpu.c", "features.c", "qgemm.c", "record.c")
 RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h", "at_qkernel.h")
-#: The quantised kernels' registry, generated (autotune.codegen.quant_registry.emit_registry).
-QTABLE = "at_qtable.c"
+QTABLE = contract.QTABLE
 EXTENSION_SOURCE = "pyfast.c"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h
 PROVENANCE_CODE = {"measured": 0, "model": 1, "emulated": 1}
@@ -355,7 +353,7 @@ def build_runtime(
     parts: list[bytes | str] = [target.compiler_id, *target.cc, "--", *cflags, "--", *target.ldflags]
     for name in (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE):
         parts += [name, (runtime_dir / name).read_bytes()]
-    qtable_c, quant_objects = quant or (emit_registry([]), ())
+    qtable_c, quant_objects = quant or (contract.qregistry([]), ())
     parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, str(ext), qtable_c]
     parts += [part for obj in quant_objects for part in (str(obj), Path(obj).read_bytes())]
     # The build compiles kernels of one mr into one translation unit, so several
@@ -551,15 +549,17 @@ def build_arm_runtime(
     names = (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE) + ((*SME2_SOURCES, *SME2_HEADERS) if sme2 else ())
     for name in names:
         parts += [name, (runtime_dir / name).read_bytes()]
-    qkernels = registry_kernels((target.isa,))
-    qunits = quant_neon.units(qkernels)
-    qtable_c = emit_registry(qkernels)
-    qflags = {u.name: [*(f for f in base if not f.startswith(("-march", "-mcpu"))), u.march] for u in qunits}
+    carried = quant_kernels((target.isa,))
+    qkernels = [k for k in carried if k.family == "neon"]  # the registry's: tiles of at_qkernel_fn
+    sme2_q = [k for k in carried if k.family == "sme2"]
+    qunits = quant_generator(qkernels[0]).units(qkernels) if qkernels else []
+    qtable_c = contract.qregistry(qkernels)
+    qflags = {u.filename: [*(f for f in base if not f.startswith(("-march", "-mcpu"))), *u.flags] for u in qunits}
     parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, qtable_c]
-    parts += [part for u in qunits for part in (u.name, u.source, *qflags[u.name])]
+    parts += [part for u in qunits for part in (u.filename, u.text, *qflags[u.filename])]
     # The SME2 quantised kernels (any SVL in one object) and their A quantiser: SME2
     # targets only, so NEON-only and x86 libraries never carry them.
-    qsme2 = {src.filename: src.text for src in quant_sme2.generate()} if sme2 else {}
+    qsme2 = {src.filename: src.text for src in quant_generator(sme2_q[0]).units(sme2_q)} if sme2_q else {}
     if sme2:
         parts += [(arm_dir / contract.ASM_HEADER).read_bytes()]
         parts += [part for name, text in qsme2.items() for part in (name, text)]
@@ -582,10 +582,10 @@ def build_arm_runtime(
         # The NEON quantised kernels, every level in the one library: qgemm.c runs an
         # entry only where the CPU has its features (the portable code elsewhere).
         # Emulated installs have no timings, so the registry's order is by level
-        # (i8mm, then dotprod), then quant_neon.TILES' order.
+        # (i8mm, then dotprod), then the NEON family's QUANT_TILES order.
         (tmp / QTABLE).write_text(qtable_c)
         for unit in qunits:
-            (tmp / unit.name).write_text(unit.source)
+            (tmp / unit.filename).write_text(unit.text)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
         qsme2_include: list[str] = []
         if qsme2:
@@ -616,7 +616,7 @@ def build_arm_runtime(
         compile_job(tmp / "at_table.c", base)
         compile_job(tmp / QTABLE, base)
         for unit in qunits:  # each level with its own -march, never the runtime's code
-            compile_job(tmp / unit.name, qflags[unit.name])
+            compile_job(tmp / unit.filename, qflags[unit.filename])
         if sme2:
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)

@@ -24,18 +24,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from . import build
-from .codegen import quant_neon, quant_x86
-from .codegen.quant_x86 import QKernel
-from .codegen.quant_registry import emit_registry
+from . import build, contract
+from .codegen import quant_x86
+from .families import qkernel, quant_kernels, x86
 from .qformat import KINDS
-from .families import ARM_ISAS
+from .specs import QKernelSpec
 from .home import kernels_src
 from .suite import best_of_rounds
 from .toolchain import Target
@@ -64,16 +63,6 @@ class QuantStage:
                 "seconds": {name: {str(m): s for m, s in by_m.items()} for name, by_m in self.seconds.items()}}
 
 
-def parse_name(name: str) -> QKernel:
-    """The QKernel a name stands for (``at_q4s_avx2_4x8``)."""
-    try:
-        _, kind, isa, tile = name.split("_")
-        mr, nr = tile.split("x")
-        return QKernel(kind, isa, int(mr), int(nr))
-    except ValueError as exc:
-        raise ValueError(f"not a quantised kernel name: {name!r}") from exc
-
-
 def kernel_compiler(target: Target) -> Target:
     """``target`` compiling with clang when one is installed, else as it is.
 
@@ -92,7 +81,7 @@ def kernel_compiler(target: Target) -> Target:
     return target
 
 
-def compile_kernels(target: Target, kernels: Sequence[QKernel], home: Path | None = None,
+def compile_kernels(target: Target, kernels: Sequence[QKernelSpec], home: Path | None = None,
                     emulate_vnni: bool = False) -> build.ObjectResult:
     """One object with ``kernels`` (content-hashed: the same set compiles once), by :func:`kernel_compiler`.
 
@@ -107,7 +96,7 @@ def compile_kernels(target: Target, kernels: Sequence[QKernel], home: Path | Non
     return build._compile(compiler, source, name, "c", (*target.cflags, *extra), home)
 
 
-def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Path,
+def link_library(target: Target, kernels: Sequence[QKernelSpec], obj: Path, out: Path,
                  features: Sequence[str] | None = None) -> Path:
     """A shared library with qgemm.c, its error text, thread pool and ``kernels`` registered: for this stage only.
 
@@ -119,7 +108,7 @@ def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".qlink-", dir=out.parent) as tmp_name:
         tmp = Path(tmp_name)
-        (tmp / "at_qtable.c").write_text(emit_registry(kernels, features))
+        (tmp / "at_qtable.c").write_text(contract.qregistry(kernels, features))
         cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
         built = tmp / out.name
         _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
@@ -127,11 +116,6 @@ def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Pat
               str(obj), "-lm"], target)
         built.replace(out)
     return out
-
-
-def features_of(kernels: Sequence[QKernel]) -> tuple[str, ...]:
-    """What the CPU needs to run all of ``kernels`` (the registry's list; qgemm.c checks it)."""
-    return tuple(sorted({f for k in kernels for f in k.features}))
 
 
 def kernel_isas(target: Target) -> tuple[str, ...]:
@@ -145,7 +129,7 @@ def kernel_isas(target: Target) -> tuple[str, ...]:
 
     if target.isa not in quant_x86.TARGETS or target.emulated:
         return ()
-    return quant_x86.isas_for(detect().features)
+    return x86.quant_isas(detect().features)
 
 
 def _subprocess(command: str, library: Path, names: Sequence[str]) -> dict[str, dict]:
@@ -181,7 +165,7 @@ def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: b
 
     ``patterns`` (install's ``--only``) keep the kernels whose names match one.
     """
-    family = [k for isa in kernel_isas(target) for k in quant_x86.family(isa, quick=quick)
+    family = [k for isa in kernel_isas(target) for k in x86.quant_family(isa, quick=quick)
               if not patterns or any(fnmatch.fnmatchcase(k.name, p) for p in patterns)]
     if not family:
         return None
@@ -201,32 +185,14 @@ def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
     """Per kind: the fastest mr = 1 kernel at M = 1, the fastest block kernel over M > 1."""
     chosen = []
     for kind in KINDS:
-        mine = {n: s for n, s in seconds.items() if parse_name(n).kind == kind and s}
-        gemv = [n for n in mine if parse_name(n).mr == 1 and 1 in mine[n]]
-        blocks = [n for n in mine if parse_name(n).mr > 1 and all(m in mine[n] for m in MEASURE_M if m > 1)]
+        mine = {n: s for n, s in seconds.items() if qkernel(n).kind == kind and s}
+        gemv = [n for n in mine if qkernel(n).mr == 1 and 1 in mine[n]]
+        blocks = [n for n in mine if qkernel(n).mr > 1 and all(m in mine[n] for m in MEASURE_M if m > 1)]
         if blocks:
             chosen.append(min(blocks, key=lambda n: sum(mine[n][m] for m in MEASURE_M if m > 1)))
         if gemv:
             chosen.append(min(gemv, key=lambda n: mine[n][1]))
     return tuple(chosen)
-
-
-def registry_kernels(isas: Iterable[str], selected: Sequence[str] = ()) -> list:
-    """The kernels in the registry (at_qtable.c) of a library for ``isas``, in its order.
-
-    An Arm library: every NEON kernel (:func:`autotune.codegen.quant_neon.family`), since
-    qgemm.c picks among them by the CPU's features where it runs and an emulated install
-    times nothing.  An x86 library: the quantised stage's ``selected`` kernels.  Else none.
-    The one rule behind :func:`library_parts`, :func:`autotune.link.build_arm_runtime` and
-    the table's record of them (:func:`autotune.install.library_qkernels`); an SME2
-    library also carries quant_sme2's kernels, outside the registry.
-    """
-    isas = tuple(isas)
-    if any(isa in ARM_ISAS for isa in isas):
-        return quant_neon.family()
-    if any(isa in quant_x86.TARGETS for isa in isas):
-        return [parse_name(name) for name in selected]
-    return []
 
 
 def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) -> tuple[str, list[Path]] | None:
@@ -235,13 +201,13 @@ def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) 
     target = next((t for isa, t in targets.items() if isa in quant_x86.TARGETS), None)
     if target is None:
         return None
-    kernels = registry_kernels([target.isa], names)
+    kernels = quant_kernels([target.isa], names)
     if not kernels:
         return None
     obj = compile_kernels(target, kernels, home)
     if not obj.ok:
         raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
-    return emit_registry(kernels), [obj.path]
+    return contract.qregistry(kernels), [obj.path]
 
 
 # -- the subprocess: validation cases and timings ----------------------------------
@@ -309,7 +275,7 @@ def _main(argv: Sequence[str]) -> int:
     calls: dict[tuple[str, int], Callable[[], float]] = {}
     for name in names:
         print(json.dumps({"event": "start", "kernel": name}), flush=True)
-        kind = parse_name(name).kind
+        kind = qkernel(name).kind
         if command == "validate":
             if kind not in cases:
                 cases[kind] = [(d, A, w, reference_qmatmul(A, w), scaling_error_bound(A, w))
@@ -330,7 +296,7 @@ def _main(argv: Sequence[str]) -> int:
                                {m: rng.standard_normal((m, MEASURE_KN)).astype(np.float32) for m in MEASURE_M}]
             w, inputs = cases[kind]
             for m, A in inputs.items():
-                if m > 1 and parse_name(name).mr == 1 and m > 16:
+                if m > 1 and qkernel(name).mr == 1 and m > 16:
                     continue  # a GEMV kernel covers M > 1 only as a row-at-a-time fallback
                 qapi.call(lib, A, w, None, None, name)  # the warm-up, and where a crash shows
                 calls[(name, m)] = (lambda A=A, w=w, name=name: _seconds(qapi.call, lib, A, w, None, None, name))

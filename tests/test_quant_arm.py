@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune import quant, qsuite
-from autotune.codegen import quant_neon, quant_registry
+from autotune import contract, quant, qsuite
+from autotune.codegen import quant_generator, quant_neon
+from autotune.families import neon, qkernel
 from autotune.host import HostInfo
 from autotune.link import build_arm_runtime, default_params
 from autotune.toolchain import Target, ToolchainError, arm_target
@@ -39,7 +40,7 @@ from .arm_runtime import build as rt
 X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
 KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
 AT_OK, AT_ENOKERNEL = 0, -3
-KERNELS = quant_neon.family()
+KERNELS = neon.quant_family()
 #: QEMU CPU models and the levels they have.
 MODELS = {"cortex-a53": (), "cortex-a72": (), "cortex-a76": ("dotprod",), "neoverse-n1": ("dotprod",),
           "neoverse-n2": ("dotprod", "i8mm"), "max": ("dotprod", "i8mm")}
@@ -52,37 +53,37 @@ QUICK_MODELS = ("cortex-a53", "cortex-a76", "neoverse-n2")
 
 def test_family_names_features_and_order():
     names = [k.name for k in KERNELS]
-    assert len(names) == len(set(names)) and all(quant_neon.parse_name(n) == k for n, k in zip(names, KERNELS))
-    levels = [k.level for k in KERNELS]
-    assert levels == sorted(levels, key=quant_neon.LEVELS.index)  # i8mm first: no timings under emulation
-    assert all(k.mr % 2 == 0 for k in KERNELS if k.level == "i8mm")
+    assert len(names) == len(set(names)) and all(qkernel(n) == k for n, k in zip(names, KERNELS))
+    levels = [k.isa for k in KERNELS]
+    assert levels == sorted(levels, key=neon.QUANT_LEVELS.index)  # i8mm first: no timings under emulation
+    assert all(k.mr % 2 == 0 for k in KERNELS if k.isa == "i8mm")
     for kind in KINDS:  # every kind has a block form and a GEMV form
         assert any(k.kind == kind and k.mr == 1 for k in KERNELS)
-        assert any(k.kind == kind and k.mr > 1 and k.level == "i8mm" for k in KERNELS)
+        assert any(k.kind == kind and k.mr > 1 and k.isa == "i8mm" for k in KERNELS)
     for bad in (("q4s", "i8mm", 1, 8), ("q4s", "dotprod", 8, 8), ("q4s", "sve", 1, 8), ("q5", "dotprod", 1, 8)):
         with pytest.raises(ValueError):
-            quant_neon.NeonQKernel(*bad)
+            neon.qkernel(*bad)
     with pytest.raises(ValueError):
-        quant_neon.parse_name("at_q4s_avx2")
+        qkernel("at_q4s_avx2")
 
 
 def test_units_are_one_per_level_with_its_guard_and_flag():
-    units = quant_neon.units(KERNELS)
-    assert [u.level for u in units] == ["i8mm", "dotprod"]
-    for u in units:
-        assert u.march == quant_neon.MARCH[u.level] and f"#if !defined({quant_neon.ACLE_MACRO[u.level]})" in u.source
-        assert "Do not edit" in u.source
-        mine = [k for k in KERNELS if k.level == u.level]
-        assert all(f"void {k.name}(" in u.source for k in mine)
-        assert ("vmmlaq_s32" in u.source) == (u.level == "i8mm")
-        assert ("vdotq_laneq_s32" in u.source) == (u.level == "dotprod")
+    units = quant_generator(KERNELS[0]).units(KERNELS)
+    assert [u.filename for u in units] == ["at_qneon_i8mm.c", "at_qneon_dotprod.c"]
+    for u, level in zip(units, ("i8mm", "dotprod")):
+        assert u.flags == (quant_neon.MARCH[level],) and f"#if !defined({quant_neon.ACLE_MACRO[level]})" in u.text
+        assert "Do not edit" in u.text
+        mine = [k for k in KERNELS if k.isa == level]
+        assert all(f"void {k.name}(" in u.text for k in mine)
+        assert ("vmmlaq_s32" in u.text) == (level == "i8mm")
+        assert ("vdotq_laneq_s32" in u.text) == (level == "dotprod")
     with pytest.raises(ValueError):
         quant_neon.generate(KERNELS)
 
 
 def test_registry_entries_name_their_levels():
-    k = quant_neon.NeonQKernel("q4a", "i8mm", 4, 8)
-    text = quant_registry.emit_registry([k, quant_neon.NeonQKernel("q8", "dotprod", 1, 16)])
+    k = neon.qkernel("q4a", "i8mm", 4, 8)
+    text = contract.qregistry([k, neon.qkernel("q8", "dotprod", 1, 16)])
     assert '{"at_q4a_i8mm_4x8", 1, 4, 8, at_q4a_i8mm_4x8, "i8mm"},' in text
     assert '{"at_q8_dotprod_1x16", 2, 1, 16, at_q8_dotprod_1x16, "asimddp"},' in text
 
@@ -200,7 +201,7 @@ def _library_choice_on(model: str, qdriver, work: Path) -> None:
         _, A, w = _cases(kind)[-1]
         for k in (k for k in KERNELS if k.kind == kind):
             calls.append((k.name, A, w))
-            expected.append(AT_OK if k.level in has else AT_ENOKERNEL)
+            expected.append(AT_OK if k.isa in has else AT_ENOKERNEL)
     results = _run(target, exe, model, calls, work)
     assert [status for status, _ in results] == expected
     for (name, A, w), (status, C) in zip(calls, results):

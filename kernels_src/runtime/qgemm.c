@@ -499,12 +499,8 @@ typedef struct {
     at_qsme2_fn fn;
 } qsme2_kernel;
 
-static const qsme2_kernel qsme2_kernels[] = {
-    {"at_q4s_sme2_1vlx4vl", AT_Q4S, 0, at_q4s_sme2_1vlx4vl},
-    {"at_q4s_sme2_1x4vl", AT_Q4S, 1, at_q4s_sme2_1x4vl},
-    {"at_q4a_sme2_1vlx4vl", AT_Q4A, 0, at_q4a_sme2_1vlx4vl},
-    {"at_q4a_sme2_1x4vl", AT_Q4A, 1, at_q4a_sme2_1x4vl},
-};
+/* The list is generated with the kernels (at_qsme2.h, autotune.contract.qsme2_table). */
+static const qsme2_kernel qsme2_kernels[] = {AT_QSME2_KERNELS};
 #define QSME2_COUNT ((int)(sizeof qsme2_kernels / sizeof qsme2_kernels[0]))
 
 static int have_sme2(void)
