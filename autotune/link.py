@@ -30,16 +30,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from . import contract, files
-from .build import BuildError, compile_file, shared_dir
+from .build import BuildError, compile_file, compile_qkernels, shared_dir
 from .codegen import quant_generator
-from .families import ARM_ISAS, quant_kernels
+from .families import ARM_ISAS, quant_kernels, x86
 from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
-from .qsuite import library_parts
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import library_name
-from .specs import KernelSpec
+from .specs import KernelSpec, QKernelSpec
 from .toolchain import Target, compiler_identity, slowdown
 
 if TYPE_CHECKING:  # only for annotations
@@ -333,7 +332,7 @@ def build_runtime(
     """Link ``libautotune.so`` from the runtime C, ``table_c`` and the kernels' objects.
 
     ``quant`` is the quantised kernels' registry (``at_qtable.c``) and objects
-    (:func:`autotune.qsuite.library_parts`); without it at_qmatmul_f32 computes
+    (:func:`quant_parts`); without it at_qmatmul_f32 computes
     with qgemm.c's portable code.
 
     Copies ``autotune.h`` beside it and builds the ``_atfast`` Python extension
@@ -679,5 +678,42 @@ def build_table_library(stored: "TunedTable", targets: Mapping[str, Target],
     kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
     runtime_target = next(iter(targets.values()))
     return build_runtime(runtime_target, kernel_objects, table_c, out_dir or root / "lib" / stored.target,
-                         quant=library_parts(stored.settings, targets, root),
+                         quant=quant_parts(stored.settings, targets, root),
                          cache=shared_dir(root) / "runtime")
+
+
+# -- the quantised kernels ------------------------------------------------------------------
+
+def build_qlibrary(target: Target, kernels: Sequence[QKernelSpec], obj: Path, out: Path,
+                 features: Sequence[str] | None = None) -> Path:
+    """A shared library with qgemm.c, its error text, thread pool and ``kernels`` registered: for this stage only.
+
+    ``features``: what the registry says every kernel needs instead of its own (tests that emulate VNNI).
+    """
+    src = kernels_src()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".qlink-", dir=out.parent) as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "at_qtable.c").write_text(contract.qregistry(kernels, features))
+        cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
+        built = tmp / out.name
+        _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
+              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(src / "runtime" / "features.c"), str(tmp / "at_qtable.c"),
+              str(obj), "-lm"], target)
+        built.replace(out)
+    return out
+
+
+def quant_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) -> tuple[str, list[Path]] | None:
+    """(at_qtable.c, objects) for the kernels a table selected, None without any."""
+    names = (settings.get("quant") or {}).get("selected") or []
+    target = next((t for isa, t in targets.items() if isa in x86.QUANT_TARGETS), None)
+    if target is None:
+        return None
+    kernels = quant_kernels([target.isa], names)
+    if not kernels:
+        return None
+    obj = compile_qkernels(target, kernels, home)
+    if not obj.ok:
+        raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
+    return contract.qregistry(kernels), [obj.path]

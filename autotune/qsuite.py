@@ -17,30 +17,21 @@ M = 1, 16, 64 with K = N = 1024.  Per kind of weights the fastest GEMV kernel
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import build, contract
-from .codegen import quant_x86
-from .families import qkernel, quant_kernels, x86
+from . import build, link, measure
+from .families import qkernel, x86
 from .qformat import KINDS
-from .specs import QKernelSpec
-from .home import kernels_src
 from .suite import best_of_rounds
 from .toolchain import Target
 
-#: The object's name in the build cache.
-UNIT = "at_qkernels"
 #: Shapes (M) timed at install, with K = N = MEASURE_KN, best of MEASURE_ROUNDS.
 MEASURE_M = (1, 16, 64)
 MEASURE_KN = 1024
@@ -63,61 +54,6 @@ class QuantStage:
                 "seconds": {name: {str(m): s for m, s in by_m.items()} for name, by_m in self.seconds.items()}}
 
 
-def kernel_compiler(target: Target) -> Target:
-    """``target`` compiling with clang when one is installed, else as it is.
-
-    GCC 12 keeps several int16 partial sums of the 4x8 and 2x16 forms on the stack
-    (81 and 73 stack operands in their loops, even with ``-fno-tree-reassoc``;
-    clang 19: 26 and 28); in the same runs here clang's objects made the
-    64 x 4096 x 4096 product 1.3-1.8x faster.  The object links into the GCC-built
-    library through the same C ABI.
-    """
-    if "clang" in target.compiler_id.lower():
-        return target
-    for name in ("clang-19", "clang-18", "clang"):
-        path = shutil.which(name)
-        if path:
-            return replace(target, cc=(path,))
-    return target
-
-
-def compile_kernels(target: Target, kernels: Sequence[QKernelSpec], home: Path | None = None,
-                    emulate_vnni: bool = False) -> build.ObjectResult:
-    """One object with ``kernels`` (content-hashed: the same set compiles once), by :func:`kernel_compiler`.
-
-    With GCC, ``-fno-tree-reassoc``: it otherwise rebalances each int16 accumulation
-    into a tree of partial products that outnumber the 16 ymm registers, and spills them.
-    ``emulate_vnni``: VNNI kernels with vpdpbusd in AVX2 arithmetic (tests on CPUs without it).
-    """
-    source = quant_x86.generate(kernels, emulate_vnni)
-    name = f"{UNIT}_{target.isa}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
-    compiler = kernel_compiler(target)
-    extra = () if "clang" in compiler.compiler_id.lower() else ("-fno-tree-reassoc",)
-    return build._compile(compiler, source, name, "c", (*target.cflags, *extra), home)
-
-
-def link_library(target: Target, kernels: Sequence[QKernelSpec], obj: Path, out: Path,
-                 features: Sequence[str] | None = None) -> Path:
-    """A shared library with qgemm.c, its error text, thread pool and ``kernels`` registered: for this stage only.
-
-    ``features``: what the registry says every kernel needs instead of its own (tests that emulate VNNI).
-    """
-    from .link import _run, runtime_cflags
-
-    src = kernels_src()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".qlink-", dir=out.parent) as tmp_name:
-        tmp = Path(tmp_name)
-        (tmp / "at_qtable.c").write_text(contract.qregistry(kernels, features))
-        cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
-        built = tmp / out.name
-        _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
-              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(src / "runtime" / "features.c"), str(tmp / "at_qtable.c"),
-              str(obj), "-lm"], target)
-        built.replace(out)
-    return out
-
-
 def kernel_isas(target: Target) -> tuple[str, ...]:
     """The kernel ISAs install builds for ``target``: AVX2, and the VNNI forms the host has.
 
@@ -127,37 +63,33 @@ def kernel_isas(target: Target) -> tuple[str, ...]:
     """
     from .host import detect
 
-    if target.isa not in quant_x86.TARGETS or target.emulated:
+    if target.isa not in x86.QUANT_TARGETS or target.emulated:
         return ()
     return x86.quant_isas(detect().features)
 
 
-def _subprocess(command: str, library: Path, names: Sequence[str]) -> dict[str, dict]:
-    """Run this module on ``names``; a crash rejects the kernel it was running and the rest go on."""
-    results: dict[str, dict] = {}
-    todo = list(names)
-    while todo:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "autotune.qsuite", command, str(library), *todo],
-                                  capture_output=True, text=True, timeout=TIMEOUT)
-            out, code = proc.stdout, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            out, code = exc.stdout or "", "timeout"
-            out = out.decode() if isinstance(out, bytes) else out
-        started = None
-        for line in out.splitlines():
-            event = json.loads(line)
-            if event["event"] == "start":
-                started = event["kernel"]
-            else:
-                results[event["kernel"]] = event
-                started = None
-        if code != 0 and started is None and not any(n in results for n in todo):
-            raise RuntimeError(f"autotune.qsuite {command} failed: {proc.stderr.strip()[-2000:]}")
-        if started is not None:
-            results[started] = {"kernel": started, "status": f"crashed (exit {code}) while being {command}d"}
-        todo = [n for n in todo if n not in results]
-    return results
+class _Results(measure.KernelHandler):
+    """The result events of :func:`_main` per kernel; a crash or hang is the kernel's verdict."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.results: dict[str, dict] = {}
+
+    def event(self, kernel: str, event: dict) -> None:
+        if event.get("event") == "result":
+            self.results[kernel] = event
+
+    def failed(self, kernel: str, reason: str) -> None:
+        self.results[kernel] = {"kernel": kernel, "status": f"{reason} while being {self.command}d"}
+
+
+def _run(target: Target, command: str, library: Path, names: Sequence[str]) -> dict[str, dict]:
+    """Run :func:`_main` on ``names`` in the crash-isolated driver (:func:`autotune.measure.drive`):
+    a kernel that crashes is rejected, and the driver starts again on the rest."""
+    handler = _Results(command)
+    measure.drive(Path(sys.executable), target, ["-m", "autotune.qsuite", command, str(library)], names, handler,
+                  TIMEOUT, None)
+    return {n: handler.results.get(n, {"status": f"no result while being {command}d"}) for n in names}
 
 
 def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: bool = False) -> QuantStage | None:
@@ -169,14 +101,14 @@ def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: b
               if not patterns or any(fnmatch.fnmatchcase(k.name, p) for p in patterns)]
     if not family:
         return None
-    obj = compile_kernels(target, family, home)
+    obj = build.compile_qkernels(target, family, home)
     if not obj.ok:
         return QuantStage({k.name: "compile error: " + (obj.error or "").splitlines()[0] for k in family}, {}, ())
-    library = link_library(target, family, obj.path, build.build_dir(target, home) / "quant" / f"lib{obj.hash[:16]}.so")
+    library = link.build_qlibrary(target, family, obj.path, build.build_dir(target, home) / "quant" / f"lib{obj.hash[:16]}.so")
     names = [k.name for k in family]
-    verdicts = {n: r["status"] for n, r in _subprocess("validate", library, names).items()}
+    verdicts = {n: r["status"] for n, r in _run(target, "validate", library, names).items()}
     valid = [n for n in names if verdicts.get(n) == "validated"]
-    timings = _subprocess("measure", library, valid) if valid else {}
+    timings = _run(target, "measure", library, valid) if valid else {}
     seconds = {n: {int(m): float(s) for m, s in r.get("seconds", {}).items()} for n, r in timings.items()}
     return QuantStage(verdicts, seconds, select(seconds))
 
@@ -193,21 +125,6 @@ def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
         if gemv:
             chosen.append(min(gemv, key=lambda n: mine[n][1]))
     return tuple(chosen)
-
-
-def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) -> tuple[str, list[Path]] | None:
-    """(at_qtable.c, objects) for the kernels a table selected, None without any."""
-    names = (settings.get("quant") or {}).get("selected") or []
-    target = next((t for isa, t in targets.items() if isa in quant_x86.TARGETS), None)
-    if target is None:
-        return None
-    kernels = quant_kernels([target.isa], names)
-    if not kernels:
-        return None
-    obj = compile_kernels(target, kernels, home)
-    if not obj.ok:
-        raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
-    return contract.qregistry(kernels), [obj.path]
 
 
 # -- the subprocess: validation cases and timings ----------------------------------
@@ -303,12 +220,13 @@ def _main(argv: Sequence[str]) -> int:
     if command == "measure":
         # In rounds of every kernel: timed one after another, one install put q4a's 4x16
         # 30% ahead of q4s's (the same loop with less to do) and chose q4s's 2x8.
-        best = best_of_rounds(calls, MEASURE_ROUNDS,
-                              lambda key: print(json.dumps({"event": "start", "kernel": key[0]}), flush=True))
+        # No "start" here: every kernel ran its shapes once above (a crash shows there).
+        best = best_of_rounds(calls, MEASURE_ROUNDS)
         for name in names:
             seconds = {m: s for (n, m), s in best.items() if n == name}
             print(json.dumps({"event": "result", "kernel": name, "status": "measured", "seconds": seconds}),
                   flush=True)
+    print(json.dumps({"event": "done"}), flush=True)
     return 0
 
 

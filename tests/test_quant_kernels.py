@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import autotune
-from autotune import host, quant, qsuite, toolchain
+from autotune import host, link, quant, qsuite, toolchain
 from autotune import contract
 from autotune.codegen import quant_x86
 from autotune.families import qkernel, x86
@@ -45,7 +45,7 @@ def qlib(tmp_path_factory: pytest.TempPathFactory) -> loader.Runtime:
     home = tmp_path_factory.mktemp("qhome")
     target = toolchain.target_for("avx2", host.detect())
     names = [k.name for k in FORMS]
-    parts = qsuite.library_parts({"quant": {"selected": names}}, {"avx2": target}, home)
+    parts = link.quant_parts({"quant": {"selected": names}}, {"avx2": target}, home)
     table = emit_kernel_table_c([], default_params(provenance="model"), {})
     built = build_runtime(target, [], table, home / "lib" / "quant", quant=parts)
     runtime = loader.load(built.library)
@@ -241,7 +241,7 @@ def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path,
     assert stage.selected == ("at_q4s_avx2_2x8",)
     assert set(stage.seconds["at_q4s_avx2_2x8"]) == set(qsuite.MEASURE_M)
     monkeypatch.setattr(quant_x86, "generate", real)
-    registry, objects = qsuite.library_parts({"quant": stage.settings()}, {"avx2": target}, tmp_path)
+    registry, objects = link.quant_parts({"quant": stage.settings()}, {"avx2": target}, tmp_path)
     assert '"at_q4s_avx2_2x8"' in registry and "at_q4s_avx2_1x8" not in registry and objects[0].exists()
 
 

@@ -19,7 +19,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from autotune import host, quant, qsuite, toolchain
+from autotune import build, host, link, quant, qsuite, toolchain
 from autotune.families import x86
 from autotune.qformat import KINDS
 from autotune.runtime import qapi
@@ -36,11 +36,11 @@ FORMS = [x86.qkernel(kind, isa, mr, nr) for isa, tiles in TILES.items() for kind
 def _library(tmp_path, kernels, emulate: bool) -> ctypes.CDLL:
     """qgemm.c with ``kernels`` registered (install's validation library, as qsuite links it)."""
     target = toolchain.target_for("avx2", host.detect())
-    obj = qsuite.compile_kernels(target, kernels, tmp_path, emulate_vnni=emulate)
+    obj = build.compile_qkernels(target, kernels, tmp_path, emulate_vnni=emulate)
     assert obj.ok, obj.error
     # Emulated kernels need only AVX2: the registry says so, or qgemm.c would not run them here.
     features = x86.QUANT_FEATURES["avx2"] if emulate else None
-    path = qsuite.link_library(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)
+    path = link.build_qlibrary(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)
     lib = ctypes.CDLL(str(path))
     assert qapi.prototypes(lib)
     lib.at_set_num_threads.argtypes, lib.at_set_num_threads.restype = [ctypes.c_int], None
@@ -84,7 +84,7 @@ def test_real_vnni_kernels_compile_to_vpdpbusd(tmp_path):
     if objdump is None:
         pytest.skip("needs objdump (binutils) to read the object")
     target = toolchain.target_for("avx2", host.detect())
-    obj = qsuite.compile_kernels(target, FORMS, tmp_path)
+    obj = build.compile_qkernels(target, FORMS, tmp_path)
     assert obj.ok, obj.error
     text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(obj.path)], capture_output=True, text=True,
                           check=True).stdout

@@ -45,8 +45,6 @@ from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
 from ..specs import QKernelSpec
 from . import QuantUnit
 
-#: The toolchain target whose flags build them (one translation unit; VNNI by target attributes).
-TARGETS = ("avx2",)
 FLAGS_GUARD = "!defined(__AVX2__) || !defined(__FMA__)"
 #: The compilers' target attribute of each ISA's functions (none: the unit's flags).
 _TARGET_ATTRIBUTE = {"avx2": "", "avxvnni": "avxvnni", "avx512vnni": "avx512f,avx512vl,avx512bw,avx512vnni"}

@@ -322,6 +322,8 @@ def score(spec: KernelSpec) -> float:
 # with target attributes.
 
 QUANT_ISAS = ("avx2", "avxvnni", "avx512vnni")
+#: The toolchain targets whose flags build them (one translation unit; VNNI by target attributes).
+QUANT_TARGETS = ("avx2",)
 #: What the CPU must have to run a kernel of each ISA, in autotune.host's names.
 QUANT_FEATURES = {
     "avx2": ("avx2", "fma"),
