@@ -519,10 +519,13 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
                              f"every sampled one lost its block to {beaten['by']} by "
                              f"{100 * (1 - beaten['worst_ratio']):.0f}% or more")
 
-    # The quantised kernels (qmatmul): validated and timed in their own subprocess.
+    # The quantised kernels (qmatmul): validated (and, natively on x86, timed) in the
+    # crash-isolated driver; an Arm library links the ones its validation passed.
     quant: dict[str, Any] = {}
-    for target in targets.values():
-        stage = qsuite.run_stage(target, root, options.only, options.quick)
+    arm = any(isa in families.ARM_ISAS for isa in targets)
+    stages = [qsuite.run_arm_stage(targets, root)] if arm else \
+        [qsuite.run_stage(target, root, options.only, options.quick) for target in targets.values()]
+    for target, stage in zip(targets.values(), stages):
         if stage is not None:
             quant = stage.settings()
             if not stage.selected:
@@ -578,8 +581,10 @@ def library_qkernels(isas: Iterable[str], quant: Mapping[str, Any]) -> list[dict
     them for `autotune show`: an Arm library cannot be asked in this process, and its
     choice is made where it runs.
     """
-    return [{"name": k.name, "kind": k.kind, "form": k.form, "needs": " ".join(k.features)}
-            for k in families.quant_kernels(isas, quant.get("selected", ()))]
+    verdicts = quant.get("verdicts") or {}
+    return [{"name": k.name, "kind": k.kind, "form": k.form, "needs": " ".join(k.features),
+             **({"verdict": verdicts[k.name]} if k.name in verdicts else {})}
+            for k in families.quant_kernels(isas, quant.get("selected"))]
 
 
 def install(options: InstallOptions = InstallOptions(), console: Console | None = None,

@@ -509,6 +509,7 @@ def build_arm_runtime(
     out_dir: Path,
     with_extension: bool | None = None,
     cache: Path | None = None,
+    quant_selected: Sequence[str] | None = None,
 ) -> ArmLibraryBuild:
     """Link the aarch64 ``libautotune.so`` (``.dylib`` for macOS) and ``libautotune.a`` into ``out_dir``.
 
@@ -516,7 +517,9 @@ def build_arm_runtime(
     emulation), ``kernel_objects`` gives their compiled objects.  The Python
     extension is built only natively (default) since an emulated library cannot
     be loaded by this Python.  ``cache`` as for :func:`build_runtime`.
-    Every NEON quantised kernel (:mod:`autotune.codegen.quant_neon`) is linked in,
+    The quantised kernels install validated (``quant_selected``; None: the whole
+    family, for the validation itself) are linked in: the NEON ones
+    (:mod:`autotune.codegen.quant_neon`),
     each ISA level compiled with its own flags; qgemm.c runs one only on a CPU
     with its level, the portable code elsewhere.  An SME2 target's library also
     links the SME2 quantised kernels (:mod:`autotune.codegen.quant_sme2`) and
@@ -548,7 +551,7 @@ def build_arm_runtime(
     names = (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE) + ((*SME2_SOURCES, *SME2_HEADERS) if sme2 else ())
     for name in names:
         parts += [name, (runtime_dir / name).read_bytes()]
-    carried = quant_kernels((target.isa,))
+    carried = quant_kernels((target.isa,), quant_selected)
     qkernels = [k for k in carried if k.family == "neon"]  # the registry's: tiles of at_qkernel_fn
     sme2_q = [k for k in carried if k.family == "sme2"]
     qunits = quant_generator(qkernels[0]).units(qkernels) if qkernels else []
@@ -609,7 +612,7 @@ def build_arm_runtime(
 
         for name in RUNTIME_SOURCES:
             extra = defines if name == "exec.c" else []
-            if name == "qgemm.c" and sme2:
+            if name == "qgemm.c" and qsme2:
                 extra = ["-DAT_QSME2", *qsme2_include]
             compile_job(runtime_dir / name, [*base, *extra])
         compile_job(tmp / "at_table.c", base)
@@ -619,9 +622,10 @@ def build_arm_runtime(
         if sme2:
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)
-            # The kernels with the SME2 flags; the quantiser runs outside streaming mode,
-            # so it keeps the baseline (an SME2 core need not have SVE outside it: Apple
-            # M4 has none, and -march=armv9-a would let the compiler vectorise with SVE).
+        # The SME2 quantised kernels with the SME2 flags; the quantiser runs outside
+        # streaming mode, so it keeps the baseline (an SME2 core need not have SVE outside
+        # it: Apple M4 has none, and -march=armv9-a would let the compiler vectorise with SVE).
+        if qsme2:
             compile_job(tmp / "at_qsme2_kernels.S", sme_flags, sme_cc)
             compile_job(tmp / "at_qsme2_quant.c", [*base, *qsme2_include])
         headers = _headers(include_dir, runtime_dir, arm_dir)
@@ -657,7 +661,8 @@ def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],
             raise LibraryError(f"{record.name} is selected but has no compiled object")
         kernel_objects.append((record.spec, path))
     return build_arm_runtime(runtime_target, kernels, kernel_objects, stored.params, stored.peak_gflops,
-                             out_dir or root / "lib" / stored.target, cache=shared_dir(root) / "runtime")
+                             out_dir or root / "lib" / stored.target, cache=shared_dir(root) / "runtime",
+                             quant_selected=(stored.settings.get("quant") or {}).get("selected"))
 
 
 def build_table_library(stored: "TunedTable", targets: Mapping[str, Target],
@@ -717,3 +722,16 @@ def quant_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) ->
     if not obj.ok:
         raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
     return contract.qregistry(kernels), [obj.path]
+
+
+def build_qharness(target: Target, archive: Path, out: Path) -> Path:
+    """``kernels_src/harness/qharness.c`` linked statically with ``archive`` (a libautotune.a):
+    what runs a library's quantised kernels on cases the host wrote, natively or under the
+    target's emulator (:func:`autotune.qsuite.validate_library`, the tests)."""
+    src = kernels_src()
+    march = [f for f in target.base_cflags if f.startswith(("-march", "-mcpu"))]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _run([*target.cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *march, f"-I{src / 'include'}",
+          f"-I{src / 'runtime'}", str(src / "harness" / "qharness.c"), str(archive), *target.ldflags,
+          "-pthread", "-lm", "-o", str(out)], target)
+    return out

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import struct
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import build, link, measure
-from .families import qkernel, x86
+from . import build, files, link, measure
+from .families import ARM_ISAS, qkernel, quant_kernels, x86
 from .qformat import KINDS
+from .specs import QKernelSpec
 from .suite import best_of_rounds
 from .toolchain import Target
 
@@ -111,6 +113,110 @@ def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: b
     timings = _run(target, "measure", library, valid) if valid else {}
     seconds = {n: {int(m): float(s) for m, s in r.get("seconds", {}).items()} for n, r in timings.items()}
     return QuantStage(verdicts, seconds, select(seconds))
+
+
+# -- an Arm library's kernels: validated by qharness.c, natively or under the emulator ------
+
+def pack_calls(calls: Sequence[tuple]) -> bytes:
+    """The input of ``qharness`` (kernels_src/harness/qharness.c, whose header describes it):
+    each call (kernel name or "" for the library's choice, A, weights[, options]);
+    ``options`` (all optional): ``sme2`` (the weights' :class:`autotune.quant.Sme2Weights`),
+    ``bias``, ``clamp``, ``ldc``."""
+    blob = bytearray()
+    for name, A, w, *rest in calls:
+        opts = rest[0] if rest else {}
+        m, _ = A.shape
+        packed, form = w.packed, opts.get("sme2")
+        bias, clamp, ldc = opts.get("bias"), opts.get("clamp"), opts.get("ldc", w.n)
+        flags = (1 if bias is not None else 0) | (2 if clamp is not None else 0)
+        blob += struct.pack("<12q", m, A.shape[1], w.n, w.bits, int(w.symmetric), w.block, len(name),
+                            form.svl_bits if form else 0, form.codes.size if form else 0,
+                            form.scales.size if form else 0, ldc, flags) + name.encode()
+        blob += np.ascontiguousarray(A, np.float32).tobytes() + packed.codes.tobytes() + packed.scales.tobytes()
+        if packed.zeros is not None:
+            blob += packed.zeros.tobytes()
+        if form:
+            blob += form.codes.tobytes() + np.ascontiguousarray(form.scales, np.float32).tobytes()
+        for extra in (bias, clamp):
+            if extra is not None:
+                blob += np.asarray(extra, np.float32).tobytes()
+    return bytes(blob)
+
+
+def unpack_results(data: bytes, calls: Sequence[tuple]) -> list[tuple[int, np.ndarray]]:
+    """(status, C as M x ldc, columns past N included) of each call, from qharness's output."""
+    at, results = 0, []
+    for _, A, w, *rest in calls:
+        ldc = (rest[0] if rest else {}).get("ldc", w.n)
+        (status,) = struct.unpack_from("<q", data, at)
+        size = A.shape[0] * ldc
+        results.append((status, np.frombuffer(data, np.float32, size, at + 8).reshape(A.shape[0], ldc)))
+        at += 8 + 4 * size
+    if at != len(data):
+        raise ValueError(f"qharness wrote {len(data)} bytes for {len(calls)} cases, not {at}")
+    return results
+
+
+def validate_library(target: Target, home: Path, kernels: Sequence[QKernelSpec]) -> dict[str, str]:
+    """Run every one of ``kernels`` on :func:`_cases` in a library holding them all (no float
+    kernels), through ``qharness`` in the crash-isolated driver, natively or under the
+    target's emulator; name -> "validated" or why not.  An SME2 kernel's cases carry the
+    weights' SME2 form for the target's vector length, which the library runs it on."""
+    lib = link.build_arm_runtime(target, [], [], link.default_params(None, {}, provenance="emulated"), {},
+                                 home / "build" / "quant" / target.isa / "lib", cache=build.shared_dir(home) / "runtime")
+    work = home / "build" / "quant" / target.isa
+    harness = link.build_qharness(target, lib.archive, work / "qharness")
+    verdicts: dict[str, str] = {}
+    for kind in KINDS:
+        mine = [k.name for k in kernels if k.kind == kind]
+        if not mine:
+            continue
+        sme2 = any(qkernel(n).family == "sme2" for n in mine) and target.svl_bits
+        calls = [(d, A, w, {"sme2": w.sme2(target.svl_bits)} if sme2 else {}) for d, A, w in _cases(kind)]
+        cases = work / f"cases-{kind}.bin"
+        with files.atomic_writer(cases, "wb") as f:
+            f.write(pack_calls([("", A, w, o) for _, A, w, o in calls]))
+        out = work / f"out-{kind}"
+        out.mkdir(parents=True, exist_ok=True)
+        handler = _Results("validate")
+        measure.drive(harness, target, [str(cases), str(out)], mine, handler,
+                      measure.default_timeout(target) * 10, None)
+        for name in mine:
+            ran = handler.results.get(name, {})
+            if ran.get("event") != "result":  # crashed or hung: the driver's reason
+                verdicts[name] = ran.get("status", "no result while being validated")
+                continue
+            verdicts[name] = _verdict(unpack_results((out / f"{name}.bin").read_bytes(), calls), calls)
+    return verdicts
+
+
+def run_arm_stage(targets: Mapping[str, Target], home: Path) -> QuantStage | None:
+    """An Arm library's quantised kernels (:func:`autotune.families.quant_kernels`), each
+    validated by :func:`validate_library` with the target the library is built for;
+    nothing timed (qgemm.c chooses among them where it runs).  The selection is the
+    validated ones, which the library links: an SME2 kernel only with all of its
+    family's, which are one object."""
+    target = targets.get("sme2") or next((t for isa, t in targets.items() if isa in ARM_ISAS), None)
+    kernels = quant_kernels(targets) if target is not None else []
+    if not kernels:
+        return None
+    verdicts = validate_library(target, home, kernels)
+    valid = [k for k in kernels if verdicts[k.name] == "validated"]
+    if any(k.family == "sme2" and verdicts[k.name] != "validated" for k in kernels):
+        valid = [k for k in valid if k.family != "sme2"]
+    return QuantStage(verdicts, {}, tuple(k.name for k in valid))
+
+
+def _verdict(results: Sequence[tuple[int, np.ndarray]], calls: Sequence[tuple]) -> str:
+    from .quant import reference_qmatmul, scaling_error_bound
+
+    for (status, C), (description, A, w, _) in zip(results, calls):
+        if status != 0:
+            return f"not run at {description}: status {status} (the CPU lacks its features?)"
+        problem = _check(np.ascontiguousarray(C[:, :w.n]), reference_qmatmul(A, w), scaling_error_bound(A, w))
+        if problem:
+            return f"wrong answer at {description}: {problem}"
+    return "validated"
 
 
 def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:

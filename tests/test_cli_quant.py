@@ -16,6 +16,7 @@ import pytest
 from autotune import table
 from autotune.families import neon as neon_family, sme2 as sme2_family
 from autotune.install import InstallOptions, install, library_qkernels
+from autotune.link import build_qharness
 from tests.isa import requires_isa
 from tests.test_table import make_table
 
@@ -90,24 +91,27 @@ def test_the_record_follows_what_each_library_links():
 
 @pytest.mark.arm
 def test_an_emulated_neon_install_records_the_kernels_its_library_names(tmp_path):
-    """The table's record is what the installed aarch64 library's at_qkernel_name lists, asked
-    under QEMU; and `autotune show` prints it."""
-    from .arm_runtime import build as rt
+    """The install validated every quantised kernel under QEMU, as the float ones; the table's
+    record is what the installed aarch64 library's at_qkernel_name lists, asked under QEMU;
+    and `autotune show` prints them as validated."""
     from .test_quant_arm import _target
 
     target = _target()
     result = install(InstallOptions(target="neon", home=tmp_path, only=("at_dgemm_neon_tt_1x1_*",)))
     assert result.library is not None, result.notes
-    recorded = [e["name"] for e in result.table.settings["quant_library"]]
-    exe = tmp_path / "qdriver"
-    rt._run([*target.cc, *rt._strict(target), f"-I{result.library.parent}", str(rt.HERE / "qdriver.c"),
-             str(result.library.parent / "libautotune.a"), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
+    entries = result.table.settings["quant_library"]
+    recorded = [e["name"] for e in entries]
+    assert recorded == [k.name for k in neon_family.quant_family()]
+    assert {e["verdict"] for e in entries} == {"validated"}
+    assert result.table.settings["quant"]["selected"] == recorded
+    exe = build_qharness(target, result.library.parent / "libautotune.a", tmp_path / "qharness")
     done = subprocess.run([*target.runner, str(exe), "names"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == recorded
     shown = show(tmp_path, "neon")
     assert shown.returncode == 0, shown.stderr
     assert listed(shown.stdout) == recorded
+    assert all("validated" in line for line in shown.stdout.splitlines() if "at_q" in line)
 
 
 @requires_isa("avx2")

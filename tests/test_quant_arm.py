@@ -1,7 +1,7 @@
 """The NEON quantised kernels (``sdot``, ``smmla``) and the aarch64 library's quantised path, under QEMU.
 
 The aarch64 library (autotune.link.build_arm_runtime, no float kernels) carries
-every NEON quantised kernel; tests/arm_runtime/qdriver.c runs it under
+every NEON quantised kernel; kernels_src/harness/qharness.c runs it under
 qemu-aarch64 on cases written here, and the host compares each C with
 :func:`autotune.quant.reference_qmatmul` within :func:`autotune.quant.scaling_error_bound`:
 
@@ -21,7 +21,6 @@ Nothing here times anything.
 from __future__ import annotations
 
 import json
-import struct
 import subprocess
 from pathlib import Path
 
@@ -32,10 +31,9 @@ from autotune import contract, quant, qsuite
 from autotune.codegen import quant_generator, quant_neon
 from autotune.families import neon, qkernel
 from autotune.host import HostInfo
-from autotune.link import build_arm_runtime, default_params
+from autotune.link import build_arm_runtime, build_qharness, default_params
 from autotune.toolchain import Target, ToolchainError, arm_target
 
-from .arm_runtime import build as rt
 
 X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
 KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
@@ -100,13 +98,11 @@ def _target() -> Target:
 
 @pytest.fixture(scope="module")
 def qdriver(tmp_path_factory) -> tuple[Target, Path]:
-    """(target, qdriver.c linked statically with an aarch64 libautotune.a holding the NEON kernels)."""
+    """(target, qharness.c linked statically with an aarch64 libautotune.a holding the NEON kernels)."""
     target = _target()
     home = tmp_path_factory.mktemp("qarm")
     lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib")
-    exe = home / "qdriver"
-    rt._run([*target.cc, *rt._strict(target), f"-I{lib.header.parent}", str(rt.HERE / "qdriver.c"),
-             str(lib.archive), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
+    exe = build_qharness(target, lib.archive, home / "qharness")
     return target, exe
 
 
@@ -124,46 +120,22 @@ def _cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:
 
 
 def _run(target: Target, exe: Path, cpu: str, calls: list[tuple], work: Path) -> list[tuple[int, np.ndarray]]:
-    """(status, C) of each (kernel name or "", A, w[, options]) call, run by qdriver under QEMU's ``cpu``.
+    """(status, C) of each (kernel name or "", A, w[, options]) call, run by qharness under QEMU's ``cpu``.
 
     ``options`` (a dict, all optional): ``sme2`` (an :class:`autotune.quant.Sme2Weights` to pass as
     the weights' SME2 form), ``bias``, ``clamp`` and ``ldc`` (> N: the columns past N must come back
     untouched, which is checked here)."""
-    blob = bytearray()
-    for name, A, w, *rest in calls:
-        opts = rest[0] if rest else {}
-        m, k = A.shape
-        packed, form = w.packed, opts.get("sme2")
-        bias, clamp, ldc = opts.get("bias"), opts.get("clamp"), opts.get("ldc", w.n)
-        flags = (1 if bias is not None else 0) | (2 if clamp is not None else 0)
-        blob += struct.pack("<12q", m, k, w.n, w.bits, int(w.symmetric), w.block, len(name),
-                            form.svl_bits if form else 0, form.codes.size if form else 0,
-                            form.scales.size if form else 0, ldc, flags) + name.encode()
-        blob += np.ascontiguousarray(A, np.float32).tobytes() + packed.codes.tobytes() + packed.scales.tobytes()
-        if packed.zeros is not None:
-            blob += packed.zeros.tobytes()
-        if form:
-            blob += form.codes.tobytes() + np.ascontiguousarray(form.scales, np.float32).tobytes()
-        if bias is not None:
-            blob += np.asarray(bias, np.float32).tobytes()
-        if clamp is not None:
-            blob += np.asarray(clamp, np.float32).tobytes()
+    blob = qsuite.pack_calls(calls)
     inp, out = work / f"in-{cpu}.bin", work / f"out-{cpu}.bin"
     inp.write_bytes(bytes(blob))
     runner = [*target.runner[:-1], cpu]
     done = subprocess.run([*runner, str(exe), str(inp), str(out)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"qdriver on {cpu}: rc={done.returncode} (-4 is SIGILL) {done.stderr[-800:]}"
+    assert done.returncode == 0, f"qharness on {cpu}: rc={done.returncode} (-4 is SIGILL) {done.stderr[-800:]}"
     assert json.loads(done.stdout.splitlines()[-1]) == {"event": "done", "cases": len(calls)}
-    data, at, results = out.read_bytes(), 0, []
-    for name, A, w, *rest in calls:
-        ldc = (rest[0] if rest else {}).get("ldc", w.n)
-        (status,) = struct.unpack_from("<q", data, at)
-        size = A.shape[0] * ldc
-        full = np.frombuffer(data, np.float32, size, at + 8).reshape(A.shape[0], ldc)
+    results = []
+    for (name, A, w, *rest), (status, full) in zip(calls, qsuite.unpack_results(out.read_bytes(), calls)):
         assert (full[:, w.n:].view(np.uint32) == 0xFFFFFFFF).all(), f"{name or 'choice'}: wrote past N"
         results.append((status, np.ascontiguousarray(full[:, :w.n])))
-        at += 8 + 4 * size
-    assert at == len(data)
     return results
 
 
@@ -359,3 +331,21 @@ def test_neon_library_has_no_sme2_path(qdriver, tmp_path):
     calls = [("", A, w, {"sme2": quant.pack_sme2(w, 512)}) for kind in ("q4s", "q4a") for _, A, w in _cases(kind)]
     for (_, A, w, _), (status, C) in zip(calls, _run(target, exe, cpu, calls, tmp_path)):
         assert status == AT_OK and _check(C, A, w) is None, f"M={A.shape[0]} K={A.shape[1]}"
+
+
+@pytest.mark.arm
+def test_the_install_stage_rejects_a_wrong_neon_kernel_and_keeps_the_right_ones(tmp_path, monkeypatch):
+    """Install's validation of an Arm library (qharness under QEMU, in the crash-isolated driver)
+    sees a kernel that forgets the zero point; its neighbours stay validated."""
+    target = _target()
+    real = quant_neon.generate
+
+    def broken(kernels):
+        head, marker, tail = real(kernels).partition("/* at_q4s_dotprod_1x8:")
+        return head + marker + tail.replace("vfmsq_f32(", "vfmaq_f32(", 1)
+
+    monkeypatch.setattr(quant_neon, "generate", broken)
+    verdicts = qsuite.validate_library(target, tmp_path, [qkernel("at_q4s_dotprod_1x8"), qkernel("at_q4s_dotprod_4x8"),
+                                                          qkernel("at_q8_dotprod_1x8")])
+    assert verdicts["at_q4s_dotprod_1x8"].startswith("wrong answer")
+    assert verdicts["at_q4s_dotprod_4x8"] == verdicts["at_q8_dotprod_1x8"] == "validated"

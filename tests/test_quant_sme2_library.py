@@ -3,7 +3,7 @@
 An SME2 target's library (autotune.link.build_arm_runtime) links the kernels of
 autotune/codegen/quant_sme2.py and runs them on 4-bit weights that carry an SME2
 form (``at_qweights.sme2_*``) packed for the thread's streaming vector length
-(``at_qsme2_svl()``).  tests/arm_runtime/qdriver.c runs the library on cases
+(``at_qsme2_svl()``).  kernels_src/harness/qharness.c runs the library on cases
 written here; C is compared with :func:`autotune.quant.reference_qmatmul` within
 :func:`autotune.quant.scaling_error_bound` (bias and clamp applied to both):
 
@@ -33,11 +33,10 @@ import pytest
 from autotune import qsuite, quant
 from autotune.home import kernels_src
 from autotune.host import HostInfo
-from autotune.link import build_arm_runtime, default_params
+from autotune.link import build_arm_runtime, build_qharness, default_params
 from autotune.runtime import qapi
 from autotune.toolchain import Target, ToolchainError, arm_target
 
-from .arm_runtime import build as rt
 from .test_quant_arm import AT_ENOKERNEL, AT_OK, _check, _run
 
 X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
@@ -107,15 +106,12 @@ def _target(svl: int = 512) -> Target:
 
 @pytest.fixture(scope="module")
 def sme2_qdriver(tmp_path_factory) -> tuple[Target, Path]:
-    """(target, qdriver.c linked statically with the SME2 target's libautotune.a: no float kernels)."""
+    """(target, qharness.c linked statically with the SME2 target's libautotune.a: no float kernels)."""
     target = _target()
     home = tmp_path_factory.mktemp("qsme2lib")
     lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib",
                             cache=home / "cache")
-    exe = home / "qdriver"
-    rt._run([*target.cc, *rt._strict(target), f"-I{lib.header.parent}", str(rt.HERE / "qdriver.c"),
-             str(lib.archive), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
-    return target, exe
+    return target, build_qharness(target, lib.archive, home / "qharness")
 
 
 def _qemu(target: Target, cpu: str) -> list[str]:

@@ -116,18 +116,20 @@ def qkernel(name: str) -> QKernelSpec:
     return spec
 
 
-def quant_kernels(isas: Iterable[str], selected: Iterable[str] = ()) -> list[QKernelSpec]:
+def quant_kernels(isas: Iterable[str], selected: Iterable[str] | None = None) -> list[QKernelSpec]:
     """The quantised kernels a library for ``isas`` carries, preferred first.
 
-    An Arm library: every NEON kernel, since qgemm.c picks among them by the
+    An Arm library: the NEON kernels, since qgemm.c picks among them by the
     features of the CPU it runs on (an emulated install times nothing), and an SME2
     library the SME2 kernels after them (qgemm.c runs those first on weights with
-    an SME2 form; they stay out of the tile registry, taking whole matrices).
+    an SME2 form; they stay out of the tile registry, taking whole matrices); of
+    those, the ones install validated (``selected``), all when ``selected`` is None.
     An x86 library: the kernels install ``selected`` (validated and timed here).
     """
     isas = tuple(isas)
     if any(isa in ARM_ISAS for isa in isas):
-        return neon.quant_family() + (sme2.quant_family() if sme2.ISA in isas else [])
+        family = neon.quant_family() + (sme2.quant_family() if sme2.ISA in isas else [])
+        return family if selected is None else [k for k in family if k.name in set(selected)]
     if any(isa in x86.QUANT_ISAS for isa in isas):
-        return [qkernel(name) for name in selected]
+        return [qkernel(name) for name in selected or ()]
     return []
