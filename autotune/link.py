@@ -27,7 +27,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from . import contract, files
 from .build import BuildError, compile_file, compile_qkernels, shared_dir
@@ -320,6 +320,46 @@ def python_extension_flags() -> tuple[list[str], str] | None:
     return [f"-I{include}"], suffix
 
 
+Job = tuple[Sequence[str], Sequence[str], Path, Path]  # (cc, args, source, object)
+
+
+def _assemble(target: Target, out_dir: Path, parts: Sequence[bytes | str], sources: Callable[[Path], list[Job]],
+              headers: Sequence[Path], ext: tuple[list[str], str] | None, ext_args: Sequence[str],
+              ldflags: Sequence[str], linked: Sequence[str] = (), archive: bool = False,
+              cache: Path | None = None) -> LibraryBuild | ArmLibraryBuild:
+    """The one library builder: every target's libautotune is the objects of the compile
+    jobs ``sources(tmp)`` writes (the runtime, the table, each family's parts) and the
+    objects ``linked``, named by the hash of ``parts`` (what went into them); nothing is
+    built when the published stamp has that hash.  Publishes the shared library, the
+    static archive (``archive``), the Python extension (``ext``) and autotune.h together.
+    """
+    digest = _digest(*parts)
+    lib_name = library_name(target.os)
+    library, stamp = out_dir / lib_name, out_dir / (lib_name + ".hash")
+    archive_path = out_dir / ARCHIVE_NAME if archive else None
+    extension = out_dir / f"_atfast{ext[1]}" if ext else None
+    made = ArmLibraryBuild if archive else LibraryBuild
+    extra = (archive_path,) if archive else ()
+    if (library.exists() and stamp.exists() and stamp.read_text().strip() == digest
+            and (extension is None or extension.exists()) and (archive_path is None or archive_path.exists())):
+        return made(library, out_dir / "autotune.h", extension, digest, True, *extra)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
+        tmp = Path(tmp_name)
+        jobs = sources(tmp)
+        _compile_all(jobs, headers, cache, target)
+        objects = [*(str(job[3]) for job in jobs), *linked]
+        lib_tmp = tmp / lib_name
+        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *ldflags,
+              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
+        outputs = [(lib_tmp, library)]
+        if archive_path is not None:
+            _run([*_archiver(target), "rcs", str(tmp / ARCHIVE_NAME), *objects], target)
+            outputs.append((tmp / ARCHIVE_NAME, archive_path))
+        outputs += _build_extension(target.cc, ext_args, ext, extension, tmp, target, headers, cache)
+        _publish(tmp, out_dir, outputs, kernels_src() / "include" / "autotune.h", digest, stamp)
+    return made(library, out_dir / "autotune.h", extension, digest, False, *extra)
+
+
 def build_runtime(
     target: Target,
     kernel_objects: Sequence[tuple[KernelSpec, Path]],
@@ -361,39 +401,17 @@ def build_runtime(
     parts += [spec.name for spec, _ in sorted(kernel_objects, key=lambda item: item[0])]
     for obj in object_paths:
         parts += [obj, Path(obj).read_bytes()]
-    digest = _digest(*parts)
 
-    lib_name = library_name(target.os)
-    library = out_dir / lib_name
-    stamp = out_dir / (lib_name + ".hash")
-    extension = out_dir / f"_atfast{ext[1]}" if ext else None
-    if (
-        library.exists()
-        and stamp.exists()
-        and stamp.read_text().strip() == digest
-        and (extension is None or extension.exists())
-    ):
-        return LibraryBuild(library, out_dir / "autotune.h", extension, digest, True)
-
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
-        tmp = Path(tmp_name)
+    def sources(tmp: Path) -> list[Job]:
         (tmp / "at_table.c").write_text(table_c)
         (tmp / QTABLE).write_text(qtable_c)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}"]
-        jobs = []
-        for name in (*RUNTIME_SOURCES, "at_table.c", QTABLE):
-            path = tmp / name if name in ("at_table.c", QTABLE) else runtime_dir / name
-            jobs.append((target.cc, [*cflags, *includes], path, tmp / (Path(name).stem + ".o")))
-        headers = _headers(include_dir, runtime_dir)
-        _compile_all(jobs, headers, cache, target)
-        objects = [*(str(obj) for obj in quant_objects), *(str(job[3]) for job in jobs)]
-        lib_tmp = tmp / lib_name
-        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *target.ldflags,
-              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
-        outputs = [(lib_tmp, library)]
-        outputs += _build_extension(target.cc, [*cflags, *includes], ext, extension, tmp, target, headers, cache)
-        _publish(tmp, out_dir, outputs, header, digest, stamp)
-    return LibraryBuild(library, out_dir / "autotune.h", extension, digest, False)
+        return [(target.cc, [*cflags, *includes], tmp / name if name in ("at_table.c", QTABLE) else runtime_dir / name,
+                 tmp / (Path(name).stem + ".o")) for name in (*RUNTIME_SOURCES, "at_table.c", QTABLE)]
+
+    return _assemble(target, out_dir, parts, sources, _headers(include_dir, runtime_dir), ext,
+                     [*cflags, f"-I{include_dir}", f"-I{runtime_dir}"], target.ldflags,
+                     [*(str(obj) for obj in quant_objects), *object_paths], cache=cache)
 
 
 def _build_extension(cc: Sequence[str], args: Sequence[str], ext: tuple[list[str], str] | None,
@@ -568,18 +586,9 @@ def build_arm_runtime(
     object_paths = list(dict.fromkeys(str(obj) for _, obj in kernel_objects))
     for obj in object_paths:
         parts += [obj, Path(obj).read_bytes()]
-    digest = _digest(*parts)
+    includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
 
-    lib_name = library_name(target.os)
-    library, archive = out_dir / lib_name, out_dir / ARCHIVE_NAME
-    stamp = out_dir / (lib_name + ".hash")
-    extension = out_dir / f"_atfast{ext[1]}" if ext else None
-    if (library.exists() and archive.exists() and stamp.exists()
-            and stamp.read_text().strip() == digest and (extension is None or extension.exists())):
-        return ArmLibraryBuild(library, out_dir / "autotune.h", extension, digest, True, archive)
-
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
-        tmp = Path(tmp_name)
+    def sources(tmp: Path) -> list[Job]:
         (tmp / "at_table.c").write_text(table_c)
         # The NEON quantised kernels, every level in the one library: qgemm.c runs an
         # entry only where the CPU has its features (the portable code elsewhere).
@@ -588,7 +597,6 @@ def build_arm_runtime(
         (tmp / QTABLE).write_text(qtable_c)
         for unit in qunits:
             (tmp / unit.filename).write_text(unit.text)
-        includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
         qsme2_include: list[str] = []
         if qsme2:
             # Only qgemm.c and the quantiser include the generated header, from a folder
@@ -605,7 +613,7 @@ def build_arm_runtime(
             for name, text in qsme2.items():
                 if name != "at_qsme2.h":
                     (tmp / name).write_text(text)
-        jobs: list[tuple[Sequence[str], Sequence[str], Path, Path]] = []
+        jobs: list[Job] = []
 
         def compile_job(path: Path, flags: Sequence[str], cc: Sequence[str] = target.cc) -> None:
             jobs.append((cc, [*flags, *includes], path, tmp / (path.name.replace(".", "_") + ".o")))
@@ -628,18 +636,10 @@ def build_arm_runtime(
         if qsme2:
             compile_job(tmp / "at_qsme2_kernels.S", sme_flags, sme_cc)
             compile_job(tmp / "at_qsme2_quant.c", [*base, *qsme2_include])
-        headers = _headers(include_dir, runtime_dir, arm_dir)
-        _compile_all(jobs, headers, cache, target)
-        objects = [str(job[3]) for job in jobs]
+        return jobs
 
-        lib_tmp, ar_tmp = tmp / lib_name, tmp / ARCHIVE_NAME
-        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *shared_ldflags,
-              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
-        _run([*_archiver(target), "rcs", str(ar_tmp), *objects, *object_paths], target)
-        outputs = [(lib_tmp, library), (ar_tmp, archive)]
-        outputs += _build_extension(target.cc, [*base, *includes], ext, extension, tmp, target, headers, cache)
-        _publish(tmp, out_dir, outputs, header, digest, stamp)
-    return ArmLibraryBuild(library, out_dir / "autotune.h", extension, digest, False, archive)
+    return _assemble(target, out_dir, parts, sources, _headers(include_dir, runtime_dir, arm_dir), ext,
+                     [*base, *includes], shared_ldflags, object_paths, archive=True, cache=cache)
 
 
 def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],

@@ -97,7 +97,7 @@ def _target() -> Target:
 
 
 @pytest.fixture(scope="module")
-def qdriver(tmp_path_factory) -> tuple[Target, Path]:
+def qharness(tmp_path_factory) -> tuple[Target, Path]:
     """(target, qharness.c linked statically with an aarch64 libautotune.a holding the NEON kernels)."""
     target = _target()
     home = tmp_path_factory.mktemp("qarm")
@@ -144,8 +144,8 @@ def _check(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights) -> str | Non
 
 
 @pytest.mark.arm
-def test_every_neon_kernel_forced_by_name_matches_the_reference(qdriver, tmp_path):
-    target, exe = qdriver
+def test_every_neon_kernel_forced_by_name_matches_the_reference(qharness, tmp_path):
+    target, exe = qharness
     calls, labels = [], []
     for kind in KINDS:
         for description, A, w in _cases(kind):
@@ -161,9 +161,9 @@ def test_every_neon_kernel_forced_by_name_matches_the_reference(qdriver, tmp_pat
     assert not problems, "\n".join(problems[:10])
 
 
-def _library_choice_on(model: str, qdriver, work: Path) -> None:
+def _library_choice_on(model: str, qharness, work: Path) -> None:
     """Right answers from the library's own choice on ``model``; forced kernels run only with their level."""
-    target, exe = qdriver
+    target, exe = qharness
     has = MODELS[model]
     calls, expected = [], []
     for kind in KINDS:
@@ -185,15 +185,15 @@ def _library_choice_on(model: str, qdriver, work: Path) -> None:
 
 @pytest.mark.arm
 @pytest.mark.parametrize("model", QUICK_MODELS)
-def test_library_choice_per_cpu_model(qdriver, tmp_path, model):
-    _library_choice_on(model, qdriver, tmp_path)
+def test_library_choice_per_cpu_model(qharness, tmp_path, model):
+    _library_choice_on(model, qharness, tmp_path)
 
 
 @pytest.mark.arm
 @pytest.mark.slow
 @pytest.mark.parametrize("model", [m for m in MODELS if m not in QUICK_MODELS])
-def test_library_choice_on_more_cpu_models(qdriver, tmp_path, model):
-    _library_choice_on(model, qdriver, tmp_path)
+def test_library_choice_on_more_cpu_models(qharness, tmp_path, model):
+    _library_choice_on(model, qharness, tmp_path)
 
 
 def _adversarial_rows(k: int, block: int, rng: np.random.Generator) -> np.ndarray:
@@ -228,7 +228,7 @@ def _adversarial_rows(k: int, block: int, rng: np.random.Generator) -> np.ndarra
 
 
 @pytest.mark.arm
-def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qdriver, tmp_path):
+def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qharness, tmp_path):
     """qgemm.c's quantisation of A (NEON for whole blocks, scalar for a partial one) is
     quantize_activations' bit for bit.  With W = 7 I in symmetric 4 bits every weight
     scale is 1 or 0 and only the diagonal block counts, so C[m, n] = float(7 qa) * sa
@@ -236,7 +236,7 @@ def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qdri
     (8 times the code sum) cancels only if the library's sum is right: a code, a scale
     bit or a sum the library gets differently from the reference shows as an inequality.
     Each A as one call (the block kernel, M > 1) and row by row (the GEMV, M = 1)."""
-    target, exe = qdriver
+    target, exe = qharness
     rng = np.random.default_rng(17)
     calls = []
     for block in (32, 64, 128):
@@ -317,11 +317,11 @@ def test_the_library_runs_the_kernels_of_the_cpus_level(tmp_path):
 
 
 @pytest.mark.arm
-def test_neon_library_has_no_sme2_path(qdriver, tmp_path):
+def test_neon_library_has_no_sme2_path(qharness, tmp_path):
     """The NEON target's library carries no SME2 quantised kernels: at_qsme2_svl() is 0 even
     on an SME2 CPU, no SME2 name is listed, and weights carrying an SME2 form get right
     answers from the NEON kernels there."""
-    target, exe = qdriver
+    target, exe = qharness
     cpu = "max,sme=on,sme512=on"
     runner = [*target.runner[:-1], cpu]
     for mode, check in (("svl", lambda out: out.split() == ["0"]),

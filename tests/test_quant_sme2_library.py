@@ -105,7 +105,7 @@ def _target(svl: int = 512) -> Target:
 
 
 @pytest.fixture(scope="module")
-def sme2_qdriver(tmp_path_factory) -> tuple[Target, Path]:
+def sme2_qharness(tmp_path_factory) -> tuple[Target, Path]:
     """(target, qharness.c linked statically with the SME2 target's libautotune.a: no float kernels)."""
     target = _target()
     home = tmp_path_factory.mktemp("qsme2lib")
@@ -163,7 +163,7 @@ def _check_case(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights, opts: d
 
 
 def _translated(target: Target, exe: Path, cpu: str, inp: Path, out: Path, log: Path) -> set[str]:
-    """The quantised kernels' symbols QEMU translated (so reached) while qdriver ran ``inp``."""
+    """The quantised kernels' symbols QEMU translated (so reached) while qharness ran ``inp``."""
     done = subprocess.run([*_qemu(target, cpu), "-d", "in_asm", "-D", str(log), str(exe), str(inp), str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-800:]
@@ -173,8 +173,8 @@ def _translated(target: Target, exe: Path, cpu: str, inp: Path, out: Path, log: 
             if s.startswith(("at_q4s_", "at_q4a_", "at_q8_"))}
 
 
-def _library_choice(svl: int, sme2_qdriver, work: Path) -> None:
-    target, exe = sme2_qdriver
+def _library_choice(svl: int, sme2_qharness, work: Path) -> None:
+    target, exe = sme2_qharness
     cpu = _sme_cpu(svl)
     assert _driver_svl(target, exe, cpu) == svl
     calls, labels = [], []
@@ -195,20 +195,20 @@ def _library_choice(svl: int, sme2_qdriver, work: Path) -> None:
 
 
 @pytest.mark.arm
-def test_library_choice_runs_the_sme2_kernels_at_svl_512(sme2_qdriver, tmp_path):
-    _library_choice(512, sme2_qdriver, tmp_path)
+def test_library_choice_runs_the_sme2_kernels_at_svl_512(sme2_qharness, tmp_path):
+    _library_choice(512, sme2_qharness, tmp_path)
 
 
 @pytest.mark.arm
 @pytest.mark.slow
 @pytest.mark.parametrize("svl", [128, 256, 1024, 2048])
-def test_library_choice_runs_the_sme2_kernels_at_other_svls(sme2_qdriver, tmp_path, svl):
-    _library_choice(svl, sme2_qdriver, tmp_path)
+def test_library_choice_runs_the_sme2_kernels_at_other_svls(sme2_qharness, tmp_path, svl):
+    _library_choice(svl, sme2_qharness, tmp_path)
 
 
 @pytest.mark.arm
-def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qdriver):
-    target, exe = sme2_qdriver
+def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qharness):
+    target, exe = sme2_qharness
     done = subprocess.run([*_qemu(target, "cortex-a76"), str(exe), "names"], capture_output=True, text=True,
                           timeout=60)
     names = done.stdout.split()
@@ -217,12 +217,12 @@ def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qdriver):
 
 
 @pytest.mark.arm
-def test_forced_sme2_kernels_and_every_fallback(sme2_qdriver, tmp_path):
+def test_forced_sme2_kernels_and_every_fallback(sme2_qharness, tmp_path):
     """Forced by name: right answers with a usable form (the block kernel over every row,
     partial tiles included; the GEMV row by row); refused (AT_ENOKERNEL) for weights
     without a form, packed for another SVL, or 8-bit.  The library's choice with a form
     for another SVL, or on cortex-a76 (no SME2) with the right form: the NEON path."""
-    target, exe = sme2_qdriver
+    target, exe = sme2_qharness
     svl, other = 512, 256
     cpu = _sme_cpu(svl)
     calls, expected = [], []
@@ -270,14 +270,14 @@ def test_forced_sme2_kernels_and_every_fallback(sme2_qdriver, tmp_path):
 
 
 @pytest.mark.arm
-def test_cache_keys_of_the_sme2_library(sme2_qdriver):
+def test_cache_keys_of_the_sme2_library(sme2_qharness):
     """The generated SME2 header's -I folder is named by its text and given to qgemm.c and
     the quantiser only, so compile_file's keys (argv, source and header texts) are the
     same in a second build (every object comes from the cache), and a NEON library
     built with the same cache compiles only the two files whose flags differ
     (exec.c without AT_SME2_EXEC, qgemm.c without AT_QSME2): the rest of the runtime
     is shared."""
-    target, exe = sme2_qdriver
+    target, exe = sme2_qharness
     home = exe.parent
 
     def objects() -> set[str]:
