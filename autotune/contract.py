@@ -136,6 +136,15 @@ def qkernel_signature(name: str) -> str:
             f"        const float *wz, int64_t sstride, float *C, int64_t ldc, int64_t load_c)")
 
 
+def qkernel_unused(kind: str) -> list[str]:
+    """The C lines a quantised kernel of ``kind`` starts with for the operands it does not
+    read (no zero points: ``wz``; symmetric 8-bit codes: ``asum``), and what ``load_c`` means."""
+    fmt = weight_format(kind)
+    return [*(["    (void)wz; /* no zero points */"] if not fmt.zero_points else []),
+            *(["    (void)asum; /* symmetric 8-bit codes: no zero point to multiply it */"] if fmt.bits == 8 else []),
+            "    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */"]
+
+
 def qregistry(kernels: Sequence[QKernelSpec], features: Sequence[str] | None = None) -> str:
     """The generated ``at_qtable.c``: ``kernels`` (at_qkernel_fn ones) in order of preference.
 

@@ -89,21 +89,29 @@ def test_registry_entries_name_their_levels():
 # --------------------------------------------------------------------------- under QEMU
 
 
-def _target() -> Target:
+def arm_or_skip(isa: str = "neon", svl: int = 512) -> Target:
+    """The cross target of ``isa``, or a skip naming what is missing."""
     try:
-        return arm_target("neon", X86)
+        return arm_target(isa, X86, svl)
     except ToolchainError as exc:
-        pytest.skip(f"no Arm toolchain (clang-19 for aarch64 and qemu-aarch64): {exc}")
+        pytest.skip(f"needs the Arm cross compiler (clang-19) and a QEMU for {isa} (scripts/setup.sh --test): {exc}")
+
+
+def _target() -> Target:
+    return arm_or_skip("neon")
+
+
+def harness_with_library(target: Target, home: Path) -> tuple[Target, Path]:
+    """(target, qharness.c linked statically with the target's libautotune.a: the whole
+    quantised family, no float kernels)."""
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib",
+                            cache=home / "cache")
+    return target, build_qharness(target, lib.archive, home / "qharness")
 
 
 @pytest.fixture(scope="module")
 def qharness(tmp_path_factory) -> tuple[Target, Path]:
-    """(target, qharness.c linked statically with an aarch64 libautotune.a holding the NEON kernels)."""
-    target = _target()
-    home = tmp_path_factory.mktemp("qarm")
-    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib")
-    exe = build_qharness(target, lib.archive, home / "qharness")
-    return target, exe
+    return harness_with_library(_target(), tmp_path_factory.mktemp("qarm"))
 
 
 def _cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:

@@ -33,11 +33,11 @@ import pytest
 from autotune import qsuite, quant
 from autotune.home import kernels_src
 from autotune.host import HostInfo
-from autotune.link import build_arm_runtime, build_qharness, default_params
+from autotune.link import build_arm_runtime, default_params
 from autotune.runtime import qapi
-from autotune.toolchain import Target, ToolchainError, arm_target
+from autotune.toolchain import Target, arm_target
 
-from .test_quant_arm import AT_ENOKERNEL, AT_OK, _check, _run
+from .test_quant_arm import AT_ENOKERNEL, AT_OK, _check, _run, arm_or_skip, harness_with_library
 
 X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
 KINDS = {"q4s": True, "q4a": False}
@@ -98,20 +98,12 @@ def test_ctypes_struct_matches_autotune_h(tmp_path):
 
 
 def _target(svl: int = 512) -> Target:
-    try:
-        return arm_target("sme2", X86, svl)
-    except ToolchainError as exc:
-        pytest.skip(f"needs the Arm cross compiler (clang-19) and QEMU >= 10.1 (scripts/setup.sh --test): {exc}")
+    return arm_or_skip("sme2", svl)
 
 
 @pytest.fixture(scope="module")
 def sme2_qharness(tmp_path_factory) -> tuple[Target, Path]:
-    """(target, qharness.c linked statically with the SME2 target's libautotune.a: no float kernels)."""
-    target = _target()
-    home = tmp_path_factory.mktemp("qsme2lib")
-    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib",
-                            cache=home / "cache")
-    return target, build_qharness(target, lib.archive, home / "qharness")
+    return harness_with_library(_target(), tmp_path_factory.mktemp("qsme2lib"))
 
 
 def _qemu(target: Target, cpu: str) -> list[str]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..contract import qkernel_signature as signature
+from ..contract import qkernel_signature as signature, qkernel_unused
 from ..families.neon import QUANT_LEVELS
 from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
 from ..specs import QKernelSpec
@@ -57,11 +57,7 @@ def _prologue(k: QKernelSpec) -> list[str]:
         out.append("    const uint8x16_t low4 = vdupq_n_u8(0x0F);")
     if k.kind == "q4s":
         out.append(f"    const float32x4_t zero_point = vdupq_n_f32({SYMMETRIC_ZERO_POINT}.0f);")
-    if k.kind != "q4a":
-        out.append("    (void)wz; /* no zero points */")
-    if not four:
-        out.append("    (void)asum; /* symmetric 8-bit codes: no zero point to multiply it */")
-    out.append("    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */")
+    out += qkernel_unused(k.kind)
     for r in range(k.mr):
         for p in range(k.panels):
             out.append("    " + " ".join(f"float32x4_t c{r}_{p}_{h} = load_c ? vld1q_f32(C + {r} * ldc + "

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..contract import qkernel_signature as _signature
+from ..contract import qkernel_signature as _signature, qkernel_unused
 from ..families.x86 import quant_fits
 from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
 from ..specs import QKernelSpec
@@ -129,11 +129,7 @@ def _kernel(k: QKernelSpec, emulate_vnni: bool = False) -> str:
         out.append("    const __m256i low4 = _mm256_set1_epi8(0x0F);")
     if k.kind == "q4s":
         out.append(f"    const __m256 zero_point = _mm256_set1_ps({SYMMETRIC_ZERO_POINT}.0f);")
-    if k.kind != "q4a":
-        out.append("    (void)wz; /* no zero points */")
-    if not four:
-        out.append("    (void)asum; /* symmetric 8-bit codes: no zero point to multiply it */")
-    out.append("    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */")
+    out += qkernel_unused(k.kind)
     if in_memory:
         out.append("    if (!load_c) {")
         for r in rows:
