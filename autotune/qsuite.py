@@ -89,8 +89,17 @@ def _run(target: Target, command: str, library: Path, names: Sequence[str]) -> d
     """Run :func:`_main` on ``names`` in the crash-isolated driver (:func:`autotune.measure.drive`):
     a kernel that crashes is rejected, and the driver starts again on the rest."""
     handler = _Results(command)
-    measure.drive(Path(sys.executable), target, ["-m", "autotune.qsuite", command, str(library)], names, handler,
-                  TIMEOUT, None)
+    argv = ["-m", "autotune.qsuite", command, str(library)]
+    try:
+        measure.drive(Path(sys.executable), target, argv, names, handler, TIMEOUT, None)
+    except measure.MeasureError:
+        # Timing runs every kernel in rounds before it reports any, so a crash there names
+        # none: each kernel again on its own finds which one (validation ran them all first).
+        for name in names:
+            try:
+                measure.drive(Path(sys.executable), target, argv, [name], handler, TIMEOUT, None)
+            except measure.MeasureError:
+                handler.failed(name, "crashed")
     return {n: handler.results.get(n, {"status": f"no result while being {command}d"}) for n in names}
 
 
@@ -297,9 +306,9 @@ def _main(argv: Sequence[str]) -> int:
     cases: dict[str, list] = {}
     calls: dict[tuple[str, int], Callable[[], float]] = {}
     for name in names:
-        print(json.dumps({"event": "start", "kernel": name}), flush=True)
         kind = qkernel(name).kind
         if command == "validate":
+            print(json.dumps({"event": "start", "kernel": name}), flush=True)
             if kind not in cases:
                 cases[kind] = [(d, A, w, reference_qmatmul(A, w), scaling_error_bound(A, w))
                                for d, A, w in _cases(kind)]
@@ -321,14 +330,16 @@ def _main(argv: Sequence[str]) -> int:
             for m, A in inputs.items():
                 if m > 1 and qkernel(name).mr == 1 and m > 16:
                     continue  # a GEMV kernel covers M > 1 only as a row-at-a-time fallback
-                qapi.call(lib, A, w, None, None, name)  # the warm-up, and where a crash shows
+                qapi.call(lib, A, w, None, None, name)  # the warm-up
                 calls[(name, m)] = (lambda A=A, w=w, name=name: _seconds(qapi.call, lib, A, w, None, None, name))
     if command == "measure":
         # In rounds of every kernel: timed one after another, one install put q4a's 4x16
-        # 30% ahead of q4s's (the same loop with less to do) and chose q4s's 2x8.
-        # No "start" here: every kernel ran its shapes once above (a crash shows there).
+        # 30% ahead of q4s's (the same loop with less to do) and chose q4s's 2x8.  So
+        # every kernel's events come at the end (measure.drive takes a kernel's events
+        # until the next one starts), and a crash before them is placed by the caller.
         best = best_of_rounds(calls, MEASURE_ROUNDS)
         for name in names:
+            print(json.dumps({"event": "start", "kernel": name}), flush=True)
             seconds = {m: s for (n, m), s in best.items() if n == name}
             print(json.dumps({"event": "result", "kernel": name, "status": "measured", "seconds": seconds}),
                   flush=True)

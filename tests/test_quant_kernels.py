@@ -245,6 +245,18 @@ def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path,
     assert '"at_q4s_avx2_2x8"' in registry and "at_q4s_avx2_1x8" not in registry and objects[0].exists()
 
 
+def test_install_stage_times_every_valid_kernel_in_its_rounds(tmp_path):
+    """Every validated kernel comes back timed (the driver takes each one's result), and
+    per kind the GEMV form and the block are chosen among them."""
+    target = toolchain.target_for("avx2", host.detect())
+    names = ["at_q8_avx2_1x8", "at_q8_avx2_2x8", "at_q8_avx2_4x8"]
+    stage = qsuite.run_stage(target, tmp_path, patterns=names)
+    assert {n: stage.verdicts[n] for n in names} == dict.fromkeys(names, "validated")
+    assert {n: set(stage.seconds[n]) for n in names} == {"at_q8_avx2_1x8": {1, 16}, "at_q8_avx2_2x8": set(qsuite.MEASURE_M),
+                                                         "at_q8_avx2_4x8": set(qsuite.MEASURE_M)}
+    assert len(stage.selected) == 2 and "at_q8_avx2_1x8" in stage.selected
+
+
 @pytest.mark.slow
 def test_install_stage_validates_the_whole_family(tmp_path):
     target = toolchain.target_for("avx2", host.detect())
