@@ -523,8 +523,8 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
     # crash-isolated driver; an Arm library links the ones its validation passed.
     quant: dict[str, Any] = {}
     arm = any(isa in families.ARM_ISAS for isa in targets)
-    stages = [qsuite.run_arm_stage(targets, root)] if arm else \
-        [qsuite.run_stage(target, root, options.only, options.quick) for target in targets.values()]
+    stages = [qsuite.run_arm_stage(targets, root, journal)] if arm else \
+        [qsuite.run_stage(target, root, options.only, options.quick, journal) for target in targets.values()]
     for target, stage in zip(targets.values(), stages):
         if stage is not None:
             quant = stage.settings()

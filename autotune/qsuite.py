@@ -17,13 +17,15 @@ M = 1, 16, 64 with K = N = 1024.  Per kind of weights the fastest GEMV kernel
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import struct
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -103,10 +105,47 @@ def _run(target: Target, command: str, library: Path, names: Sequence[str]) -> d
     return {n: handler.results.get(n, {"status": f"no result while being {command}d"}) for n in names}
 
 
-def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: bool = False) -> QuantStage | None:
+class Journal(Protocol):
+    """What the stages use of install's journal (autotune.install.Journal)."""
+
+    validations: dict[str, dict]
+    benches: dict[tuple[str, str], list[dict]]
+
+    def append(self, entries: Iterable[dict]) -> None: ...
+
+
+#: The journal's settings key of the quantised timings (all of a library's kernels, in rounds).
+JOURNAL_SETTINGS = f"quant:M={','.join(map(str, MEASURE_M))}:KN={MEASURE_KN}:rounds={MEASURE_ROUNDS}"
+
+
+def _journaled_verdicts(journal: Journal | None, library_hash: str, names: Sequence[str],
+                        run: Callable[[Sequence[str]], Mapping[str, str]]) -> dict[str, str]:
+    """name -> verdict: from the journal where it holds this library's, else ``run`` and journaled.
+
+    Keyed by the hash of the library that ran them (its kernels and qgemm.c), as the float
+    kernels' verdicts are by their object's: a changed kernel is validated again."""
+    key = {n: f"{library_hash}:{n}" for n in names}
+    known = journal.validations if journal is not None else {}
+    todo = [n for n in names if key[n] not in known]
+    fresh = run(todo) if todo else {}
+    entries = [{"kind": "validate", "hash": key[n], "status": fresh[n]} for n in todo]
+    if journal is not None:
+        journal.append(entries)
+        journal.validations.update((e["hash"], e) for e in entries)
+    return {n: fresh[n] if n in fresh else known[key[n]]["status"] for n in names}
+
+
+def _digest_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: bool = False,
+              journal: Journal | None = None) -> QuantStage | None:
     """Build, validate and time the family of ``target``; None when it has no quantised kernels.
 
-    ``patterns`` (install's ``--only``) keep the kernels whose names match one.
+    ``patterns`` (install's ``--only``) keep the kernels whose names match one.  With a
+    ``journal``, verdicts and timings an earlier run left for the same library are reused
+    (timings only all together: they are compared within one set of rounds).
     """
     family = [k for isa in kernel_isas(target) for k in x86.quant_family(isa, quick=quick)
               if not patterns or any(fnmatch.fnmatchcase(k.name, p) for p in patterns)]
@@ -117,10 +156,19 @@ def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: b
         return QuantStage({k.name: "compile error: " + (obj.error or "").splitlines()[0] for k in family}, {}, ())
     library = link.build_qlibrary(target, family, obj.path, build.build_dir(target, home) / "quant" / f"lib{obj.hash[:16]}.so")
     names = [k.name for k in family]
-    verdicts = {n: r["status"] for n, r in _run(target, "validate", library, names).items()}
+    lib_hash = _digest_file(library)
+    verdicts = _journaled_verdicts(journal, lib_hash, names, lambda todo: {
+        n: r["status"] for n, r in _run(target, "validate", library, todo).items()})
     valid = [n for n in names if verdicts.get(n) == "validated"]
-    timings = _run(target, "measure", library, valid) if valid else {}
-    seconds = {n: {int(m): float(s) for m, s in r.get("seconds", {}).items()} for n, r in timings.items()}
+    bench_key = (f"{lib_hash}:{','.join(valid)}", JOURNAL_SETTINGS)
+    if journal is not None and bench_key in journal.benches:
+        timings = journal.benches[bench_key][0]
+    else:
+        timings = {n: r.get("seconds", {}) for n, r in (_run(target, "measure", library, valid) if valid else {}).items()}
+        if journal is not None and valid:
+            journal.append([{"kind": "bench", "hash": bench_key[0], "settings": bench_key[1], "rows": [timings]}])
+            journal.benches[bench_key] = [timings]
+    seconds = {n: {int(m): float(s) for m, s in by_m.items()} for n, by_m in timings.items()}
     return QuantStage(verdicts, seconds, select(seconds))
 
 
@@ -166,7 +214,8 @@ def unpack_results(data: bytes, calls: Sequence[tuple]) -> list[tuple[int, np.nd
     return results
 
 
-def validate_library(target: Target, home: Path, kernels: Sequence[QKernelSpec]) -> dict[str, str]:
+def validate_library(target: Target, home: Path, kernels: Sequence[QKernelSpec],
+                     journal: Journal | None = None) -> dict[str, str]:
     """Run every one of ``kernels`` on :func:`_cases` in a library holding them all (no float
     kernels), through ``qharness`` in the crash-isolated driver, natively or under the
     target's emulator; name -> "validated" or why not.  An SME2 kernel's cases carry the
@@ -175,6 +224,12 @@ def validate_library(target: Target, home: Path, kernels: Sequence[QKernelSpec])
                                  home / "build" / "quant" / target.isa / "lib", cache=build.shared_dir(home) / "runtime")
     work = home / "build" / "quant" / target.isa
     harness = link.build_qharness(target, lib.archive, work / "qharness")
+    return _journaled_verdicts(journal, lib.hash, [k.name for k in kernels],
+                               lambda todo: _validate_in(target, harness, work, [k for k in kernels if k.name in todo]))
+
+
+def _validate_in(target: Target, harness: Path, work: Path, kernels: Sequence[QKernelSpec]) -> dict[str, str]:
+    """name -> verdict of each of ``kernels``, run by ``harness`` on :func:`_cases`."""
     verdicts: dict[str, str] = {}
     for kind in KINDS:
         mine = [k.name for k in kernels if k.kind == kind]
@@ -199,7 +254,7 @@ def validate_library(target: Target, home: Path, kernels: Sequence[QKernelSpec])
     return verdicts
 
 
-def run_arm_stage(targets: Mapping[str, Target], home: Path) -> QuantStage | None:
+def run_arm_stage(targets: Mapping[str, Target], home: Path, journal: Journal | None = None) -> QuantStage | None:
     """An Arm library's quantised kernels (:func:`autotune.families.quant_kernels`), each
     validated by :func:`validate_library` with the target the library is built for;
     nothing timed (qgemm.c chooses among them where it runs).  The selection is the
@@ -209,7 +264,7 @@ def run_arm_stage(targets: Mapping[str, Target], home: Path) -> QuantStage | Non
     kernels = quant_kernels(targets) if target is not None else []
     if not kernels:
         return None
-    verdicts = validate_library(target, home, kernels)
+    verdicts = validate_library(target, home, kernels, journal)
     valid = [k for k in kernels if verdicts[k.name] == "validated"]
     if any(k.family == "sme2" and verdicts[k.name] != "validated" for k in kernels):
         valid = [k for k in valid if k.family != "sme2"]

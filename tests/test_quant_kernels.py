@@ -257,6 +257,25 @@ def test_install_stage_times_every_valid_kernel_in_its_rounds(tmp_path):
     assert len(stage.selected) == 2 and "at_q8_avx2_1x8" in stage.selected
 
 
+def test_install_stage_journals_its_verdicts_and_timings(tmp_path, monkeypatch):
+    """A second install of the same kernels takes the verdicts and the timings from the journal
+    (nothing runs), as the float kernels' are; the journal's lines are the install's own."""
+    from autotune.install import Journal
+
+    target = toolchain.target_for("avx2", host.detect())
+    names = ["at_q4a_avx2_1x8", "at_q4a_avx2_2x8"]
+    first = qsuite.run_stage(target, tmp_path, patterns=names, journal=Journal(tmp_path / "j.jsonl"))
+
+    def no_run(*args):
+        raise AssertionError(f"ran again: {args}")
+
+    monkeypatch.setattr(qsuite, "_run", no_run)
+    again = qsuite.run_stage(target, tmp_path, patterns=names, journal=Journal(tmp_path / "j.jsonl"))
+    assert again == first and set(first.selected) == set(names)
+    with pytest.raises(AssertionError, match="ran again"):  # a fresh journal: run again
+        qsuite.run_stage(target, tmp_path, patterns=names, journal=Journal(tmp_path / "j.jsonl", fresh=True))
+
+
 @pytest.mark.slow
 def test_install_stage_validates_the_whole_family(tmp_path):
     target = toolchain.target_for("avx2", host.detect())
