@@ -283,3 +283,18 @@ def test_cache_keys_of_the_sme2_library(sme2_qharness):
     assert objects() == before  # ... from cached objects
     build_arm_runtime(arm_target("neon", X86), [], [], params, {}, home / "lib-neon", cache=home / "cache")
     assert len(objects() - before) == 2
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("svl", [512, 128])
+def test_an_sme2_install_validates_every_quantised_kernel_it_links(tmp_path, svl):
+    """Install's Arm stage (qharness under QEMU at the target's SVL, in the crash-isolated
+    driver) validates the SME2 kernels on weights with their SME2 form, and the NEON ones
+    beside them; the library then links exactly the validated ones."""
+    from autotune.families import quant_kernels
+
+    target = _target(svl)
+    stage = qsuite.run_arm_stage({"sme2": target, "neon": arm_target("neon", X86)}, tmp_path)
+    names = [k.name for k in quant_kernels(("sme2", "neon"))]
+    assert stage.verdicts == dict.fromkeys(names, "validated")
+    assert list(stage.selected) == names and any("_sme2_" in n for n in names)
