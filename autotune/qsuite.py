@@ -1,17 +1,23 @@
-"""The quantised kernels' install stage: build, validate, measure, select.
+"""The quantised kernels' install stage: validate, measure, select (the build is build.py's and link.py's).
 
-For a target with a quantised generator (avx2, :mod:`autotune.codegen.quant_x86`)
-install compiles the family into one object, links it with the runtime's
-``qgemm.c`` into a validation library and runs this module as a subprocess
-(``python -m autotune.qsuite validate|measure <library> <kernels>``): a kernel
-that crashes kills the subprocess, not the installer, and is rejected.  Every
-kernel is checked against :func:`autotune.quant.reference_qmatmul` over odd
-shapes (M = 1, N below a tile, K not a multiple of the block, blocks of 64) and
-adversarial scales (zero, subnormal, huge, NaN in A) within
-:func:`autotune.quant.scaling_error_bound`; the valid ones are timed on
-M = 1, 16, 64 with K = N = 1024.  Per kind of weights the fastest GEMV kernel
-(mr = 1) and the fastest block kernel are selected; the table records them
-(``settings["quant"]``) and the link stage regenerates their object from the names.
+For a native x86 target (:func:`run_stage`) install compiles the family
+(:func:`autotune.build.compile_qkernels`), links it with the runtime's ``qgemm.c``
+into a validation library (:func:`autotune.link.build_qlibrary`) and runs this
+module (``python -m autotune.qsuite validate|measure <library> <kernels>``) in the
+crash-isolated driver :func:`autotune.measure.drive`: a kernel that crashes kills
+the subprocess, not the installer, and is rejected.  Every kernel is checked
+against :func:`autotune.quant.reference_qmatmul` over odd shapes (M = 1, N below a
+tile, K not a multiple of the block, blocks of 64) and adversarial scales (zero,
+subnormal, huge, NaN in A) within :func:`autotune.quant.scaling_error_bound`; the
+valid ones are timed on M = 1, 16, 64 with K = N = 1024.  Per kind of weights the
+fastest GEMV kernel (mr = 1) and the fastest block kernel are selected; the table
+records them (``settings["quant"]``) and the link stage regenerates their object
+from the names.
+
+For an Arm target (:func:`run_arm_stage`, native or under QEMU) the same cases run
+through ``kernels_src/harness/qharness.c`` linked with a library holding the whole
+family, in the same driver; nothing is timed, and the library links the validated
+kernels.  Verdicts and timings go into install's journal.
 """
 
 from __future__ import annotations
