@@ -34,15 +34,12 @@ INT8_MAX = 127
 class WeightFormat:
     """One kind of quantised weights: its bits, whether it has zero points per block.
 
-    ``name`` is the short name kernels and tables use (``q4s``); ``kleidi`` the
-    KleidiAI-style description of the same format in kernel names' long form
-    (``qsi4c32s``: signed 4-bit, scale per column and block of 32, symmetric).
+    ``name`` is the short name kernel names and tables use (``q4s``).
     """
 
     name: str
     bits: int
     symmetric: bool
-    kleidi: str
 
     @property
     def code(self) -> int:
@@ -62,14 +59,14 @@ class WeightFormat:
 
 #: The kinds of weights, in the order of the C enum (AT_Q4S, AT_Q4A, AT_Q8).
 WEIGHTS = (
-    WeightFormat("q4s", 4, True, "qsi4c32s"),
-    WeightFormat("q4a", 4, False, "qai4c32"),
-    WeightFormat("q8", 8, True, "qsi8cx"),
+    WeightFormat("q4s", 4, True),
+    WeightFormat("q4a", 4, False),
+    WeightFormat("q8", 8, True),
 )
 KINDS = tuple(w.name for w in WEIGHTS)
 FORMATS = {w.name: w for w in WEIGHTS}
-#: The one activation format: int8 codes per row and block of K, f32 scale, and the
-#: block's code sum (for the zero points).
+#: The one activation format (KleidiAI's spelling): signed int8 codes per row and block
+#: of K with an f32 scale, and the block's code sum (for the zero points).
 ACTIVATIONS = "qsi8d32"
 
 
