@@ -542,7 +542,8 @@ def print_table(table: TunedTable, out: Console, *, show_all: bool = False, limi
                             f"{record.best_gflops:.1f}" if record.best_gflops else "-", share)
         out.print(listing)
     quant = table.settings.get("quant")
-    if quant and quant.get("verdicts"):
+    # Timed kernels (an x86 install) show their times; an Arm library's are validated, not timed.
+    if quant and quant.get("verdicts") and quant.get("seconds"):
         print_quantised(quant, out)
     else:
         print_quant_library(table.settings.get("quant_library"), table.target, out)
@@ -598,11 +599,13 @@ def print_quant_library(entries: Sequence[Mapping[str, str]] | None, target: str
         out.print("quantised kernels: none in this library; qmatmul computes with its portable C code",
                   highlight=False)
         return
+    validated = any("verdict" in entry for entry in entries)
     listing = Table(title="quantised kernels in the library (not measured)", title_justify="left")
-    for column in ("kernel", "weights", "form", "needs"):
+    for column in ("kernel", "weights", "form", "needs", *(("verdict",) if validated else ())):
         listing.add_column(column, overflow="fold")
     for entry in entries:
-        listing.add_row(entry["name"], entry["kind"], entry["form"], entry["needs"] or "-")
+        listing.add_row(entry["name"], entry["kind"], entry["form"], entry["needs"] or "-",
+                        *((entry.get("verdict", "not validated"),) if validated else ()))
     out.print(listing)
     out.print("qmatmul chooses where the library runs: per kind of weights, the first block kernel above "
               "(M > 1) and the first gemv kernel (one row) whose features the CPU has; its portable C code "

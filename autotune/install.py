@@ -519,10 +519,13 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
                              f"every sampled one lost its block to {beaten['by']} by "
                              f"{100 * (1 - beaten['worst_ratio']):.0f}% or more")
 
-    # The quantised kernels (qmatmul): validated and timed in their own subprocess.
+    # The quantised kernels (qmatmul): validated (and, natively on x86, timed) in the
+    # crash-isolated driver; an Arm library links the ones its validation passed.
     quant: dict[str, Any] = {}
-    for target in targets.values():
-        stage = qsuite.run_stage(target, root, options.only, options.quick)
+    arm = any(isa in families.ARM_ISAS for isa in targets)
+    stages = [qsuite.run_arm_stage(targets, root, journal)] if arm else \
+        [qsuite.run_stage(target, root, options.only, options.quick, journal) for target in targets.values()]
+    for target, stage in zip(targets.values(), stages):
         if stage is not None:
             quant = stage.settings()
             if not stage.selected:
@@ -573,22 +576,15 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
 
 def library_qkernels(isas: Iterable[str], quant: Mapping[str, Any]) -> list[dict[str, str]]:
     """The quantised kernels the library for ``isas`` links, as its at_qkernel_name lists
-    them (preferred first): name, kind of weights, form (block: rows > 1; gemv: one row)
-    and the CPU features it needs, then an SME2 library's SME2 kernels, which
-    at_qmatmul_f32 runs first on weights with an SME2 form for the CPU's vector length.
-    The table records them for `autotune show`: an Arm library cannot be asked in this
-    process, and its choice is made where it runs.  Which ones: :func:`qsuite.registry_kernels`.
+    them (preferred first): name, kind of weights, form (tile, gemv, za) and the CPU
+    features it needs (:func:`autotune.families.quant_kernels`).  The table records
+    them for `autotune show`: an Arm library cannot be asked in this process, and its
+    choice is made where it runs.
     """
-    from .codegen import quant_registry, quant_sme2
-
-    isas = tuple(isas)
-    entries = [{"name": k.name, "kind": k.kind, "form": "block" if k.mr > 1 else "gemv",
-                "needs": " ".join(quant_registry.kernel_features(k))}
-               for k in qsuite.registry_kernels(isas, quant.get("selected", ()))]
-    if "sme2" in isas:
-        entries += [{"name": name, "kind": kind, "form": "block" if form == "mopa" else "gemv",
-                     "needs": "sme2"} for name, form, kind in quant_sme2.KERNELS]
-    return entries
+    verdicts = quant.get("verdicts") or {}
+    return [{"name": k.name, "kind": k.kind, "form": k.form, "needs": " ".join(k.features),
+             **({"verdict": verdicts[k.name]} if k.name in verdicts else {})}
+            for k in families.quant_kernels(isas, quant.get("selected"))]
 
 
 def install(options: InstallOptions = InstallOptions(), console: Console | None = None,

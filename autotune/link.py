@@ -27,20 +27,18 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from . import contract, files
-from .build import BuildError, compile_file, shared_dir
-from .codegen import quant_neon, quant_sme2
-from .codegen.quant_registry import emit_registry
-from .families import ARM_ISAS
+from .build import BuildError, compile_file, compile_qkernels, shared_dir
+from .codegen import quant_generator
+from .families import ARM_ISAS, quant_kernels, x86
 from .home import kernels_src
 from .host import HostInfo
 from .models import analytic_params
-from .qsuite import library_parts, registry_kernels
 from .params import DEFAULTS as PARAMS_DEFAULTS, PlannerParams, emit_c as emit_params_c
 from .runtime.loader import library_name
-from .specs import KernelSpec
+from .specs import KernelSpec, QKernelSpec
 from .toolchain import Target, compiler_identity, slowdown
 
 if TYPE_CHECKING:  # only for annotations
@@ -51,8 +49,7 @@ if TYPE_CHECKING:  # only for annotations
 RUNTIME_SOURCES = ("plan.c", "cost.c", "cover.c", "threads.c", "params.c", "error.c", "exec.c",
                    "pool.c", "cache.c", "blas.c", "cpu.c", "features.c", "qgemm.c", "record.c")
 RUNTIME_HEADERS = ("at_internal.h", "at_planner.h", "at_table.h", "exec_t.h", "edge_t.h", "at_qkernel.h")
-#: The quantised kernels' registry, generated (autotune.codegen.quant_registry.emit_registry).
-QTABLE = "at_qtable.c"
+QTABLE = contract.QTABLE
 EXTENSION_SOURCE = "pyfast.c"
 KGRID_MAX = 8  # AT_KGRID_MAX of at_table.h
 PROVENANCE_CODE = {"measured": 0, "model": 1, "emulated": 1}
@@ -323,6 +320,46 @@ def python_extension_flags() -> tuple[list[str], str] | None:
     return [f"-I{include}"], suffix
 
 
+Job = tuple[Sequence[str], Sequence[str], Path, Path]  # (cc, args, source, object)
+
+
+def _assemble(target: Target, out_dir: Path, parts: Sequence[bytes | str], sources: Callable[[Path], list[Job]],
+              headers: Sequence[Path], ext: tuple[list[str], str] | None, ext_args: Sequence[str],
+              ldflags: Sequence[str], linked: Sequence[str] = (), archive: bool = False,
+              cache: Path | None = None) -> LibraryBuild | ArmLibraryBuild:
+    """The one library builder: every target's libautotune is the objects of the compile
+    jobs ``sources(tmp)`` writes (the runtime, the table, each family's parts) and the
+    objects ``linked``, named by the hash of ``parts`` (what went into them); nothing is
+    built when the published stamp has that hash.  Publishes the shared library, the
+    static archive (``archive``), the Python extension (``ext``) and autotune.h together.
+    """
+    digest = _digest(*parts)
+    lib_name = library_name(target.os)
+    library, stamp = out_dir / lib_name, out_dir / (lib_name + ".hash")
+    archive_path = out_dir / ARCHIVE_NAME if archive else None
+    extension = out_dir / f"_atfast{ext[1]}" if ext else None
+    made = ArmLibraryBuild if archive else LibraryBuild
+    extra = (archive_path,) if archive else ()
+    if (library.exists() and stamp.exists() and stamp.read_text().strip() == digest
+            and (extension is None or extension.exists()) and (archive_path is None or archive_path.exists())):
+        return made(library, out_dir / "autotune.h", extension, digest, True, *extra)
+    with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
+        tmp = Path(tmp_name)
+        jobs = sources(tmp)
+        _compile_all(jobs, headers, cache, target)
+        objects = [*(str(job[3]) for job in jobs), *linked]
+        lib_tmp = tmp / lib_name
+        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *ldflags,
+              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
+        outputs = [(lib_tmp, library)]
+        if archive_path is not None:
+            _run([*_archiver(target), "rcs", str(tmp / ARCHIVE_NAME), *objects], target)
+            outputs.append((tmp / ARCHIVE_NAME, archive_path))
+        outputs += _build_extension(target.cc, ext_args, ext, extension, tmp, target, headers, cache)
+        _publish(tmp, out_dir, outputs, kernels_src() / "include" / "autotune.h", digest, stamp)
+    return made(library, out_dir / "autotune.h", extension, digest, False, *extra)
+
+
 def build_runtime(
     target: Target,
     kernel_objects: Sequence[tuple[KernelSpec, Path]],
@@ -335,7 +372,7 @@ def build_runtime(
     """Link ``libautotune.so`` from the runtime C, ``table_c`` and the kernels' objects.
 
     ``quant`` is the quantised kernels' registry (``at_qtable.c``) and objects
-    (:func:`autotune.qsuite.library_parts`); without it at_qmatmul_f32 computes
+    (:func:`quant_parts`); without it at_qmatmul_f32 computes
     with qgemm.c's portable code.
 
     Copies ``autotune.h`` beside it and builds the ``_atfast`` Python extension
@@ -355,7 +392,7 @@ def build_runtime(
     parts: list[bytes | str] = [target.compiler_id, *target.cc, "--", *cflags, "--", *target.ldflags]
     for name in (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE):
         parts += [name, (runtime_dir / name).read_bytes()]
-    qtable_c, quant_objects = quant or (emit_registry([]), ())
+    qtable_c, quant_objects = quant or (contract.qregistry([]), ())
     parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, str(ext), qtable_c]
     parts += [part for obj in quant_objects for part in (str(obj), Path(obj).read_bytes())]
     # The build compiles kernels of one mr into one translation unit, so several
@@ -364,39 +401,17 @@ def build_runtime(
     parts += [spec.name for spec, _ in sorted(kernel_objects, key=lambda item: item[0])]
     for obj in object_paths:
         parts += [obj, Path(obj).read_bytes()]
-    digest = _digest(*parts)
 
-    lib_name = library_name(target.os)
-    library = out_dir / lib_name
-    stamp = out_dir / (lib_name + ".hash")
-    extension = out_dir / f"_atfast{ext[1]}" if ext else None
-    if (
-        library.exists()
-        and stamp.exists()
-        and stamp.read_text().strip() == digest
-        and (extension is None or extension.exists())
-    ):
-        return LibraryBuild(library, out_dir / "autotune.h", extension, digest, True)
-
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
-        tmp = Path(tmp_name)
+    def sources(tmp: Path) -> list[Job]:
         (tmp / "at_table.c").write_text(table_c)
         (tmp / QTABLE).write_text(qtable_c)
         includes = [f"-I{include_dir}", f"-I{runtime_dir}"]
-        jobs = []
-        for name in (*RUNTIME_SOURCES, "at_table.c", QTABLE):
-            path = tmp / name if name in ("at_table.c", QTABLE) else runtime_dir / name
-            jobs.append((target.cc, [*cflags, *includes], path, tmp / (Path(name).stem + ".o")))
-        headers = _headers(include_dir, runtime_dir)
-        _compile_all(jobs, headers, cache, target)
-        objects = [*(str(obj) for obj in quant_objects), *(str(job[3]) for job in jobs)]
-        lib_tmp = tmp / lib_name
-        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *target.ldflags,
-              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
-        outputs = [(lib_tmp, library)]
-        outputs += _build_extension(target.cc, [*cflags, *includes], ext, extension, tmp, target, headers, cache)
-        _publish(tmp, out_dir, outputs, header, digest, stamp)
-    return LibraryBuild(library, out_dir / "autotune.h", extension, digest, False)
+        return [(target.cc, [*cflags, *includes], tmp / name if name in ("at_table.c", QTABLE) else runtime_dir / name,
+                 tmp / (Path(name).stem + ".o")) for name in (*RUNTIME_SOURCES, "at_table.c", QTABLE)]
+
+    return _assemble(target, out_dir, parts, sources, _headers(include_dir, runtime_dir), ext,
+                     [*cflags, f"-I{include_dir}", f"-I{runtime_dir}"], target.ldflags,
+                     [*(str(obj) for obj in quant_objects), *object_paths], cache=cache)
 
 
 def _build_extension(cc: Sequence[str], args: Sequence[str], ext: tuple[list[str], str] | None,
@@ -512,6 +527,7 @@ def build_arm_runtime(
     out_dir: Path,
     with_extension: bool | None = None,
     cache: Path | None = None,
+    quant_selected: Sequence[str] | None = None,
 ) -> ArmLibraryBuild:
     """Link the aarch64 ``libautotune.so`` (``.dylib`` for macOS) and ``libautotune.a`` into ``out_dir``.
 
@@ -519,7 +535,9 @@ def build_arm_runtime(
     emulation), ``kernel_objects`` gives their compiled objects.  The Python
     extension is built only natively (default) since an emulated library cannot
     be loaded by this Python.  ``cache`` as for :func:`build_runtime`.
-    Every NEON quantised kernel (:mod:`autotune.codegen.quant_neon`) is linked in,
+    The quantised kernels install validated (``quant_selected``; None: the whole
+    family, for the validation itself) are linked in: the NEON ones
+    (:mod:`autotune.codegen.quant_neon`),
     each ISA level compiled with its own flags; qgemm.c runs one only on a CPU
     with its level, the portable code elsewhere.  An SME2 target's library also
     links the SME2 quantised kernels (:mod:`autotune.codegen.quant_sme2`) and
@@ -551,42 +569,34 @@ def build_arm_runtime(
     names = (*RUNTIME_SOURCES, *RUNTIME_HEADERS, EXTENSION_SOURCE) + ((*SME2_SOURCES, *SME2_HEADERS) if sme2 else ())
     for name in names:
         parts += [name, (runtime_dir / name).read_bytes()]
-    qkernels = registry_kernels((target.isa,))
-    qunits = quant_neon.units(qkernels)
-    qtable_c = emit_registry(qkernels)
-    qflags = {u.name: [*(f for f in base if not f.startswith(("-march", "-mcpu"))), u.march] for u in qunits}
+    carried = quant_kernels((target.isa,), quant_selected)
+    qkernels = [k for k in carried if k.family == "neon"]  # the registry's: tiles of at_qkernel_fn
+    sme2_q = [k for k in carried if k.family == "sme2"]
+    qunits = quant_generator(qkernels[0]).units(qkernels) if qkernels else []
+    qtable_c = contract.qregistry(qkernels)
+    qflags = {u.filename: [*(f for f in base if not f.startswith(("-march", "-mcpu"))), *u.flags] for u in qunits}
     parts += [header.read_bytes(), (include_dir / contract.HEADER).read_bytes(), table_c, qtable_c]
-    parts += [part for u in qunits for part in (u.name, u.source, *qflags[u.name])]
+    parts += [part for u in qunits for part in (u.filename, u.text, *qflags[u.filename])]
     # The SME2 quantised kernels (any SVL in one object) and their A quantiser: SME2
     # targets only, so NEON-only and x86 libraries never carry them.
-    qsme2 = {src.filename: src.text for src in quant_sme2.generate()} if sme2 else {}
+    qsme2 = {src.filename: src.text for src in quant_generator(sme2_q[0]).units(sme2_q)} if sme2_q else {}
     if sme2:
         parts += [(arm_dir / contract.ASM_HEADER).read_bytes()]
         parts += [part for name, text in qsme2.items() for part in (name, text)]
     object_paths = list(dict.fromkeys(str(obj) for _, obj in kernel_objects))
     for obj in object_paths:
         parts += [obj, Path(obj).read_bytes()]
-    digest = _digest(*parts)
+    includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
 
-    lib_name = library_name(target.os)
-    library, archive = out_dir / lib_name, out_dir / ARCHIVE_NAME
-    stamp = out_dir / (lib_name + ".hash")
-    extension = out_dir / f"_atfast{ext[1]}" if ext else None
-    if (library.exists() and archive.exists() and stamp.exists()
-            and stamp.read_text().strip() == digest and (extension is None or extension.exists())):
-        return ArmLibraryBuild(library, out_dir / "autotune.h", extension, digest, True, archive)
-
-    with tempfile.TemporaryDirectory(prefix=".build-", dir=out_dir) as tmp_name:
-        tmp = Path(tmp_name)
+    def sources(tmp: Path) -> list[Job]:
         (tmp / "at_table.c").write_text(table_c)
         # The NEON quantised kernels, every level in the one library: qgemm.c runs an
         # entry only where the CPU has its features (the portable code elsewhere).
         # Emulated installs have no timings, so the registry's order is by level
-        # (i8mm, then dotprod), then quant_neon.TILES' order.
+        # (i8mm, then dotprod), then the NEON family's QUANT_TILES order.
         (tmp / QTABLE).write_text(qtable_c)
         for unit in qunits:
-            (tmp / unit.name).write_text(unit.source)
-        includes = [f"-I{include_dir}", f"-I{runtime_dir}", f"-I{arm_dir}"]
+            (tmp / unit.filename).write_text(unit.text)
         qsme2_include: list[str] = []
         if qsme2:
             # Only qgemm.c and the quantiser include the generated header, from a folder
@@ -603,40 +613,33 @@ def build_arm_runtime(
             for name, text in qsme2.items():
                 if name != "at_qsme2.h":
                     (tmp / name).write_text(text)
-        jobs: list[tuple[Sequence[str], Sequence[str], Path, Path]] = []
+        jobs: list[Job] = []
 
         def compile_job(path: Path, flags: Sequence[str], cc: Sequence[str] = target.cc) -> None:
             jobs.append((cc, [*flags, *includes], path, tmp / (path.name.replace(".", "_") + ".o")))
 
         for name in RUNTIME_SOURCES:
             extra = defines if name == "exec.c" else []
-            if name == "qgemm.c" and sme2:
+            if name == "qgemm.c" and qsme2:
                 extra = ["-DAT_QSME2", *qsme2_include]
             compile_job(runtime_dir / name, [*base, *extra])
         compile_job(tmp / "at_table.c", base)
         compile_job(tmp / QTABLE, base)
         for unit in qunits:  # each level with its own -march, never the runtime's code
-            compile_job(tmp / unit.name, qflags[unit.name])
+            compile_job(tmp / unit.filename, qflags[unit.filename])
         if sme2:
             for name in SME2_SOURCES:
                 compile_job(runtime_dir / name, sme_flags, sme_cc)
-            # The kernels with the SME2 flags; the quantiser runs outside streaming mode,
-            # so it keeps the baseline (an SME2 core need not have SVE outside it: Apple
-            # M4 has none, and -march=armv9-a would let the compiler vectorise with SVE).
+        # The SME2 quantised kernels with the SME2 flags; the quantiser runs outside
+        # streaming mode, so it keeps the baseline (an SME2 core need not have SVE outside
+        # it: Apple M4 has none, and -march=armv9-a would let the compiler vectorise with SVE).
+        if qsme2:
             compile_job(tmp / "at_qsme2_kernels.S", sme_flags, sme_cc)
             compile_job(tmp / "at_qsme2_quant.c", [*base, *qsme2_include])
-        headers = _headers(include_dir, runtime_dir, arm_dir)
-        _compile_all(jobs, headers, cache, target)
-        objects = [str(job[3]) for job in jobs]
+        return jobs
 
-        lib_tmp, ar_tmp = tmp / lib_name, tmp / ARCHIVE_NAME
-        _run([*target.cc, "-pthread", "-o", str(lib_tmp), *objects, *object_paths, *shared_ldflags,
-              *shared_library_flags(target, lib_name), *export_flags(target, tmp)], target)
-        _run([*_archiver(target), "rcs", str(ar_tmp), *objects, *object_paths], target)
-        outputs = [(lib_tmp, library), (ar_tmp, archive)]
-        outputs += _build_extension(target.cc, [*base, *includes], ext, extension, tmp, target, headers, cache)
-        _publish(tmp, out_dir, outputs, header, digest, stamp)
-    return ArmLibraryBuild(library, out_dir / "autotune.h", extension, digest, False, archive)
+    return _assemble(target, out_dir, parts, sources, _headers(include_dir, runtime_dir, arm_dir), ext,
+                     [*base, *includes], shared_ldflags, object_paths, archive=True, cache=cache)
 
 
 def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],
@@ -658,7 +661,8 @@ def build_arm_library(stored: "TunedTable", targets: Mapping[str, Target],
             raise LibraryError(f"{record.name} is selected but has no compiled object")
         kernel_objects.append((record.spec, path))
     return build_arm_runtime(runtime_target, kernels, kernel_objects, stored.params, stored.peak_gflops,
-                             out_dir or root / "lib" / stored.target, cache=shared_dir(root) / "runtime")
+                             out_dir or root / "lib" / stored.target, cache=shared_dir(root) / "runtime",
+                             quant_selected=(stored.settings.get("quant") or {}).get("selected"))
 
 
 def build_table_library(stored: "TunedTable", targets: Mapping[str, Target],
@@ -679,5 +683,55 @@ def build_table_library(stored: "TunedTable", targets: Mapping[str, Target],
     kernel_objects = [(r.spec, objects[r.name].path) for r in chosen]
     runtime_target = next(iter(targets.values()))
     return build_runtime(runtime_target, kernel_objects, table_c, out_dir or root / "lib" / stored.target,
-                         quant=library_parts(stored.settings, targets, root),
+                         quant=quant_parts(stored.settings, targets, root),
                          cache=shared_dir(root) / "runtime")
+
+
+# -- the quantised kernels ------------------------------------------------------------------
+
+def build_qlibrary(target: Target, kernels: Sequence[QKernelSpec], obj: Path, out: Path,
+                 features: Sequence[str] | None = None) -> Path:
+    """A shared library with qgemm.c, its error text, thread pool and ``kernels`` registered: for this stage only.
+
+    ``features``: what the registry says every kernel needs instead of its own (tests that emulate VNNI).
+    """
+    src = kernels_src()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".qlink-", dir=out.parent) as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "at_qtable.c").write_text(contract.qregistry(kernels, features))
+        cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
+        built = tmp / out.name
+        _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
+              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(src / "runtime" / "features.c"), str(tmp / "at_qtable.c"),
+              str(obj), "-lm"], target)
+        built.replace(out)
+    return out
+
+
+def quant_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) -> tuple[str, list[Path]] | None:
+    """(at_qtable.c, objects) for the kernels a table selected, None without any."""
+    names = (settings.get("quant") or {}).get("selected") or []
+    target = next((t for isa, t in targets.items() if isa in x86.QUANT_TARGETS), None)
+    if target is None:
+        return None
+    kernels = quant_kernels([target.isa], names)
+    if not kernels:
+        return None
+    obj = compile_qkernels(target, kernels, home)
+    if not obj.ok:
+        raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
+    return contract.qregistry(kernels), [obj.path]
+
+
+def build_qharness(target: Target, archive: Path, out: Path) -> Path:
+    """``kernels_src/harness/qharness.c`` linked statically with ``archive`` (a libautotune.a):
+    what runs a library's quantised kernels on cases the host wrote, natively or under the
+    target's emulator (:func:`autotune.qsuite.validate_library`, the tests)."""
+    src = kernels_src()
+    march = [f for f in target.base_cflags if f.startswith(("-march", "-mcpu"))]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _run([*target.cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", *march, f"-I{src / 'include'}",
+          f"-I{src / 'runtime'}", str(src / "harness" / "qharness.c"), str(archive), *target.ldflags,
+          "-pthread", "-lm", "-o", str(out)], target)
+    return out

@@ -183,8 +183,8 @@ def _harness_argv(harness: Path, target: Target, *args: str) -> list[str]:
     return [*target.runner, str(harness), *args]
 
 
-class _KernelHandler(abc.ABC):
-    """What a command does with its events; :func:`_drive` does the rest."""
+class KernelHandler(abc.ABC):
+    """What a command does with its events; :func:`drive` does the rest."""
 
     @abc.abstractmethod
     def event(self, kernel: str, event: dict) -> None:
@@ -198,12 +198,12 @@ class _KernelHandler(abc.ABC):
         """The kernel crashed or hung; ``reason`` says how."""
 
 
-def _drive(
+def drive(
     harness: Path,
     target: Target,
     args: Sequence[str],
     names: Sequence[str],
-    handler: _KernelHandler,
+    handler: KernelHandler,
     timeout: float,
     progress: ProgressFn | None,
 ) -> None:
@@ -262,7 +262,7 @@ def _drive(
 # --------------------------------------------------------------- validate --
 
 
-class _Validate(_KernelHandler):
+class _Validate(KernelHandler):
     def __init__(self) -> None:
         self.results: dict[str, ValidationResult] = {}
 
@@ -328,14 +328,14 @@ def validate(
     """
     handler = _Validate()
     limit = timeout if timeout is not None else default_timeout(target)
-    _drive(harness, target, ["validate", "--seed", str(seed)], names, handler, limit, progress)
+    drive(harness, target, ["validate", "--seed", str(seed)], names, handler, limit, progress)
     return {name: handler.results[name] for name in dict.fromkeys(names)}
 
 
 # ------------------------------------------------------------------ bench --
 
 
-class _Bench(_KernelHandler):
+class _Bench(KernelHandler):
     def __init__(self) -> None:
         self.pending: dict[str, list[dict]] = {}
         self.rows: list[dict] = []
@@ -386,7 +386,7 @@ def bench(
         "--min-time-ms", repr(float(min_time_ms)),
         "--repeats", str(int(repeats)),
     ]
-    _drive(harness, target, args, names, handler, limit, progress)
+    drive(harness, target, args, names, handler, limit, progress)
     frame = pd.DataFrame(handler.rows, columns=list(BENCH_COLUMNS))
     ints = ["K", "pad", "lda", "ldb", "ldc", "iters"]
     floats = ["best_gflops", "median_gflops", "ns_per_call", "median_ns_per_call"]

@@ -1,17 +1,23 @@
-"""The quantised kernels' install stage: build, validate, measure, select.
+"""The quantised kernels' install stage: validate, measure, select (the build is build.py's and link.py's).
 
-For a target with a quantised generator (avx2, :mod:`autotune.codegen.quant_x86`)
-install compiles the family into one object, links it with the runtime's
-``qgemm.c`` into a validation library and runs this module as a subprocess
-(``python -m autotune.qsuite validate|measure <library> <kernels>``): a kernel
-that crashes kills the subprocess, not the installer, and is rejected.  Every
-kernel is checked against :func:`autotune.quant.reference_qmatmul` over odd
-shapes (M = 1, N below a tile, K not a multiple of the block, blocks of 64) and
-adversarial scales (zero, subnormal, huge, NaN in A) within
-:func:`autotune.quant.scaling_error_bound`; the valid ones are timed on
-M = 1, 16, 64 with K = N = 1024.  Per kind of weights the fastest GEMV kernel
-(mr = 1) and the fastest block kernel are selected; the table records them
-(``settings["quant"]``) and the link stage regenerates their object from the names.
+For a native x86 target (:func:`run_stage`) install compiles the family
+(:func:`autotune.build.compile_qkernels`), links it with the runtime's ``qgemm.c``
+into a validation library (:func:`autotune.link.build_qlibrary`) and runs this
+module (``python -m autotune.qsuite validate|measure <library> <kernels>``) in the
+crash-isolated driver :func:`autotune.measure.drive`: a kernel that crashes kills
+the subprocess, not the installer, and is rejected.  Every kernel is checked
+against :func:`autotune.quant.reference_qmatmul` over odd shapes (M = 1, N below a
+tile, K not a multiple of the block, blocks of 64) and adversarial scales (zero,
+subnormal, huge, NaN in A) within :func:`autotune.quant.scaling_error_bound`; the
+valid ones are timed on M = 1, 16, 64 with K = N = 1024.  Per kind of weights the
+fastest GEMV kernel (mr = 1) and the fastest block kernel are selected; the table
+records them (``settings["quant"]``) and the link stage regenerates their object
+from the names.
+
+For an Arm target (:func:`run_arm_stage`, native or under QEMU) the same cases run
+through ``kernels_src/harness/qharness.c`` linked with a library holding the whole
+family, in the same driver; nothing is timed, and the library links the validated
+kernels.  Verdicts and timings go into install's journal.
 """
 
 from __future__ import annotations
@@ -19,29 +25,24 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import shutil
-import subprocess
+import struct
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from . import build
-from .codegen import quant_neon, quant_x86
-from .codegen.quant_x86 import QKernel
-from .codegen.quant_registry import emit_registry
-from .families import ARM_ISAS
-from .home import kernels_src
+from . import build, files, link, measure
+from .families import ARM_ISAS, qkernel, quant_kernels, x86
+from .qformat import KINDS
 from .quant_shapes import MEASURE_KN
+from .specs import QKernelSpec
 from .suite import best_of_rounds
 from .toolchain import Target
 
-#: The object's name in the build cache.
-UNIT = "at_qkernels"
 #: Shapes (M) timed at install, with K = N = MEASURE_KN, best of MEASURE_ROUNDS.
 MEASURE_M = (1, 16, 64)
 MEASURE_ROUNDS = 5
@@ -63,76 +64,6 @@ class QuantStage:
                 "seconds": {name: {str(m): s for m, s in by_m.items()} for name, by_m in self.seconds.items()}}
 
 
-def parse_name(name: str) -> QKernel:
-    """The QKernel a name stands for (``at_q4s_avx2_4x8``)."""
-    try:
-        _, kind, isa, tile = name.split("_")
-        mr, nr = tile.split("x")
-        return QKernel(kind, isa, int(mr), int(nr))
-    except ValueError as exc:
-        raise ValueError(f"not a quantised kernel name: {name!r}") from exc
-
-
-def kernel_compiler(target: Target) -> Target:
-    """``target`` compiling with clang when one is installed, else as it is.
-
-    GCC 12 keeps several int16 partial sums of the 4x8 and 2x16 forms on the stack
-    (81 and 73 stack operands in their loops, even with ``-fno-tree-reassoc``;
-    clang 19: 26 and 28); in the same runs here clang's objects made the
-    64 x 4096 x 4096 product 1.3-1.8x faster.  The object links into the GCC-built
-    library through the same C ABI.
-    """
-    if "clang" in target.compiler_id.lower():
-        return target
-    for name in ("clang-19", "clang-18", "clang"):
-        path = shutil.which(name)
-        if path:
-            return replace(target, cc=(path,))
-    return target
-
-
-def compile_kernels(target: Target, kernels: Sequence[QKernel], home: Path | None = None,
-                    emulate_vnni: bool = False) -> build.ObjectResult:
-    """One object with ``kernels`` (content-hashed: the same set compiles once), by :func:`kernel_compiler`.
-
-    With GCC, ``-fno-tree-reassoc``: it otherwise rebalances each int16 accumulation
-    into a tree of partial products that outnumber the 16 ymm registers, and spills them.
-    ``emulate_vnni``: VNNI kernels with vpdpbusd in AVX2 arithmetic (tests on CPUs without it).
-    """
-    source = quant_x86.generate(kernels, emulate_vnni)
-    name = f"{UNIT}_{target.isa}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
-    compiler = kernel_compiler(target)
-    extra = () if "clang" in compiler.compiler_id.lower() else ("-fno-tree-reassoc",)
-    return build._compile(compiler, source, name, "c", (*target.cflags, *extra), home)
-
-
-def link_library(target: Target, kernels: Sequence[QKernel], obj: Path, out: Path,
-                 features: Sequence[str] | None = None) -> Path:
-    """A shared library with qgemm.c, its error text, thread pool and ``kernels`` registered: for this stage only.
-
-    ``features``: what the registry says every kernel needs instead of its own (tests that emulate VNNI).
-    """
-    from .link import _run, runtime_cflags
-
-    src = kernels_src()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".qlink-", dir=out.parent) as tmp_name:
-        tmp = Path(tmp_name)
-        (tmp / "at_qtable.c").write_text(emit_registry(kernels, features))
-        cflags = [*runtime_cflags(target), f"-I{src / 'include'}", f"-I{src / 'runtime'}"]
-        built = tmp / out.name
-        _run([*target.cc, *cflags, "-shared", "-o", str(built), str(src / "runtime" / "qgemm.c"),
-              str(src / "runtime" / "error.c"), str(src / "runtime" / "pool.c"), str(src / "runtime" / "features.c"), str(tmp / "at_qtable.c"),
-              str(obj), "-lm"], target)
-        built.replace(out)
-    return out
-
-
-def features_of(kernels: Sequence[QKernel]) -> tuple[str, ...]:
-    """What the CPU needs to run all of ``kernels`` (the registry's list; qgemm.c checks it)."""
-    return tuple(sorted({f for k in kernels for f in k.features}))
-
-
 def kernel_isas(target: Target) -> tuple[str, ...]:
     """The kernel ISAs install builds for ``target``: AVX2, and the VNNI forms the host has.
 
@@ -142,105 +73,234 @@ def kernel_isas(target: Target) -> tuple[str, ...]:
     """
     from .host import detect
 
-    if target.isa not in quant_x86.TARGETS or target.emulated:
+    if target.isa not in x86.QUANT_TARGETS or target.emulated:
         return ()
-    return quant_x86.isas_for(detect().features)
+    return x86.quant_isas(detect().features)
 
 
-def _subprocess(command: str, library: Path, names: Sequence[str]) -> dict[str, dict]:
-    """Run this module on ``names``; a crash rejects the kernel it was running and the rest go on."""
-    results: dict[str, dict] = {}
-    todo = list(names)
-    while todo:
-        try:
-            proc = subprocess.run([sys.executable, "-m", "autotune.qsuite", command, str(library), *todo],
-                                  capture_output=True, text=True, timeout=TIMEOUT)
-            out, code = proc.stdout, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            out, code = exc.stdout or "", "timeout"
-            out = out.decode() if isinstance(out, bytes) else out
-        started = None
-        for line in out.splitlines():
-            event = json.loads(line)
-            if event["event"] == "start":
-                started = event["kernel"]
-            else:
-                results[event["kernel"]] = event
-                started = None
-        if code != 0 and started is None and not any(n in results for n in todo):
-            raise RuntimeError(f"autotune.qsuite {command} failed: {proc.stderr.strip()[-2000:]}")
-        if started is not None:
-            results[started] = {"kernel": started, "status": f"crashed (exit {code}) while being {command}d"}
-        todo = [n for n in todo if n not in results]
-    return results
+class _Results(measure.KernelHandler):
+    """The result events of :func:`_main` per kernel; a crash or hang is the kernel's verdict."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.results: dict[str, dict] = {}
+
+    def event(self, kernel: str, event: dict) -> None:
+        if event.get("event") == "result":
+            self.results[kernel] = event
+
+    def failed(self, kernel: str, reason: str) -> None:
+        self.results[kernel] = {"kernel": kernel, "status": f"{reason} while being {self.command}d"}
 
 
-def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: bool = False) -> QuantStage | None:
+def _run(target: Target, command: str, library: Path, names: Sequence[str]) -> dict[str, dict]:
+    """Run :func:`_main` on ``names`` in the crash-isolated driver (:func:`autotune.measure.drive`):
+    a kernel that crashes is rejected, and the driver starts again on the rest."""
+    handler = _Results(command)
+    argv = ["-m", "autotune.qsuite", command, str(library)]
+    try:
+        measure.drive(Path(sys.executable), target, argv, names, handler, TIMEOUT, None)
+    except measure.MeasureError:
+        # Timing runs every kernel in rounds before it reports any, so a crash there names
+        # none: each kernel again on its own finds which one (validation ran them all first).
+        for name in names:
+            try:
+                measure.drive(Path(sys.executable), target, argv, [name], handler, TIMEOUT, None)
+            except measure.MeasureError:
+                handler.failed(name, "crashed")
+    return {n: handler.results.get(n, {"status": f"no result while being {command}d"}) for n in names}
+
+
+class Journal(Protocol):
+    """What the stages use of install's journal (autotune.install.Journal)."""
+
+    validations: dict[str, dict]
+    benches: dict[tuple[str, str], list[dict]]
+
+    def append(self, entries: Iterable[dict]) -> None: ...
+
+
+#: The journal's settings key of the quantised timings (all of a library's kernels, in rounds).
+JOURNAL_SETTINGS = f"quant:M={','.join(map(str, MEASURE_M))}:KN={MEASURE_KN}:rounds={MEASURE_ROUNDS}"
+
+
+def _journaled_verdicts(journal: Journal | None, library_hash: str, names: Sequence[str],
+                        run: Callable[[Sequence[str]], Mapping[str, str]]) -> dict[str, str]:
+    """name -> verdict: from the journal where it holds this library's, else ``run`` and journaled.
+
+    Keyed by the hash of the library that ran them (its kernels and qgemm.c), as the float
+    kernels' verdicts are by their object's: a changed kernel is validated again."""
+    key = {n: f"{library_hash}:{n}" for n in names}
+    known = journal.validations if journal is not None else {}
+    todo = [n for n in names if key[n] not in known]
+    fresh = run(todo) if todo else {}
+    entries = [{"kind": "validate", "hash": key[n], "status": fresh[n]} for n in todo]
+    if journal is not None:
+        journal.append(entries)
+        journal.validations.update((e["hash"], e) for e in entries)
+    return {n: fresh[n] if n in fresh else known[key[n]]["status"] for n in names}
+
+
+def _digest_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_stage(target: Target, home: Path, patterns: Sequence[str] = (), quick: bool = False,
+              journal: Journal | None = None) -> QuantStage | None:
     """Build, validate and time the family of ``target``; None when it has no quantised kernels.
 
-    ``patterns`` (install's ``--only``) keep the kernels whose names match one.
+    ``patterns`` (install's ``--only``) keep the kernels whose names match one.  With a
+    ``journal``, verdicts and timings an earlier run left for the same library are reused
+    (timings only all together: they are compared within one set of rounds).
     """
-    family = [k for isa in kernel_isas(target) for k in quant_x86.family(isa, quick=quick)
+    family = [k for isa in kernel_isas(target) for k in x86.quant_family(isa, quick=quick)
               if not patterns or any(fnmatch.fnmatchcase(k.name, p) for p in patterns)]
     if not family:
         return None
-    obj = compile_kernels(target, family, home)
+    obj = build.compile_qkernels(target, family, home)
     if not obj.ok:
         return QuantStage({k.name: "compile error: " + (obj.error or "").splitlines()[0] for k in family}, {}, ())
-    library = link_library(target, family, obj.path, build.build_dir(target, home) / "quant" / f"lib{obj.hash[:16]}.so")
+    library = link.build_qlibrary(target, family, obj.path, build.build_dir(target, home) / "quant" / f"lib{obj.hash[:16]}.so")
     names = [k.name for k in family]
-    verdicts = {n: r["status"] for n, r in _subprocess("validate", library, names).items()}
+    lib_hash = _digest_file(library)
+    verdicts = _journaled_verdicts(journal, lib_hash, names, lambda todo: {
+        n: r["status"] for n, r in _run(target, "validate", library, todo).items()})
     valid = [n for n in names if verdicts.get(n) == "validated"]
-    timings = _subprocess("measure", library, valid) if valid else {}
-    seconds = {n: {int(m): float(s) for m, s in r.get("seconds", {}).items()} for n, r in timings.items()}
+    bench_key = (f"{lib_hash}:{','.join(valid)}", JOURNAL_SETTINGS)
+    if journal is not None and bench_key in journal.benches:
+        timings = journal.benches[bench_key][0]
+    else:
+        timings = {n: r.get("seconds", {}) for n, r in (_run(target, "measure", library, valid) if valid else {}).items()}
+        if journal is not None and valid:
+            journal.append([{"kind": "bench", "hash": bench_key[0], "settings": bench_key[1], "rows": [timings]}])
+            journal.benches[bench_key] = [timings]
+    seconds = {n: {int(m): float(s) for m, s in by_m.items()} for n, by_m in timings.items()}
     return QuantStage(verdicts, seconds, select(seconds))
+
+
+# -- an Arm library's kernels: validated by qharness.c, natively or under the emulator ------
+
+def pack_calls(calls: Sequence[tuple]) -> bytes:
+    """The input of ``qharness`` (kernels_src/harness/qharness.c, whose header describes it):
+    each call (kernel name or "" for the library's choice, A, weights[, options]);
+    ``options`` (all optional): ``sme2`` (the weights' :class:`autotune.quant.Sme2Weights`),
+    ``bias``, ``clamp``, ``ldc``."""
+    blob = bytearray()
+    for name, A, w, *rest in calls:
+        opts = rest[0] if rest else {}
+        m, _ = A.shape
+        packed, form = w.packed, opts.get("sme2")
+        bias, clamp, ldc = opts.get("bias"), opts.get("clamp"), opts.get("ldc", w.n)
+        flags = (1 if bias is not None else 0) | (2 if clamp is not None else 0)
+        blob += struct.pack("<12q", m, A.shape[1], w.n, w.bits, int(w.symmetric), w.block, len(name),
+                            form.svl_bits if form else 0, form.codes.size if form else 0,
+                            form.scales.size if form else 0, ldc, flags) + name.encode()
+        blob += np.ascontiguousarray(A, np.float32).tobytes() + packed.codes.tobytes() + packed.scales.tobytes()
+        if packed.zeros is not None:
+            blob += packed.zeros.tobytes()
+        if form:
+            blob += form.codes.tobytes() + np.ascontiguousarray(form.scales, np.float32).tobytes()
+        for extra in (bias, clamp):
+            if extra is not None:
+                blob += np.asarray(extra, np.float32).tobytes()
+    return bytes(blob)
+
+
+def unpack_results(data: bytes, calls: Sequence[tuple]) -> list[tuple[int, np.ndarray]]:
+    """(status, C as M x ldc, columns past N included) of each call, from qharness's output."""
+    at, results = 0, []
+    for _, A, w, *rest in calls:
+        ldc = (rest[0] if rest else {}).get("ldc", w.n)
+        (status,) = struct.unpack_from("<q", data, at)
+        size = A.shape[0] * ldc
+        results.append((status, np.frombuffer(data, np.float32, size, at + 8).reshape(A.shape[0], ldc)))
+        at += 8 + 4 * size
+    if at != len(data):
+        raise ValueError(f"qharness wrote {len(data)} bytes for {len(calls)} cases, not {at}")
+    return results
+
+
+def validate_library(target: Target, home: Path, kernels: Sequence[QKernelSpec],
+                     journal: Journal | None = None) -> dict[str, str]:
+    """Run every one of ``kernels`` on :func:`_cases` in a library holding them all (no float
+    kernels), through ``qharness`` in the crash-isolated driver, natively or under the
+    target's emulator; name -> "validated" or why not.  An SME2 kernel's cases carry the
+    weights' SME2 form for the target's vector length, which the library runs it on."""
+    lib = link.build_arm_runtime(target, [], [], link.default_params(None, {}, provenance="emulated"), {},
+                                 home / "build" / "quant" / target.isa / "lib", cache=build.shared_dir(home) / "runtime")
+    work = home / "build" / "quant" / target.isa
+    harness = link.build_qharness(target, lib.archive, work / "qharness")
+    return _journaled_verdicts(journal, lib.hash, [k.name for k in kernels],
+                               lambda todo: _validate_in(target, harness, work, [k for k in kernels if k.name in todo]))
+
+
+def _validate_in(target: Target, harness: Path, work: Path, kernels: Sequence[QKernelSpec]) -> dict[str, str]:
+    """name -> verdict of each of ``kernels``, run by ``harness`` on :func:`_cases`."""
+    verdicts: dict[str, str] = {}
+    for kind in KINDS:
+        mine = [k.name for k in kernels if k.kind == kind]
+        if not mine:
+            continue
+        sme2 = any(qkernel(n).family == "sme2" for n in mine) and target.svl_bits
+        calls = [(d, A, w, {"sme2": w.sme2(target.svl_bits)} if sme2 else {}) for d, A, w in _cases(kind)]
+        cases = work / f"cases-{kind}.bin"
+        with files.atomic_writer(cases, "wb") as f:
+            f.write(pack_calls([("", A, w, o) for _, A, w, o in calls]))
+        out = work / f"out-{kind}"
+        out.mkdir(parents=True, exist_ok=True)
+        handler = _Results("validate")
+        measure.drive(harness, target, [str(cases), str(out)], mine, handler,
+                      measure.default_timeout(target) * 10, None)
+        for name in mine:
+            ran = handler.results.get(name, {})
+            if ran.get("event") != "result":  # crashed or hung: the driver's reason
+                verdicts[name] = ran.get("status", "no result while being validated")
+                continue
+            verdicts[name] = _verdict(unpack_results((out / f"{name}.bin").read_bytes(), calls), calls)
+    return verdicts
+
+
+def run_arm_stage(targets: Mapping[str, Target], home: Path, journal: Journal | None = None) -> QuantStage | None:
+    """An Arm library's quantised kernels (:func:`autotune.families.quant_kernels`), each
+    validated by :func:`validate_library` with the target the library is built for;
+    nothing timed (qgemm.c chooses among them where it runs).  The selection is the
+    validated ones, which the library links: an SME2 kernel only with all of its
+    family's, which are one object."""
+    target = targets.get("sme2") or next((t for isa, t in targets.items() if isa in ARM_ISAS), None)
+    kernels = quant_kernels(targets) if target is not None else []
+    if not kernels:
+        return None
+    verdicts = validate_library(target, home, kernels, journal)
+    valid = [k for k in kernels if verdicts[k.name] == "validated"]
+    if any(k.family == "sme2" and verdicts[k.name] != "validated" for k in kernels):
+        valid = [k for k in valid if k.family != "sme2"]
+    return QuantStage(verdicts, {}, tuple(k.name for k in valid))
+
+
+def _verdict(results: Sequence[tuple[int, np.ndarray]], calls: Sequence[tuple]) -> str:
+    from .quant import reference_qmatmul, scaling_error_bound
+
+    for (status, C), (description, A, w, _) in zip(results, calls):
+        if status != 0:
+            return f"not run at {description}: status {status} (the CPU lacks its features?)"
+        problem = _check(np.ascontiguousarray(C[:, :w.n]), reference_qmatmul(A, w), scaling_error_bound(A, w))
+        if problem:
+            return f"wrong answer at {description}: {problem}"
+    return "validated"
 
 
 def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
     """Per kind: the fastest mr = 1 kernel at M = 1, the fastest block kernel over M > 1."""
     chosen = []
-    for kind in quant_x86.KINDS:
-        mine = {n: s for n, s in seconds.items() if parse_name(n).kind == kind and s}
-        gemv = [n for n in mine if parse_name(n).mr == 1 and 1 in mine[n]]
-        blocks = [n for n in mine if parse_name(n).mr > 1 and all(m in mine[n] for m in MEASURE_M if m > 1)]
+    for kind in KINDS:
+        mine = {n: s for n, s in seconds.items() if qkernel(n).kind == kind and s}
+        gemv = [n for n in mine if qkernel(n).mr == 1 and 1 in mine[n]]
+        blocks = [n for n in mine if qkernel(n).mr > 1 and all(m in mine[n] for m in MEASURE_M if m > 1)]
         if blocks:
             chosen.append(min(blocks, key=lambda n: sum(mine[n][m] for m in MEASURE_M if m > 1)))
         if gemv:
             chosen.append(min(gemv, key=lambda n: mine[n][1]))
     return tuple(chosen)
-
-
-def registry_kernels(isas: Iterable[str], selected: Sequence[str] = ()) -> list:
-    """The kernels in the registry (at_qtable.c) of a library for ``isas``, in its order.
-
-    An Arm library: every NEON kernel (:func:`autotune.codegen.quant_neon.family`), since
-    qgemm.c picks among them by the CPU's features where it runs and an emulated install
-    times nothing.  An x86 library: the quantised stage's ``selected`` kernels.  Else none.
-    The one rule behind :func:`library_parts`, :func:`autotune.link.build_arm_runtime` and
-    the table's record of them (:func:`autotune.install.library_qkernels`); an SME2
-    library also carries quant_sme2's kernels, outside the registry.
-    """
-    isas = tuple(isas)
-    if any(isa in ARM_ISAS for isa in isas):
-        return quant_neon.family()
-    if any(isa in quant_x86.TARGETS for isa in isas):
-        return [parse_name(name) for name in selected]
-    return []
-
-
-def library_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) -> tuple[str, list[Path]] | None:
-    """(at_qtable.c, objects) for the kernels a table selected, None without any."""
-    names = (settings.get("quant") or {}).get("selected") or []
-    target = next((t for isa, t in targets.items() if isa in quant_x86.TARGETS), None)
-    if target is None:
-        return None
-    kernels = registry_kernels([target.isa], names)
-    if not kernels:
-        return None
-    obj = compile_kernels(target, kernels, home)
-    if not obj.ok:
-        raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
-    return emit_registry(kernels), [obj.path]
 
 
 # -- the subprocess: validation cases and timings ----------------------------------
@@ -307,9 +367,9 @@ def _main(argv: Sequence[str]) -> int:
     cases: dict[str, list] = {}
     calls: dict[tuple[str, int], Callable[[], float]] = {}
     for name in names:
-        print(json.dumps({"event": "start", "kernel": name}), flush=True)
-        kind = parse_name(name).kind
+        kind = qkernel(name).kind
         if command == "validate":
+            print(json.dumps({"event": "start", "kernel": name}), flush=True)
             if kind not in cases:
                 cases[kind] = [(d, A, w, reference_qmatmul(A, w), scaling_error_bound(A, w))
                                for d, A, w in _cases(kind)]
@@ -329,19 +389,22 @@ def _main(argv: Sequence[str]) -> int:
                                {m: rng.standard_normal((m, MEASURE_KN)).astype(np.float32) for m in MEASURE_M}]
             w, inputs = cases[kind]
             for m, A in inputs.items():
-                if m > 1 and parse_name(name).mr == 1 and m > 16:
+                if m > 1 and qkernel(name).mr == 1 and m > 16:
                     continue  # a GEMV kernel covers M > 1 only as a row-at-a-time fallback
-                qapi.call(lib, A, w, None, None, name)  # the warm-up, and where a crash shows
+                qapi.call(lib, A, w, None, None, name)  # the warm-up
                 calls[(name, m)] = (lambda A=A, w=w, name=name: _seconds(qapi.call, lib, A, w, None, None, name))
     if command == "measure":
         # In rounds of every kernel: timed one after another, one install put q4a's 4x16
-        # 30% ahead of q4s's (the same loop with less to do) and chose q4s's 2x8.
-        best = best_of_rounds(calls, MEASURE_ROUNDS,
-                              lambda key: print(json.dumps({"event": "start", "kernel": key[0]}), flush=True))
+        # 30% ahead of q4s's (the same loop with less to do) and chose q4s's 2x8.  So
+        # every kernel's events come at the end (measure.drive takes a kernel's events
+        # until the next one starts), and a crash before them is placed by the caller.
+        best = best_of_rounds(calls, MEASURE_ROUNDS)
         for name in names:
+            print(json.dumps({"event": "start", "kernel": name}), flush=True)
             seconds = {m: s for (n, m), s in best.items() if n == name}
             print(json.dumps({"event": "result", "kernel": name, "status": "measured", "seconds": seconds}),
                   flush=True)
+    print(json.dumps({"event": "done"}), flush=True)
     return 0
 
 

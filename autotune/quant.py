@@ -38,22 +38,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .files import atomic_writer
+# The formats' numbers are declared once, for Python and C, in autotune.qformat.
+from .qformat import INT8_MAX, MAX_BLOCK, PAD_COLUMNS, PANEL, SUB, SYMMETRIC_ZERO_POINT
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-#: The zero point that makes the unsigned 4-bit format symmetric.
-SYMMETRIC_ZERO_POINT = 8
-#: Largest activation and 8-bit weight code: symmetric int8, -128 left unused.
-INT8_MAX = 127
-#: Widest block: its int32 sums stay exact (4096 * 127 * 127 < 2**31).
-MAX_BLOCK = 4096
 #: What the arrays of a saved QuantizedWeights are called (see QuantizedWeights.arrays).
 FORMAT_VERSION = 1
-#: The packed format's panel width (columns) and depth unit (rows of K): at_qkernel.h.
-PANEL, SUB = 8, 32
-#: Packed columns are padded to a multiple of this (AT_QPAD_COLUMNS), so every kernel reads whole tiles.
-PAD_COLUMNS = 32
 
 
 class QuantizationError(ValueError):

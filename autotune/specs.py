@@ -12,6 +12,10 @@ Every kernel has the same C signature (column-major, BLAS convention)::
 
 so an executing plan can chain kernels of any family.
 
+A :class:`QKernelSpec` names a quantised micro-kernel (int8 activations x 4- or
+8-bit weights, :mod:`autotune.qformat`); its C contract is
+``kernels_src/runtime/at_qkernel.h`` and its names follow :data:`QNAME_PATTERN`.
+
 Which kernels exist is not decided here: each family's register model is in
 :mod:`autotune.families`.  This module knows no register file and imports
 neither the families nor the generators.
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, asdict
+
+from .qformat import ACTIVATIONS, KINDS, PANEL
 
 DTYPES = ("f32", "f64")
 DTYPE_BYTES = {"f32": 4, "f64": 8}
@@ -122,3 +128,73 @@ def parse_trans(trans: str) -> tuple[bool, bool]:
     if trans not in TRANSPOSITIONS:
         raise ValueError(f"transposition must be one of {TRANSPOSITIONS}, got {trans!r}")
     return trans[0] == "t", trans[1] == "t"
+
+
+#: The forms of a quantised kernel: a register tile of C (mr > 1 rows), a GEMV
+#: (one row at a time), an outer product into a matrix engine's tiles (SME2's ZA).
+QFORMS = ("tile", "gemv", "za")
+
+#: The grammar of quantised kernel names: weights' format, ISA, tile (a side in
+#: vector lengths ends in ``vl``: the kernel serves any SVL).  The activations have
+#: one format (qformat.ACTIVATIONS), so the name does not repeat it.
+QNAME_PATTERN = re.compile(
+    r"^at_(?P<kind>q[a-z0-9]+)_(?P<isa>[a-z0-9]+)_(?P<mr>\d+)(?P<mvl>vl)?x(?P<nr>\d+)(?P<nvl>vl)?$"
+)
+
+
+@dataclass(frozen=True, order=True)
+class QKernelSpec:
+    """One quantised micro-kernel: formats, ISA, tile, form and what the CPU needs.
+
+    ``isa`` is the instruction set the kernel is written in (``avx2``, ``avxvnni``,
+    ``dotprod``, ``i8mm``, ``sme2``...), ``family`` the family module that declares it
+    and whose generator writes it (``autotune.families.<family>``,
+    ``autotune.codegen.quant_<family>``), ``features`` what a CPU must have to run it,
+    in :mod:`autotune.host`'s names (the registry lists them, features.c tests them).
+    ``vl_rows``/``vl_cols``: ``mr``/``nr`` count streaming vector lengths, not
+    elements; such a kernel reads the SVL at run time (``svl`` 0: any).
+    Records are made by the families (``qkernel``), which check their register model.
+    """
+
+    kind: str
+    isa: str
+    mr: int
+    nr: int
+    family: str
+    features: tuple[str, ...]
+    form: str = "tile"
+    vl_rows: bool = False
+    vl_cols: bool = False
+    svl: int = 0
+    activations: str = ACTIVATIONS
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {self.kind!r}")
+        if self.form not in QFORMS:
+            raise ValueError(f"form must be one of {QFORMS}, not {self.form!r}")
+        if self.mr < 1 or self.nr < 1:
+            raise ValueError(f"mr and nr must be positive: {self!r}")
+
+    @property
+    def name(self) -> str:
+        rows, cols = f"{self.mr}{'vl' * self.vl_rows}", f"{self.nr}{'vl' * self.vl_cols}"
+        return f"at_{self.kind}_{self.isa}_{rows}x{cols}"
+
+    @property
+    def panels(self) -> int:
+        """Packed panels of columns the kernel reads per call (element tiles)."""
+        return self.nr // PANEL
+
+    @property
+    def gemv(self) -> bool:
+        return self.form == "gemv"
+
+
+def parse_qname(name: str) -> dict:
+    """The fields a quantised kernel name spells: kind, isa, mr, nr, vl_rows, vl_cols."""
+    match = QNAME_PATTERN.match(name)
+    if not match or match["kind"] not in KINDS:
+        raise ValueError(f"not a quantised kernel name: {name!r}")
+    return {"kind": match["kind"], "isa": match["isa"], "mr": int(match["mr"]), "nr": int(match["nr"]),
+            "vl_rows": bool(match["mvl"]), "vl_cols": bool(match["nvl"])}

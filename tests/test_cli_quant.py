@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from autotune import table
-from autotune.codegen import quant_neon, quant_sme2
+from autotune.families import neon as neon_family, sme2 as sme2_family
 from autotune.install import InstallOptions, install, library_qkernels
+from autotune.link import build_qharness
 from tests.isa import requires_isa
 from tests.test_table import make_table
 
 ROOT = Path(__file__).resolve().parent.parent
-SME2_NAMES = [name for name, _, _ in quant_sme2.KERNELS]
+SME2_NAMES = [k.name for k in sme2_family.quant_family()]
 
 
 def show(home: Path, target: str) -> subprocess.CompletedProcess:
@@ -56,7 +57,7 @@ def test_show_lists_an_arm_librarys_quantised_kernels_and_says_the_cpu_chooses(t
                tmp_path)
     done = show(tmp_path, target)
     assert done.returncode == 0, done.stderr
-    want = [k.name for k in quant_neon.family()] + (SME2_NAMES if target == "sme2" else [])
+    want = [k.name for k in neon_family.quant_family()] + (SME2_NAMES if target == "sme2" else [])
     assert listed(done.stdout) == want
     row = next(line for line in done.stdout.splitlines() if "at_q4s_dotprod_1x16" in line)
     assert "q4s" in row and "gemv" in row and "dotprod" in row
@@ -80,34 +81,37 @@ def test_the_record_follows_what_each_library_links():
     """x86: the quantised stage's selection, in its order; Arm: every NEON kernel, SME2's after them."""
     selected = {"selected": ["at_q8_avx2_2x16", "at_q4s_avx2_1x16"]}
     assert [(e["name"], e["form"], e["needs"]) for e in library_qkernels(("avx2", "generic"), selected)] == \
-        [("at_q8_avx2_2x16", "block", "avx2 fma"), ("at_q4s_avx2_1x16", "gemv", "avx2 fma")]
+        [("at_q8_avx2_2x16", "tile", "avx2 fma"), ("at_q4s_avx2_1x16", "gemv", "avx2 fma")]
     assert library_qkernels(("generic",), {}) == [] and library_qkernels(("avx2",), {}) == []
     neon = library_qkernels(("neon",), {})
-    assert [e["name"] for e in neon] == [k.name for k in quant_neon.family()]
-    assert {e["needs"] for e in neon} == {"i8mm", "dotprod"}
+    assert [e["name"] for e in neon] == [k.name for k in neon_family.quant_family()]
+    assert {e["needs"] for e in neon} == {"i8mm", "asimddp"}
     assert [e["name"] for e in library_qkernels(("sme2", "neon"), {})] == [e["name"] for e in neon] + SME2_NAMES
 
 
 @pytest.mark.arm
 def test_an_emulated_neon_install_records_the_kernels_its_library_names(tmp_path):
-    """The table's record is what the installed aarch64 library's at_qkernel_name lists, asked
-    under QEMU; and `autotune show` prints it."""
-    from .arm_runtime import build as rt
+    """The install validated every quantised kernel under QEMU, as the float ones; the table's
+    record is what the installed aarch64 library's at_qkernel_name lists, asked under QEMU;
+    and `autotune show` prints them as validated."""
     from .test_quant_arm import _target
 
     target = _target()
     result = install(InstallOptions(target="neon", home=tmp_path, only=("at_dgemm_neon_tt_1x1_*",)))
     assert result.library is not None, result.notes
-    recorded = [e["name"] for e in result.table.settings["quant_library"]]
-    exe = tmp_path / "qdriver"
-    rt._run([*target.cc, *rt._strict(target), f"-I{result.library.parent}", str(rt.HERE / "qdriver.c"),
-             str(result.library.parent / "libautotune.a"), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
+    entries = result.table.settings["quant_library"]
+    recorded = [e["name"] for e in entries]
+    assert recorded == [k.name for k in neon_family.quant_family()]
+    assert {e["verdict"] for e in entries} == {"validated"}
+    assert result.table.settings["quant"]["selected"] == recorded
+    exe = build_qharness(target, result.library.parent / "libautotune.a", tmp_path / "qharness")
     done = subprocess.run([*target.runner, str(exe), "names"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == recorded
     shown = show(tmp_path, "neon")
     assert shown.returncode == 0, shown.stderr
     assert listed(shown.stdout) == recorded
+    assert all("validated" in line for line in shown.stdout.splitlines() if "at_q" in line)
 
 
 @requires_isa("avx2")

@@ -29,10 +29,7 @@ RUNTIME = ROOT / "kernels_src" / "runtime"
 
 #: Circles someone is removing now; each entry goes when its circle does (the test
 #: below fails on a listed circle that no longer exists, so the list cannot go stale).
-#: link <-> qsuite: the quantised pipeline's rebuild (issue 27) takes it apart.
-KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset({
-    frozenset({"autotune.link", "autotune.qsuite"}),
-})
+KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset()
 
 #: What a report must not reach: a report reads results; it neither builds nor loads a library.
 REPORT_FORBIDDEN = ("autotune.build", "autotune.link", "autotune.qsuite", "autotune.install",

@@ -1,7 +1,7 @@
 """The NEON quantised kernels (``sdot``, ``smmla``) and the aarch64 library's quantised path, under QEMU.
 
 The aarch64 library (autotune.link.build_arm_runtime, no float kernels) carries
-every NEON quantised kernel; tests/arm_runtime/qdriver.c runs it under
+every NEON quantised kernel; kernels_src/harness/qharness.c runs it under
 qemu-aarch64 on cases written here, and the host compares each C with
 :func:`autotune.quant.reference_qmatmul` within :func:`autotune.quant.scaling_error_bound`:
 
@@ -21,25 +21,24 @@ Nothing here times anything.
 from __future__ import annotations
 
 import json
-import struct
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from autotune import quant, qsuite
-from autotune.codegen import quant_neon, quant_registry
+from autotune import contract, quant, qsuite
+from autotune.codegen import quant_generator, quant_neon
+from autotune.families import neon, qkernel
 from autotune.host import HostInfo
-from autotune.link import build_arm_runtime, default_params
+from autotune.link import build_arm_runtime, build_qharness, default_params
 from autotune.toolchain import Target, ToolchainError, arm_target
 
-from .arm_runtime import build as rt
 
 X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
 KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
 AT_OK, AT_ENOKERNEL = 0, -3
-KERNELS = quant_neon.family()
+KERNELS = neon.quant_family()
 #: QEMU CPU models and the levels they have.
 MODELS = {"cortex-a53": (), "cortex-a72": (), "cortex-a76": ("dotprod",), "neoverse-n1": ("dotprod",),
           "neoverse-n2": ("dotprod", "i8mm"), "max": ("dotprod", "i8mm")}
@@ -52,61 +51,67 @@ QUICK_MODELS = ("cortex-a53", "cortex-a76", "neoverse-n2")
 
 def test_family_names_features_and_order():
     names = [k.name for k in KERNELS]
-    assert len(names) == len(set(names)) and all(quant_neon.parse_name(n) == k for n, k in zip(names, KERNELS))
-    levels = [k.level for k in KERNELS]
-    assert levels == sorted(levels, key=quant_neon.LEVELS.index)  # i8mm first: no timings under emulation
-    assert all(k.mr % 2 == 0 for k in KERNELS if k.level == "i8mm")
+    assert len(names) == len(set(names)) and all(qkernel(n) == k for n, k in zip(names, KERNELS))
+    levels = [k.isa for k in KERNELS]
+    assert levels == sorted(levels, key=neon.QUANT_LEVELS.index)  # i8mm first: no timings under emulation
+    assert all(k.mr % 2 == 0 for k in KERNELS if k.isa == "i8mm")
     for kind in KINDS:  # every kind has a block form and a GEMV form
         assert any(k.kind == kind and k.mr == 1 for k in KERNELS)
-        assert any(k.kind == kind and k.mr > 1 and k.level == "i8mm" for k in KERNELS)
+        assert any(k.kind == kind and k.mr > 1 and k.isa == "i8mm" for k in KERNELS)
     for bad in (("q4s", "i8mm", 1, 8), ("q4s", "dotprod", 8, 8), ("q4s", "sve", 1, 8), ("q5", "dotprod", 1, 8)):
         with pytest.raises(ValueError):
-            quant_neon.NeonQKernel(*bad)
+            neon.qkernel(*bad)
     with pytest.raises(ValueError):
-        quant_neon.parse_name("at_q4s_avx2")
+        qkernel("at_q4s_avx2")
 
 
 def test_units_are_one_per_level_with_its_guard_and_flag():
-    units = quant_neon.units(KERNELS)
-    assert [u.level for u in units] == ["i8mm", "dotprod"]
-    for u in units:
-        assert u.march == quant_neon.MARCH[u.level] and f"#if !defined({quant_neon.ACLE_MACRO[u.level]})" in u.source
-        assert "Do not edit" in u.source
-        mine = [k for k in KERNELS if k.level == u.level]
-        assert all(f"void {k.name}(" in u.source for k in mine)
-        assert ("vmmlaq_s32" in u.source) == (u.level == "i8mm")
-        assert ("vdotq_laneq_s32" in u.source) == (u.level == "dotprod")
+    units = quant_generator(KERNELS[0]).units(KERNELS)
+    assert [u.filename for u in units] == ["at_qneon_i8mm.c", "at_qneon_dotprod.c"]
+    for u, level in zip(units, ("i8mm", "dotprod")):
+        assert u.flags == (quant_neon.MARCH[level],) and f"#if !defined({quant_neon.ACLE_MACRO[level]})" in u.text
+        assert "Do not edit" in u.text
+        mine = [k for k in KERNELS if k.isa == level]
+        assert all(f"void {k.name}(" in u.text for k in mine)
+        assert ("vmmlaq_s32" in u.text) == (level == "i8mm")
+        assert ("vdotq_laneq_s32" in u.text) == (level == "dotprod")
     with pytest.raises(ValueError):
         quant_neon.generate(KERNELS)
 
 
 def test_registry_entries_name_their_levels():
-    k = quant_neon.NeonQKernel("q4a", "i8mm", 4, 8)
-    text = quant_registry.emit_registry([k, quant_neon.NeonQKernel("q8", "dotprod", 1, 16)])
+    k = neon.qkernel("q4a", "i8mm", 4, 8)
+    text = contract.qregistry([k, neon.qkernel("q8", "dotprod", 1, 16)])
     assert '{"at_q4a_i8mm_4x8", 1, 4, 8, at_q4a_i8mm_4x8, "i8mm"},' in text
-    assert '{"at_q8_dotprod_1x16", 2, 1, 16, at_q8_dotprod_1x16, "dotprod"},' in text
+    assert '{"at_q8_dotprod_1x16", 2, 1, 16, at_q8_dotprod_1x16, "asimddp"},' in text
 
 
 # --------------------------------------------------------------------------- under QEMU
 
 
-def _target() -> Target:
+def arm_or_skip(isa: str = "neon", svl: int = 512) -> Target:
+    """The cross target of ``isa``, or a skip naming what is missing."""
     try:
-        return arm_target("neon", X86)
+        return arm_target(isa, X86, svl)
     except ToolchainError as exc:
-        pytest.skip(f"no Arm toolchain (clang-19 for aarch64 and qemu-aarch64): {exc}")
+        pytest.skip(f"needs the Arm cross compiler (clang-19) and a QEMU for {isa} (scripts/setup.sh --test): {exc}")
+
+
+def _target() -> Target:
+    return arm_or_skip("neon")
+
+
+def harness_with_library(target: Target, home: Path) -> tuple[Target, Path]:
+    """(target, qharness.c linked statically with the target's libautotune.a: the whole
+    quantised family, no float kernels)."""
+    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib",
+                            cache=home / "cache")
+    return target, build_qharness(target, lib.archive, home / "qharness")
 
 
 @pytest.fixture(scope="module")
-def qdriver(tmp_path_factory) -> tuple[Target, Path]:
-    """(target, qdriver.c linked statically with an aarch64 libautotune.a holding the NEON kernels)."""
-    target = _target()
-    home = tmp_path_factory.mktemp("qarm")
-    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib")
-    exe = home / "qdriver"
-    rt._run([*target.cc, *rt._strict(target), f"-I{lib.header.parent}", str(rt.HERE / "qdriver.c"),
-             str(lib.archive), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
-    return target, exe
+def qharness(tmp_path_factory) -> tuple[Target, Path]:
+    return harness_with_library(_target(), tmp_path_factory.mktemp("qarm"))
 
 
 def _cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:
@@ -123,46 +128,22 @@ def _cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:
 
 
 def _run(target: Target, exe: Path, cpu: str, calls: list[tuple], work: Path) -> list[tuple[int, np.ndarray]]:
-    """(status, C) of each (kernel name or "", A, w[, options]) call, run by qdriver under QEMU's ``cpu``.
+    """(status, C) of each (kernel name or "", A, w[, options]) call, run by qharness under QEMU's ``cpu``.
 
     ``options`` (a dict, all optional): ``sme2`` (an :class:`autotune.quant.Sme2Weights` to pass as
     the weights' SME2 form), ``bias``, ``clamp`` and ``ldc`` (> N: the columns past N must come back
     untouched, which is checked here)."""
-    blob = bytearray()
-    for name, A, w, *rest in calls:
-        opts = rest[0] if rest else {}
-        m, k = A.shape
-        packed, form = w.packed, opts.get("sme2")
-        bias, clamp, ldc = opts.get("bias"), opts.get("clamp"), opts.get("ldc", w.n)
-        flags = (1 if bias is not None else 0) | (2 if clamp is not None else 0)
-        blob += struct.pack("<12q", m, k, w.n, w.bits, int(w.symmetric), w.block, len(name),
-                            form.svl_bits if form else 0, form.codes.size if form else 0,
-                            form.scales.size if form else 0, ldc, flags) + name.encode()
-        blob += np.ascontiguousarray(A, np.float32).tobytes() + packed.codes.tobytes() + packed.scales.tobytes()
-        if packed.zeros is not None:
-            blob += packed.zeros.tobytes()
-        if form:
-            blob += form.codes.tobytes() + np.ascontiguousarray(form.scales, np.float32).tobytes()
-        if bias is not None:
-            blob += np.asarray(bias, np.float32).tobytes()
-        if clamp is not None:
-            blob += np.asarray(clamp, np.float32).tobytes()
+    blob = qsuite.pack_calls(calls)
     inp, out = work / f"in-{cpu}.bin", work / f"out-{cpu}.bin"
     inp.write_bytes(bytes(blob))
     runner = [*target.runner[:-1], cpu]
     done = subprocess.run([*runner, str(exe), str(inp), str(out)], capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"qdriver on {cpu}: rc={done.returncode} (-4 is SIGILL) {done.stderr[-800:]}"
+    assert done.returncode == 0, f"qharness on {cpu}: rc={done.returncode} (-4 is SIGILL) {done.stderr[-800:]}"
     assert json.loads(done.stdout.splitlines()[-1]) == {"event": "done", "cases": len(calls)}
-    data, at, results = out.read_bytes(), 0, []
-    for name, A, w, *rest in calls:
-        ldc = (rest[0] if rest else {}).get("ldc", w.n)
-        (status,) = struct.unpack_from("<q", data, at)
-        size = A.shape[0] * ldc
-        full = np.frombuffer(data, np.float32, size, at + 8).reshape(A.shape[0], ldc)
+    results = []
+    for (name, A, w, *rest), (status, full) in zip(calls, qsuite.unpack_results(out.read_bytes(), calls)):
         assert (full[:, w.n:].view(np.uint32) == 0xFFFFFFFF).all(), f"{name or 'choice'}: wrote past N"
         results.append((status, np.ascontiguousarray(full[:, :w.n])))
-        at += 8 + 4 * size
-    assert at == len(data)
     return results
 
 
@@ -171,8 +152,8 @@ def _check(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights) -> str | Non
 
 
 @pytest.mark.arm
-def test_every_neon_kernel_forced_by_name_matches_the_reference(qdriver, tmp_path):
-    target, exe = qdriver
+def test_every_neon_kernel_forced_by_name_matches_the_reference(qharness, tmp_path):
+    target, exe = qharness
     calls, labels = [], []
     for kind in KINDS:
         for description, A, w in _cases(kind):
@@ -188,9 +169,9 @@ def test_every_neon_kernel_forced_by_name_matches_the_reference(qdriver, tmp_pat
     assert not problems, "\n".join(problems[:10])
 
 
-def _library_choice_on(model: str, qdriver, work: Path) -> None:
+def _library_choice_on(model: str, qharness, work: Path) -> None:
     """Right answers from the library's own choice on ``model``; forced kernels run only with their level."""
-    target, exe = qdriver
+    target, exe = qharness
     has = MODELS[model]
     calls, expected = [], []
     for kind in KINDS:
@@ -200,7 +181,7 @@ def _library_choice_on(model: str, qdriver, work: Path) -> None:
         _, A, w = _cases(kind)[-1]
         for k in (k for k in KERNELS if k.kind == kind):
             calls.append((k.name, A, w))
-            expected.append(AT_OK if k.level in has else AT_ENOKERNEL)
+            expected.append(AT_OK if k.isa in has else AT_ENOKERNEL)
     results = _run(target, exe, model, calls, work)
     assert [status for status, _ in results] == expected
     for (name, A, w), (status, C) in zip(calls, results):
@@ -212,15 +193,15 @@ def _library_choice_on(model: str, qdriver, work: Path) -> None:
 
 @pytest.mark.arm
 @pytest.mark.parametrize("model", QUICK_MODELS)
-def test_library_choice_per_cpu_model(qdriver, tmp_path, model):
-    _library_choice_on(model, qdriver, tmp_path)
+def test_library_choice_per_cpu_model(qharness, tmp_path, model):
+    _library_choice_on(model, qharness, tmp_path)
 
 
 @pytest.mark.arm
 @pytest.mark.slow
 @pytest.mark.parametrize("model", [m for m in MODELS if m not in QUICK_MODELS])
-def test_library_choice_on_more_cpu_models(qdriver, tmp_path, model):
-    _library_choice_on(model, qdriver, tmp_path)
+def test_library_choice_on_more_cpu_models(qharness, tmp_path, model):
+    _library_choice_on(model, qharness, tmp_path)
 
 
 def _adversarial_rows(k: int, block: int, rng: np.random.Generator) -> np.ndarray:
@@ -255,7 +236,7 @@ def _adversarial_rows(k: int, block: int, rng: np.random.Generator) -> np.ndarra
 
 
 @pytest.mark.arm
-def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qdriver, tmp_path):
+def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qharness, tmp_path):
     """qgemm.c's quantisation of A (NEON for whole blocks, scalar for a partial one) is
     quantize_activations' bit for bit.  With W = 7 I in symmetric 4 bits every weight
     scale is 1 or 0 and only the diagonal block counts, so C[m, n] = float(7 qa) * sa
@@ -263,7 +244,7 @@ def test_activation_codes_scales_and_sums_are_those_of_quantize_activations(qdri
     (8 times the code sum) cancels only if the library's sum is right: a code, a scale
     bit or a sum the library gets differently from the reference shows as an inequality.
     Each A as one call (the block kernel, M > 1) and row by row (the GEMV, M = 1)."""
-    target, exe = qdriver
+    target, exe = qharness
     rng = np.random.default_rng(17)
     calls = []
     for block in (32, 64, 128):
@@ -344,11 +325,11 @@ def test_the_library_runs_the_kernels_of_the_cpus_level(tmp_path):
 
 
 @pytest.mark.arm
-def test_neon_library_has_no_sme2_path(qdriver, tmp_path):
+def test_neon_library_has_no_sme2_path(qharness, tmp_path):
     """The NEON target's library carries no SME2 quantised kernels: at_qsme2_svl() is 0 even
     on an SME2 CPU, no SME2 name is listed, and weights carrying an SME2 form get right
     answers from the NEON kernels there."""
-    target, exe = qdriver
+    target, exe = qharness
     cpu = "max,sme=on,sme512=on"
     runner = [*target.runner[:-1], cpu]
     for mode, check in (("svl", lambda out: out.split() == ["0"]),
@@ -358,3 +339,21 @@ def test_neon_library_has_no_sme2_path(qdriver, tmp_path):
     calls = [("", A, w, {"sme2": quant.pack_sme2(w, 512)}) for kind in ("q4s", "q4a") for _, A, w in _cases(kind)]
     for (_, A, w, _), (status, C) in zip(calls, _run(target, exe, cpu, calls, tmp_path)):
         assert status == AT_OK and _check(C, A, w) is None, f"M={A.shape[0]} K={A.shape[1]}"
+
+
+@pytest.mark.arm
+def test_the_install_stage_rejects_a_wrong_neon_kernel_and_keeps_the_right_ones(tmp_path, monkeypatch):
+    """Install's validation of an Arm library (qharness under QEMU, in the crash-isolated driver)
+    sees a kernel that forgets the zero point; its neighbours stay validated."""
+    target = _target()
+    real = quant_neon.generate
+
+    def broken(kernels):
+        head, marker, tail = real(kernels).partition("/* at_q4s_dotprod_1x8:")
+        return head + marker + tail.replace("vfmsq_f32(", "vfmaq_f32(", 1)
+
+    monkeypatch.setattr(quant_neon, "generate", broken)
+    verdicts = qsuite.validate_library(target, tmp_path, [qkernel("at_q4s_dotprod_1x8"), qkernel("at_q4s_dotprod_4x8"),
+                                                          qkernel("at_q8_dotprod_1x8")])
+    assert verdicts["at_q4s_dotprod_1x8"].startswith("wrong answer")
+    assert verdicts["at_q4s_dotprod_4x8"] == verdicts["at_q8_dotprod_1x8"] == "validated"

@@ -18,8 +18,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import autotune
-from autotune import host, quant, qsuite, toolchain
-from autotune.codegen import quant_registry, quant_x86
+from autotune import host, link, quant, qsuite, toolchain
+from autotune import contract
+from autotune.codegen import quant_x86
+from autotune.families import qkernel, x86
+from autotune.qformat import KINDS as QKINDS
 from autotune.link import build_runtime, default_params, emit_kernel_table_c
 from autotune.runtime import api, loader, qapi
 import autotune.runtime as rt
@@ -33,7 +36,7 @@ KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
 
 #: The forms the default suite compiles (the whole family takes a minute: see the slow test):
 #: GEMV and block kernels of one, two and four panels, per kind (4x16: what install picks on Zen 3).
-FORMS = [quant_x86.QKernel(kind, "avx2", mr, nr) for kind in KINDS for mr, nr in ((1, 8), (1, 32), (2, 16), (4, 8), (4, 16))]
+FORMS = [x86.qkernel(kind, "avx2", mr, nr) for kind in KINDS for mr, nr in ((1, 8), (1, 32), (2, 16), (4, 8), (4, 16))]
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +45,7 @@ def qlib(tmp_path_factory: pytest.TempPathFactory) -> loader.Runtime:
     home = tmp_path_factory.mktemp("qhome")
     target = toolchain.target_for("avx2", host.detect())
     names = [k.name for k in FORMS]
-    parts = qsuite.library_parts({"quant": {"selected": names}}, {"avx2": target}, home)
+    parts = link.quant_parts({"quant": {"selected": names}}, {"avx2": target}, home)
     table = emit_kernel_table_c([], default_params(provenance="model"), {})
     built = build_runtime(target, [], table, home / "lib" / "quant", quant=parts)
     runtime = loader.load(built.library)
@@ -71,7 +74,7 @@ def test_the_registry_lists_the_kernels_in_order(qlib):
 
 @pytest.mark.parametrize("name", [k.name for k in FORMS])
 def test_every_kernel_matches_the_reference_on_adversarial_cases(qlib, name):
-    kind = qsuite.parse_name(name).kind
+    kind = qkernel(name).kind
     for description, A, w in qsuite._cases(kind):
         C = qapi.call(qlib.lib, A, w, None, None, name)
         want = quant.reference_qmatmul(A, w)
@@ -238,34 +241,65 @@ def test_install_stage_rejects_a_wrong_kernel_and_keeps_the_right_ones(tmp_path,
     assert stage.selected == ("at_q4s_avx2_2x8",)
     assert set(stage.seconds["at_q4s_avx2_2x8"]) == set(qsuite.MEASURE_M)
     monkeypatch.setattr(quant_x86, "generate", real)
-    registry, objects = qsuite.library_parts({"quant": stage.settings()}, {"avx2": target}, tmp_path)
+    registry, objects = link.quant_parts({"quant": stage.settings()}, {"avx2": target}, tmp_path)
     assert '"at_q4s_avx2_2x8"' in registry and "at_q4s_avx2_1x8" not in registry and objects[0].exists()
+
+
+def test_install_stage_times_every_valid_kernel_in_its_rounds(tmp_path):
+    """Every validated kernel comes back timed (the driver takes each one's result), and
+    per kind the GEMV form and the block are chosen among them."""
+    target = toolchain.target_for("avx2", host.detect())
+    names = ["at_q8_avx2_1x8", "at_q8_avx2_2x8", "at_q8_avx2_4x8"]
+    stage = qsuite.run_stage(target, tmp_path, patterns=names)
+    assert {n: stage.verdicts[n] for n in names} == dict.fromkeys(names, "validated")
+    assert {n: set(stage.seconds[n]) for n in names} == {"at_q8_avx2_1x8": {1, 16}, "at_q8_avx2_2x8": set(qsuite.MEASURE_M),
+                                                         "at_q8_avx2_4x8": set(qsuite.MEASURE_M)}
+    assert len(stage.selected) == 2 and "at_q8_avx2_1x8" in stage.selected
+
+
+def test_install_stage_journals_its_verdicts_and_timings(tmp_path, monkeypatch):
+    """A second install of the same kernels takes the verdicts and the timings from the journal
+    (nothing runs), as the float kernels' are; the journal's lines are the install's own."""
+    from autotune.install import Journal
+
+    target = toolchain.target_for("avx2", host.detect())
+    names = ["at_q4a_avx2_1x8", "at_q4a_avx2_2x8"]
+    first = qsuite.run_stage(target, tmp_path, patterns=names, journal=Journal(tmp_path / "j.jsonl"))
+
+    def no_run(*args):
+        raise AssertionError(f"ran again: {args}")
+
+    monkeypatch.setattr(qsuite, "_run", no_run)
+    again = qsuite.run_stage(target, tmp_path, patterns=names, journal=Journal(tmp_path / "j.jsonl"))
+    assert again == first and set(first.selected) == set(names)
+    with pytest.raises(AssertionError, match="ran again"):  # a fresh journal: run again
+        qsuite.run_stage(target, tmp_path, patterns=names, journal=Journal(tmp_path / "j.jsonl", fresh=True))
 
 
 @pytest.mark.slow
 def test_install_stage_validates_the_whole_family(tmp_path):
     target = toolchain.target_for("avx2", host.detect())
     stage = qsuite.run_stage(target, tmp_path)
-    family = [k.name for k in quant_x86.family("avx2")]
+    family = [k.name for k in x86.quant_family("avx2")]
     assert {n: stage.verdicts[n] for n in family} == {n: "validated" for n in family}
-    assert sorted(qsuite.parse_name(n).kind for n in stage.selected) == sorted(2 * list(quant_x86.KINDS))
+    assert sorted(qkernel(n).kind for n in stage.selected) == sorted(2 * list(QKINDS))
 
 
 def test_kernel_records_names_and_the_generated_unit():
-    k = quant_x86.QKernel("q4a", "avx2", 4, 16)
-    assert k.name == "at_q4a_avx2_4x16" and qsuite.parse_name(k.name) == k and k.panels == 2
+    k = x86.qkernel("q4a", "avx2", 4, 16)
+    assert k.name == "at_q4a_avx2_4x16" and qkernel(k.name) == k and k.panels == 2
     for bad in (("q5", "avx2", 1, 8), ("q4s", "neon", 1, 8), ("q4s", "avx2", 9, 8), ("q4s", "avx2", 1, 12),
                 ("q4s", "avx2", 1, 24)):
         with pytest.raises(ValueError):
-            quant_x86.QKernel(*bad)
+            x86.qkernel(*bad)
     with pytest.raises(ValueError, match="not a quantised kernel name"):
-        qsuite.parse_name("at_sgemm_avx2_nn_4x8")
+        qkernel("at_sgemm_avx2_nn_4x8")
     text = quant_x86.generate([k])
     assert "#error" in text and "Do not edit" in text and "void at_q4a_avx2_4x16(" in text
-    assert "const at_qkernel_entry at_qkernel_table[1] = {{0}};" in quant_registry.emit_registry([])
-    assert '{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "avx2 fma"}' in quant_registry.emit_registry([k])
-    assert '"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "fma"}' in quant_registry.emit_registry([k], ["fma"])
-    assert all(quant_x86.fits(f) for f in quant_x86.family()) and not quant_x86.fits(quant_x86.QKernel("q8", "avx2", 8, 32))
+    assert "const at_qkernel_entry at_qkernel_table[1] = {{0}};" in contract.qregistry([])
+    assert '{"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "avx2 fma"}' in contract.qregistry([k])
+    assert '"at_q4a_avx2_4x16", 1, 4, 16, at_q4a_avx2_4x16, "fma"}' in contract.qregistry([k], ["fma"])
+    assert all(x86.quant_fits(f.isa, f.mr, f.nr) for f in x86.quant_family()) and not x86.quant_fits("avx2", 8, 32)
 
 
 #: The host's C compiler (install's, which always exists) and whichever of gcc and clang
@@ -279,7 +313,7 @@ def test_the_unit_compiles_with_every_compiler_and_optimisation_level(compiler, 
     """The AVX2 4-bit kernels are inline assembly asking for up to 15 ymm and 11 general
     registers: a compiler that cannot allocate them (at -O0 most of all) rejects the unit."""
     source = tmp_path / "kernels.c"
-    source.write_text(quant_x86.generate(quant_x86.family("avx2")))
+    source.write_text(quant_x86.generate(x86.quant_family("avx2")))
     for level in ("-O0", "-O3"):
         done = subprocess.run([compiler, level, "-mavx2", "-mfma", "-c", str(source), "-o", str(tmp_path / "k.o")],
                               capture_output=True, text=True)
@@ -319,7 +353,7 @@ def _product_in(lib, X: np.ndarray, lda: int, m: int, k: int, w: quant.Quantized
 def test_leading_dimensions_far_above_the_operands_and_c_over_a(qlib, name):
     """lda and ldc far above K and N: the columns past N keep their values; and C may
     overwrite A (K = N, one buffer): A is quantised before the first store to C."""
-    kind = qsuite.parse_name(name).kind if name else "q4a"
+    kind = qkernel(name).kind if name else "q4a"
     bits, symmetric = KINDS[kind]
     rng = np.random.default_rng(5)
     m, k, n = 13, 70, 37

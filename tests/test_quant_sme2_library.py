@@ -3,7 +3,7 @@
 An SME2 target's library (autotune.link.build_arm_runtime) links the kernels of
 autotune/codegen/quant_sme2.py and runs them on 4-bit weights that carry an SME2
 form (``at_qweights.sme2_*``) packed for the thread's streaming vector length
-(``at_qsme2_svl()``).  tests/arm_runtime/qdriver.c runs the library on cases
+(``at_qsme2_svl()``).  kernels_src/harness/qharness.c runs the library on cases
 written here; C is compared with :func:`autotune.quant.reference_qmatmul` within
 :func:`autotune.quant.scaling_error_bound` (bias and clamp applied to both):
 
@@ -35,10 +35,9 @@ from autotune.home import kernels_src
 from autotune.host import HostInfo
 from autotune.link import build_arm_runtime, default_params
 from autotune.runtime import qapi
-from autotune.toolchain import Target, ToolchainError, arm_target
+from autotune.toolchain import Target, arm_target
 
-from .arm_runtime import build as rt
-from .test_quant_arm import AT_ENOKERNEL, AT_OK, _check, _run
+from .test_quant_arm import AT_ENOKERNEL, AT_OK, _check, _run, arm_or_skip, harness_with_library
 
 X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
 KINDS = {"q4s": True, "q4a": False}
@@ -99,23 +98,12 @@ def test_ctypes_struct_matches_autotune_h(tmp_path):
 
 
 def _target(svl: int = 512) -> Target:
-    try:
-        return arm_target("sme2", X86, svl)
-    except ToolchainError as exc:
-        pytest.skip(f"needs the Arm cross compiler (clang-19) and QEMU >= 10.1 (scripts/setup.sh --test): {exc}")
+    return arm_or_skip("sme2", svl)
 
 
 @pytest.fixture(scope="module")
-def sme2_qdriver(tmp_path_factory) -> tuple[Target, Path]:
-    """(target, qdriver.c linked statically with the SME2 target's libautotune.a: no float kernels)."""
-    target = _target()
-    home = tmp_path_factory.mktemp("qsme2lib")
-    lib = build_arm_runtime(target, [], [], default_params(None, {}, provenance="emulated"), {}, home / "lib",
-                            cache=home / "cache")
-    exe = home / "qdriver"
-    rt._run([*target.cc, *rt._strict(target), f"-I{lib.header.parent}", str(rt.HERE / "qdriver.c"),
-             str(lib.archive), *target.ldflags, "-pthread", "-lm", "-o", str(exe)])
-    return target, exe
+def sme2_qharness(tmp_path_factory) -> tuple[Target, Path]:
+    return harness_with_library(_target(), tmp_path_factory.mktemp("qsme2lib"))
 
 
 def _qemu(target: Target, cpu: str) -> list[str]:
@@ -167,7 +155,7 @@ def _check_case(C: np.ndarray, A: np.ndarray, w: quant.QuantizedWeights, opts: d
 
 
 def _translated(target: Target, exe: Path, cpu: str, inp: Path, out: Path, log: Path) -> set[str]:
-    """The quantised kernels' symbols QEMU translated (so reached) while qdriver ran ``inp``."""
+    """The quantised kernels' symbols QEMU translated (so reached) while qharness ran ``inp``."""
     done = subprocess.run([*_qemu(target, cpu), "-d", "in_asm", "-D", str(log), str(exe), str(inp), str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-800:]
@@ -177,8 +165,8 @@ def _translated(target: Target, exe: Path, cpu: str, inp: Path, out: Path, log: 
             if s.startswith(("at_q4s_", "at_q4a_", "at_q8_"))}
 
 
-def _library_choice(svl: int, sme2_qdriver, work: Path) -> None:
-    target, exe = sme2_qdriver
+def _library_choice(svl: int, sme2_qharness, work: Path) -> None:
+    target, exe = sme2_qharness
     cpu = _sme_cpu(svl)
     assert _driver_svl(target, exe, cpu) == svl
     calls, labels = [], []
@@ -199,20 +187,20 @@ def _library_choice(svl: int, sme2_qdriver, work: Path) -> None:
 
 
 @pytest.mark.arm
-def test_library_choice_runs_the_sme2_kernels_at_svl_512(sme2_qdriver, tmp_path):
-    _library_choice(512, sme2_qdriver, tmp_path)
+def test_library_choice_runs_the_sme2_kernels_at_svl_512(sme2_qharness, tmp_path):
+    _library_choice(512, sme2_qharness, tmp_path)
 
 
 @pytest.mark.arm
 @pytest.mark.slow
 @pytest.mark.parametrize("svl", [128, 256, 1024, 2048])
-def test_library_choice_runs_the_sme2_kernels_at_other_svls(sme2_qdriver, tmp_path, svl):
-    _library_choice(svl, sme2_qdriver, tmp_path)
+def test_library_choice_runs_the_sme2_kernels_at_other_svls(sme2_qharness, tmp_path, svl):
+    _library_choice(svl, sme2_qharness, tmp_path)
 
 
 @pytest.mark.arm
-def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qdriver):
-    target, exe = sme2_qdriver
+def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qharness):
+    target, exe = sme2_qharness
     done = subprocess.run([*_qemu(target, "cortex-a76"), str(exe), "names"], capture_output=True, text=True,
                           timeout=60)
     names = done.stdout.split()
@@ -221,12 +209,12 @@ def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qdriver):
 
 
 @pytest.mark.arm
-def test_forced_sme2_kernels_and_every_fallback(sme2_qdriver, tmp_path):
+def test_forced_sme2_kernels_and_every_fallback(sme2_qharness, tmp_path):
     """Forced by name: right answers with a usable form (the block kernel over every row,
     partial tiles included; the GEMV row by row); refused (AT_ENOKERNEL) for weights
     without a form, packed for another SVL, or 8-bit.  The library's choice with a form
     for another SVL, or on cortex-a76 (no SME2) with the right form: the NEON path."""
-    target, exe = sme2_qdriver
+    target, exe = sme2_qharness
     svl, other = 512, 256
     cpu = _sme_cpu(svl)
     calls, expected = [], []
@@ -274,14 +262,14 @@ def test_forced_sme2_kernels_and_every_fallback(sme2_qdriver, tmp_path):
 
 
 @pytest.mark.arm
-def test_cache_keys_of_the_sme2_library(sme2_qdriver):
+def test_cache_keys_of_the_sme2_library(sme2_qharness):
     """The generated SME2 header's -I folder is named by its text and given to qgemm.c and
     the quantiser only, so compile_file's keys (argv, source and header texts) are the
     same in a second build (every object comes from the cache), and a NEON library
     built with the same cache compiles only the two files whose flags differ
     (exec.c without AT_SME2_EXEC, qgemm.c without AT_QSME2): the rest of the runtime
     is shared."""
-    target, exe = sme2_qdriver
+    target, exe = sme2_qharness
     home = exe.parent
 
     def objects() -> set[str]:
@@ -295,3 +283,18 @@ def test_cache_keys_of_the_sme2_library(sme2_qdriver):
     assert objects() == before  # ... from cached objects
     build_arm_runtime(arm_target("neon", X86), [], [], params, {}, home / "lib-neon", cache=home / "cache")
     assert len(objects() - before) == 2
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("svl", [512, 128])
+def test_an_sme2_install_validates_every_quantised_kernel_it_links(tmp_path, svl):
+    """Install's Arm stage (qharness under QEMU at the target's SVL, in the crash-isolated
+    driver) validates the SME2 kernels on weights with their SME2 form, and the NEON ones
+    beside them; the library then links exactly the validated ones."""
+    from autotune.families import quant_kernels
+
+    target = _target(svl)
+    stage = qsuite.run_arm_stage({"sme2": target, "neon": arm_target("neon", X86)}, tmp_path)
+    names = [k.name for k in quant_kernels(("sme2", "neon"))]
+    assert stage.verdicts == dict.fromkeys(names, "validated")
+    assert list(stage.selected) == names and any("_sme2_" in n for n in names)

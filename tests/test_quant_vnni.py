@@ -19,8 +19,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from autotune import host, quant, qsuite, toolchain
-from autotune.codegen import quant_x86
+from autotune import build, host, link, quant, qsuite, toolchain
+from autotune.families import x86
+from autotune.qformat import KINDS
 from autotune.runtime import qapi
 
 from .isa import requires_isa
@@ -28,18 +29,18 @@ from .isa import requires_isa
 pytestmark = requires_isa("avx2")
 
 TILES = {"avxvnni": ((1, 8), (1, 32), (2, 16), (4, 8)), "avx512vnni": ((1, 16), (2, 32), (6, 16), (8, 8))}
-FORMS = [quant_x86.QKernel(kind, isa, mr, nr) for isa, tiles in TILES.items() for kind in quant_x86.KINDS
+FORMS = [x86.qkernel(kind, isa, mr, nr) for isa, tiles in TILES.items() for kind in KINDS
          for mr, nr in tiles]
 
 
 def _library(tmp_path, kernels, emulate: bool) -> ctypes.CDLL:
     """qgemm.c with ``kernels`` registered (install's validation library, as qsuite links it)."""
     target = toolchain.target_for("avx2", host.detect())
-    obj = qsuite.compile_kernels(target, kernels, tmp_path, emulate_vnni=emulate)
+    obj = build.compile_qkernels(target, kernels, tmp_path, emulate_vnni=emulate)
     assert obj.ok, obj.error
     # Emulated kernels need only AVX2: the registry says so, or qgemm.c would not run them here.
-    features = qsuite.features_of([quant_x86.QKernel("q8", "avx2", 1, 8)]) if emulate else None
-    path = qsuite.link_library(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)
+    features = x86.QUANT_FEATURES["avx2"] if emulate else None
+    path = link.build_qlibrary(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)
     lib = ctypes.CDLL(str(path))
     assert qapi.prototypes(lib)
     lib.at_set_num_threads.argtypes, lib.at_set_num_threads.restype = [ctypes.c_int], None
@@ -69,7 +70,7 @@ def test_emulated_vnni_kernels_on_threads_give_one_threads_bits(emulated):
     A = rng.standard_normal((37, 1000)).astype(np.float32)
     for kind, (bits, symmetric) in {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}.items():
         w = quant.quantize_weights(rng.standard_normal((1000, 333)).astype(np.float32), bits, 32, symmetric)
-        name = quant_x86.QKernel(kind, "avx512vnni", 6, 16).name
+        name = x86.qkernel(kind, "avx512vnni", 6, 16).name
         results = []
         for count in (1, 2, 3):
             emulated.at_set_num_threads(count)
@@ -83,7 +84,7 @@ def test_real_vnni_kernels_compile_to_vpdpbusd(tmp_path):
     if objdump is None:
         pytest.skip("needs objdump (binutils) to read the object")
     target = toolchain.target_for("avx2", host.detect())
-    obj = qsuite.compile_kernels(target, FORMS, tmp_path)
+    obj = build.compile_qkernels(target, FORMS, tmp_path)
     assert obj.ok, obj.error
     text = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(obj.path)], capture_output=True, text=True,
                           check=True).stdout
@@ -100,7 +101,7 @@ def test_real_vnni_kernels_compile_to_vpdpbusd(tmp_path):
 
 @pytest.mark.parametrize("isa", sorted(TILES))
 def test_real_vnni_kernels_on_a_cpu_that_has_them(tmp_path, isa):
-    missing = [f for f in quant_x86.HOST_FEATURES[isa] if f not in host.detect().features]
+    missing = [f for f in x86.QUANT_FEATURES[isa] if f not in host.detect().features]
     if missing:
         cap = os.environ.get(host.ISA_CAP_VARIABLE)
         pytest.skip(f"needs {', '.join(missing)} ({isa}), which this CPU does not have"
@@ -110,11 +111,11 @@ def test_real_vnni_kernels_on_a_cpu_that_has_them(tmp_path, isa):
 
 
 def test_install_builds_only_the_isas_the_capped_host_has():
-    assert quant_x86.isas_for(["avx2", "fma"]) == ("avx2",)
-    assert quant_x86.isas_for(["avx2", "fma", "avx_vnni"]) == ("avx2", "avxvnni")
+    assert x86.quant_isas(["avx2", "fma"]) == ("avx2",)
+    assert x86.quant_isas(["avx2", "fma", "avx_vnni"]) == ("avx2", "avxvnni")
     full = ["avx2", "fma", "avx_vnni", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"]
-    assert quant_x86.isas_for(full) == quant_x86.ISAS
+    assert x86.quant_isas(full) == x86.QUANT_ISAS
     # AUTOTUNE_ISA=avx2 hides the avx512 features, so install leaves the EVEX kernels out
     capped = host.apply_isa_cap(dataclasses.replace(host.detect(), features=tuple(full)), "avx2")
-    assert "avx512vnni" not in quant_x86.isas_for(capped.features)
-    assert set(qsuite.features_of([quant_x86.QKernel("q4s", "avx512vnni", 2, 16)])) >= {"avx512vnni", "avx512vl"}
+    assert "avx512vnni" not in x86.quant_isas(capped.features)
+    assert set(x86.qkernel("q4s", "avx512vnni", 2, 16).features) >= {"avx512_vnni", "avx512vl"}

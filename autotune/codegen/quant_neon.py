@@ -36,100 +36,28 @@ most 4096 values of K adds at most ``4096 * 15 * 127`` (4 bits) or
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
-from .quant_registry import KINDS, signature
+from ..contract import qkernel_signature as signature, qkernel_unused
+from ..families.neon import QUANT_LEVELS
+from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
+from ..specs import QKernelSpec
+from . import QuantUnit
 
-#: Columns of a packed panel (two int32x4 / float32x4 halves).
-PANEL = 8
-#: Rows of K in a packed sub-block.
-SUB = 32
-#: ISA levels, most capable first: the order in which an aarch64 library prefers them.
-LEVELS = ("i8mm", "dotprod")
 #: Each level's architecture flag: only its own translation unit is compiled with it.
 MARCH = {"dotprod": "-march=armv8.2-a+dotprod", "i8mm": "-march=armv8.2-a+i8mm"}
 #: The ACLE macro the compiler defines with each level's flag: the unit's guard.
 ACLE_MACRO = {"dotprod": "__ARM_FEATURE_DOTPROD", "i8mm": "__ARM_FEATURE_MATMUL_INT8"}
-#: Tiles per level, in the order an emulated install (no timings) prefers them:
-#: the blocks that keep most products per load first, then the GEMV forms.
-#: SMMLA works on pairs of rows, so i8mm has no mr = 1 form; CPUs with i8mm take
-#: the dotprod GEMV kernel for their single rows (every such core has dotprod).
-TILES = {"i8mm": ((4, 8), (2, 16), (2, 8)),
-         "dotprod": ((4, 8), (2, 16), (1, 16), (1, 8), (1, 32))}
 
 
-@dataclass(frozen=True, order=True)
-class NeonQKernel:
-    """One NEON quantised kernel: its weight kind, ISA level and register tile."""
-
-    kind: str
-    level: str
-    mr: int
-    nr: int
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, not {self.kind!r}")
-        if self.level not in LEVELS:
-            raise ValueError(f"level must be one of {LEVELS}, not {self.level!r}")
-        if not (1 <= self.mr <= 8 and self.nr in (8, 16, 24, 32)):
-            raise ValueError(f"tile {self.mr}x{self.nr}: mr in 1..8, nr a multiple of 8 up to 32")
-        if self.level == "i8mm" and self.mr % 2:
-            raise ValueError(f"i8mm kernels take rows in pairs: mr = {self.mr} is odd")
-        if not fits(self):
-            raise ValueError(f"tile {self.mr}x{self.nr}: more accumulators than NEON's 32 registers hold")
-
-    @property
-    def name(self) -> str:
-        return f"at_{self.kind}_{self.level}_{self.mr}x{self.nr}"
-
-    @property
-    def panels(self) -> int:
-        return self.nr // PANEL
-
-    @property
-    def features(self) -> tuple[str, ...]:
-        """What the CPU needs (qgemm.c checks it before running the kernel)."""
-        return (self.level,)
-
-
-def fits(kernel: NeonQKernel) -> bool:
-    """Whether the accumulators leave half of the 32 vector registers to A and W.
-
-    Per row and panel: two float32x4 of C and two int32x4 sums (i8mm: four 2x2
-    tiles per pair of rows, the same count).
-    """
-    return kernel.mr * kernel.panels * 4 <= 16
-
-
-def family(levels: Sequence[str] = LEVELS, kinds: Sequence[str] = KINDS) -> list[NeonQKernel]:
-    """Every kernel of ``levels``, in order of preference: by level, then TILES' order."""
-    return [NeonQKernel(kind, level, mr, nr) for level in LEVELS if level in levels
-            for mr, nr in TILES[level] for kind in kinds]
-
-
-def parse_name(name: str) -> NeonQKernel:
-    """The record of a name :attr:`NeonQKernel.name` wrote."""
-    parts = name.split("_")
-    if len(parts) != 4 or parts[0] != "at" or "x" not in parts[3]:
-        raise ValueError(f"{name!r} is not a NEON quantised kernel name")
-    mr, nr = parts[3].split("x")
-    return NeonQKernel(parts[1], parts[2], int(mr), int(nr))
-
-
-def _prologue(k: NeonQKernel) -> list[str]:
+def _prologue(k: QKernelSpec) -> list[str]:
     four = k.kind != "q8"
     out = []
     if four:
         out.append("    const uint8x16_t low4 = vdupq_n_u8(0x0F);")
     if k.kind == "q4s":
-        out.append("    const float32x4_t zero_point = vdupq_n_f32(8.0f);")
-    if k.kind != "q4a":
-        out.append("    (void)wz; /* no zero points */")
-    if not four:
-        out.append("    (void)asum; /* symmetric 8-bit codes: no zero point to multiply it */")
-    out.append("    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */")
+        out.append(f"    const float32x4_t zero_point = vdupq_n_f32({SYMMETRIC_ZERO_POINT}.0f);")
+    out += qkernel_unused(k.kind)
     for r in range(k.mr):
         for p in range(k.panels):
             out.append("    " + " ".join(f"float32x4_t c{r}_{p}_{h} = load_c ? vld1q_f32(C + {r} * ldc + "
@@ -137,7 +65,7 @@ def _prologue(k: NeonQKernel) -> list[str]:
     return out
 
 
-def _scaling(k: NeonQKernel, isum: dict[tuple[int, int, int], str]) -> list[str]:
+def _scaling(k: QKernelSpec, isum: dict[tuple[int, int, int], str]) -> list[str]:
     """The block's scaling step from isum[(row, panel, half)] (an int32x4 expression or name)."""
     four = k.kind != "q8"
     out = ["        /* The block's scaling step: C += float(isum) * (sa * sw), one FMA per column. */"]
@@ -160,7 +88,7 @@ def _scaling(k: NeonQKernel, isum: dict[tuple[int, int, int], str]) -> list[str]
     return out
 
 
-def _epilogue(k: NeonQKernel) -> list[str]:
+def _epilogue(k: QKernelSpec) -> list[str]:
     out = ["    }"]
     for r in range(k.mr):
         for p in range(k.panels):
@@ -170,7 +98,7 @@ def _epilogue(k: NeonQKernel) -> list[str]:
     return out
 
 
-def _load_a(k: NeonQKernel) -> list[str]:
+def _load_a(k: QKernelSpec) -> list[str]:
     out = []
     for r in range(k.mr):
         out.append(f"            const int8_t *a{r} = qa + {r} * lda + t * {SUB};")
@@ -178,9 +106,9 @@ def _load_a(k: NeonQKernel) -> list[str]:
     return out
 
 
-def _dotprod_kernel(k: NeonQKernel) -> list[str]:
+def _dotprod_kernel(k: QKernelSpec) -> list[str]:
     four = k.kind != "q8"
-    bps = 128 if four else 256
+    bps = weight_format(k.kind).sub_bytes
     out = ["    for (int64_t b = 0; b < blocks; ++b) {"]
     for r in range(k.mr):
         for p in range(k.panels):
@@ -213,9 +141,9 @@ def _dotprod_kernel(k: NeonQKernel) -> list[str]:
     return out + _scaling(k, isum)
 
 
-def _i8mm_kernel(k: NeonQKernel) -> list[str]:
+def _i8mm_kernel(k: QKernelSpec) -> list[str]:
     four = k.kind != "q8"
-    bps = 128 if four else 256
+    bps = weight_format(k.kind).sub_bytes
     pairs = range(k.mr // 2)
     out = ["    for (int64_t b = 0; b < blocks; ++b) {",
            "        /* s{pair}_{panel}_{j}: rows 2*pair, 2*pair+1 x columns 2j, 2j+1 of the panel, as SMMLA's 2x2. */"]
@@ -261,24 +189,24 @@ def _i8mm_kernel(k: NeonQKernel) -> list[str]:
     return out + _scaling(k, isum)
 
 
-def _kernel(k: NeonQKernel) -> str:
+def _kernel(k: QKernelSpec) -> str:
     four = k.kind != "q8"
     head = [f"/* {k.name}: {k.mr} rows x {k.nr} columns ({k.panels} panel{'s' * (k.panels > 1)}), "
             f"{'4-bit' if four else '8-bit'} weights{', zero points per block' if k.kind == 'q4a' else ''}, "
-            f"{'SMMLA' if k.level == 'i8mm' else 'SDOT'}. */",
+            f"{'SMMLA' if k.isa == 'i8mm' else 'SDOT'}. */",
             signature(k.name), "{"]
-    body = _dotprod_kernel(k) if k.level == "dotprod" else _i8mm_kernel(k)
+    body = _dotprod_kernel(k) if k.isa == "dotprod" else _i8mm_kernel(k)
     return "\n".join(head + _prologue(k) + body + _epilogue(k))
 
 
-def generate(kernels: Sequence[NeonQKernel]) -> str:
+def generate(kernels: Sequence[QKernelSpec]) -> str:
     """One translation unit with every kernel of ``kernels`` (all of one level)."""
-    levels = {k.level for k in kernels}
+    levels = {k.isa for k in kernels}
     if len(levels) != 1:
         raise ValueError(f"one ISA level per translation unit, not {sorted(levels)}")
     level = levels.pop()
     head = [
-        "/* Generated by autotune.codegen.quant_neon from NeonQKernel records "
+        "/* Generated by autotune.codegen.quant_neon from QKernelSpec records "
         f"({', '.join(k.name for k in sorted(kernels))}).",
         " * Do not edit: re-run `autotune install`.  Contract: kernels_src/runtime/at_qkernel.h;",
         " * packed weights: autotune.quant.pack_panels. */",
@@ -292,21 +220,7 @@ def generate(kernels: Sequence[NeonQKernel]) -> str:
     return "\n".join(head + [_kernel(k) + "\n" for k in sorted(kernels)])
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One level's translation unit: its file name, source and architecture flag."""
-
-    level: str
-    name: str
-    source: str
-    march: str
-
-
-def units(kernels: Sequence[NeonQKernel]) -> list[Unit]:
-    """``kernels`` as one translation unit per level, in LEVELS' order."""
-    out = []
-    for level in LEVELS:
-        mine = [k for k in kernels if k.level == level]
-        if mine:
-            out.append(Unit(level, f"at_qneon_{level}.c", generate(mine), MARCH[level]))
-    return out
+def units(kernels: Sequence[QKernelSpec]) -> list[QuantUnit]:
+    """``kernels`` as one translation unit per level, in QUANT_LEVELS' order, each with its -march."""
+    return [QuantUnit(f"at_qneon_{level}.c", generate(mine), (MARCH[level],)) for level in QUANT_LEVELS
+            if (mine := [k for k in kernels if k.isa == level])]

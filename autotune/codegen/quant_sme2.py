@@ -44,31 +44,25 @@ arrays (panel strides follow from blocks, sub and the SVL).  ``lda``, ``asum``, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Sequence
 
 from .. import contract
+from ..families.sme2 import QUANT_KINDS, quant_family
+from ..qformat import SYMMETRIC_ZERO_POINT
+from ..specs import QKernelSpec
+from . import QuantUnit
 from .sme2 import Asm, commit_lazy_za_save
 
+#: The kernels (autotune.families.sme2.quant_family), in the order the header lists them.
 #: Kinds of weights: symmetric 4-bit (ZT0 maps a code to code - 8) and asymmetric
 #: 4-bit (ZT0 keeps the code; the zero point times A's code sum is subtracted per block).
-KINDS = ("q4s", "q4a")
-#: The kernels, in the order the header lists them: (name, form, kind).
-KERNELS = tuple((f"at_{kind}_sme2_{shape}", form, kind) for kind in KINDS
-                for form, shape in (("mopa", "1vlx4vl"), ("gemv", "1x4vl")))
+KERNELS = quant_family()
 #: ZT0's table per kind (luti4 of bytes keeps each entry's low byte).
-TABLES = {"q4s": tuple(c - 8 for c in range(16)), "q4a": tuple(range(16))}
+TABLES = {"q4s": tuple(c - SYMMETRIC_ZERO_POINT for c in range(16)), "q4a": tuple(range(16))}
 #: Steps of 4 rows of K per iteration of either K loop (16 rows: one ld1rqb of A in the GEMV).
 UNROLL = 4
 #: Bytes of the frame: x29, x30, d8-d15, x19-x28.
 _FRAME = 160
-
-
-@dataclass(frozen=True)
-class QSme2Source:
-    """One generated source file of the SME2 quantised kernels; never committed."""
-
-    filename: str
-    text: str
 
 
 def _local(name: str, tail: str) -> str:
@@ -125,11 +119,14 @@ def _entries(asm: Asm, name: str, kind: str) -> None:
     asm("lsl x9, x9, #2", "ldc in bytes")
 
 
-def _mopa(asm: Asm, kind: str) -> None:
-    name = f"at_{kind}_sme2_1vlx4vl"
-    L = lambda tail: _local(name, tail)  # noqa: E731
-    asym = kind == "q4a"
-    _entries(asm, name, kind)
+def _begin(asm: Asm, k: QKernelSpec) -> tuple:
+    """Both entries of kernel ``k``; its name, local-label maker, kind and whether asymmetric."""
+    _entries(asm, k.name, k.kind)
+    return k.name, (lambda tail: _local(k.name, tail)), k.kind, k.kind == "q4a"
+
+
+def _mopa(asm: Asm, k: QKernelSpec) -> None:
+    name, L, kind, asym = _begin(asm, k)
     asm("lsl x1, x1, #1", "K-loop iterations per block: 2 per 32 rows (16 rows each)")
     asm("mov x14, #0", "the panel's first column")
     asm.label(L("panel"))
@@ -248,11 +245,8 @@ def _dequantise_row(asm: Asm, form: str, slices: str, sa: str, r: int, asum: str
     asm("add x16, x16, x9")
 
 
-def _gemv(asm: Asm, kind: str) -> None:
-    name = f"at_{kind}_sme2_1x4vl"
-    L = lambda tail: _local(name, tail)  # noqa: E731
-    asym = kind == "q4a"
-    _entries(asm, name, kind)
+def _gemv(asm: Asm, k: QKernelSpec) -> None:
+    name, L, kind, asym = _begin(asm, k)
     asm("mov x21, x8", "C: w8 selects the ZA vector group of the isum")
     asm("mov w8, #0")
     asm("mul x15, x0, x1")
@@ -329,7 +323,7 @@ def _gemv(asm: Asm, kind: str) -> None:
     asm.lines.append(f"AT_FUNC_END({name}{contract.STREAMING_SUFFIX})")
 
 
-def kernels_source() -> QSme2Source:
+def kernels_source() -> QuantUnit:
     """Both kernels, ``at_qsme2_vl`` and the luti4 table, as one assembly file."""
     asm = Asm(width=50)
     asm.lines += [
@@ -350,15 +344,14 @@ def kernels_source() -> QSme2Source:
     asm("lsr x0, x0, #2", "int32 lanes")
     asm("ret")
     asm.lines.append("AT_FUNC_END(at_qsme2_vl)")
-    for kind in KINDS:
-        _mopa(asm, kind)
-        _gemv(asm, kind)
-    for kind in KINDS:
+    for k in KERNELS:
+        (_gemv if k.gemv else _mopa)(asm, k)
+    for kind in QUANT_KINDS:
         asm.lines += ["    .p2align 6", f"AT_L(at_qsme2_lut_{kind}):"]
         asm.note(f"ZT0 for {kind}: code c -> " + ("c - 8" if kind == "q4s" else "c"))
         asm(".word " + ", ".join(map(str, TABLES[kind])))
     asm.lines += ["AT_NO_EXEC_STACK", ""]
-    return QSme2Source("at_qsme2_kernels.S", "\n".join(asm.lines))
+    return QuantUnit("at_qsme2_kernels.S", "\n".join(asm.lines))
 
 
 _HEADER = """\
@@ -490,20 +483,23 @@ void at_qsme2_quantize_a(int64_t M, int64_t K, const float *acts, int64_t lda, i
 """
 
 
-def header_source() -> QSme2Source:
-    decls = "".join(f"void {name}(int64_t, int64_t, const int8_t *, int64_t, const float *, int64_t, "
-                    f"const uint8_t *, const float *, float *, int64_t, int64_t);\n"
-                    f"void {name}{contract.STREAMING_SUFFIX}(int64_t, int64_t, const int8_t *, int64_t, "
-                    f"const float *, int64_t, const uint8_t *, const float *, float *, int64_t, int64_t);\n"
-                    for name, _, _ in KERNELS)
-    return QSme2Source("at_qsme2.h", _HEADER.format(module=__name__, decls=decls))
+def header_source() -> QuantUnit:
+    decls = "\n".join(contract.qsme2_table(KERNELS)) + "\n"
+    return QuantUnit("at_qsme2.h", _HEADER.format(module=__name__, decls=decls))
 
 
-def quantizer_source() -> QSme2Source:
+def quantizer_source() -> QuantUnit:
     """``at_qsme2_quantize_a`` and its size helpers, in C (compiled for the sme2 target, run outside streaming mode)."""
-    return QSme2Source("at_qsme2_quant.c", _QUANTIZER.format(module=__name__))
+    return QuantUnit("at_qsme2_quant.c", _QUANTIZER.format(module=__name__))
 
 
-def generate() -> tuple[QSme2Source, ...]:
+def generate() -> tuple[QuantUnit, ...]:
     """Every file: the header, the quantiser and the kernels."""
     return (header_source(), quantizer_source(), kernels_source())
+
+
+def units(kernels: Sequence[QKernelSpec]) -> list[QuantUnit]:
+    """The files of ``kernels``: the family's kernels are one object (any SVL), all or none."""
+    if list(kernels) != KERNELS:
+        raise ValueError(f"the SME2 quantised kernels build together: {[k.name for k in KERNELS]}")
+    return list(generate())

@@ -29,7 +29,7 @@ four consecutive K bytes per column and int32 lane are exactly what ``vpdpbusd``
 sums into a lane, so each product goes straight into an int32 sum (no int16 step,
 no widening).  They carry ``__attribute__((target(...)))`` in the same translation
 unit as the AVX2 ones (compiled with the avx2 target's flags) and run only where
-the CPU has :attr:`QKernel.features`.  ``generate(..., emulate_vnni=True)``
+the CPU has the record's ``features``.  ``generate(..., emulate_vnni=True)``
 defines ``vpdpbusd`` with exact AVX2 arithmetic instead (and no target
 attributes): the test suite validates the VNNI kernels' data flow that way on
 machines without VNNI, which QEMU's TCG cannot execute either.
@@ -37,105 +37,23 @@ machines without VNNI, which QEMU's TCG cannot execute either.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
-from .quant_registry import KINDS, signature
+from ..contract import qkernel_signature as _signature, qkernel_unused
+from ..families.x86 import quant_fits
+from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
+from ..specs import QKernelSpec
+from . import QuantUnit
 
-#: Columns of a packed panel: one ymm of int32 / f32 lanes.
-PANEL = 8
-#: Rows of K in a sub-block: what one int16 accumulation may cover without overflow.
-SUB = 32
-#: The ISAs this generator writes kernels for (the portable path lives in qgemm.c).
-ISAS = ("avx2", "avxvnni", "avx512vnni")
-#: The toolchain target whose flags build them (one translation unit; VNNI by target attributes).
-TARGETS = ("avx2",)
 FLAGS_GUARD = "!defined(__AVX2__) || !defined(__FMA__)"
-#: What the CPU must have to run a kernel of each ISA: the registry's names, those of
-#: the compilers' __builtin_cpu_supports (qgemm.c asks it), and autotune.host's
-#: names for the same features (install builds only what the capped host has).
-FEATURES = {
-    "avx2": ("avx2", "fma"),
-    "avxvnni": ("avx2", "fma", "avxvnni"),
-    "avx512vnni": ("avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512vnni"),
-}
-HOST_FEATURES = {
-    "avx2": ("avx2", "fma"),
-    "avxvnni": ("avx2", "fma", "avx_vnni"),
-    "avx512vnni": ("avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"),
-}
 #: The compilers' target attribute of each ISA's functions (none: the unit's flags).
 _TARGET_ATTRIBUTE = {"avx2": "", "avxvnni": "avxvnni", "avx512vnni": "avx512f,avx512vl,avx512bw,avx512vnni"}
-#: Vector registers each ISA's kernels may use.
-REGISTERS = {"avx2": 16, "avxvnni": 16, "avx512vnni": 32}
 
 
-@dataclass(frozen=True, order=True)
-class QKernel:
-    """One quantised kernel: its weight kind, ISA and register tile (nr 8, 16 or 32)."""
-
-    kind: str
-    isa: str
-    mr: int
-    nr: int
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, not {self.kind!r}")
-        if self.isa not in ISAS:
-            raise ValueError(f"isa must be one of {ISAS}, not {self.isa!r}")
-        # nr divides AT_QPAD_COLUMNS: qgemm.c gives each thread whole 32-column units
-        if not (1 <= self.mr <= 8 and self.nr in (8, 16, 32)):
-            raise ValueError(f"tile {self.mr}x{self.nr}: mr in 1..8, nr 8, 16 or 32")
-
-    @property
-    def name(self) -> str:
-        return f"at_{self.kind}_{self.isa}_{self.mr}x{self.nr}"
-
-    @property
-    def panels(self) -> int:
-        return self.nr // PANEL
-
-    @property
-    def features(self) -> tuple[str, ...]:
-        """What the CPU must have to run it (__builtin_cpu_supports names, as the registry lists them)."""
-        return FEATURES[self.isa]
-
-    @property
-    def vnni(self) -> bool:
-        return self.isa != "avx2"
+def _vnni(k: QKernelSpec) -> bool:
+    return k.isa != "avx2"
 
 
-def fits(kernel: QKernel) -> bool:
-    """Whether the tile's accumulators leave registers for the weights and broadcasts.
-
-    Each row and panel keeps an f32 accumulator and an int16 (4 bits) or int32
-    (8 bits, and VNNI) sum live: at most 8 such tiles with 16 ymm registers (16
-    vectors, minus what the compiler can keep in memory operands; beyond that it
-    spills every step), at most 12 with AVX-512's 32 (24, and 8 for the weights,
-    broadcasts and constants).
-    """
-    return kernel.mr * kernel.panels <= (8 if REGISTERS[kernel.isa] == 16 else 12)
-
-
-def family(isa: str = "avx2", kinds: Sequence[str] = KINDS, quick: bool = False) -> list[QKernel]:
-    """The kernels install builds, validates and measures: GEMV forms (mr = 1) and blocks.
-
-    ``quick``: one GEMV form and one block per kind (``autotune install --quick``).
-    Three-row blocks are left out: M = 16 and 64 would leave a row to the GEMV form.
-    """
-    tiles = [(1, 8), (4, 8)] if quick else [(1, 8), (1, 16), (1, 32), (2, 8), (2, 16), (2, 32), (4, 8), (4, 16)]
-    if isa == "avx512vnni" and not quick:
-        tiles += [(6, 16), (8, 8)]  # nr stays a divisor of AT_QPAD_COLUMNS (qgemm.c's thread units)
-    return [k for kind in kinds for mr, nr in tiles if fits(k := QKernel(kind, isa, mr, nr))]
-
-
-def isas_for(features: Sequence[str]) -> tuple[str, ...]:
-    """The kernel ISAs a CPU with ``features`` (autotune.host names, after the ISA cap) runs."""
-    return tuple(isa for isa in ISAS if set(HOST_FEATURES[isa]) <= set(features))
-
-
-_signature = signature  # shared with the registry and the other ISAs' kernels
 
 
 def _nibble_products(mr: int, np_: int) -> list[str]:
@@ -147,7 +65,8 @@ def _nibble_products(mr: int, np_: int) -> list[str]:
     do not keep the sums in registers: gcc 12 and clang 19 spilled the intrinsics
     version's 4x16 tile on every step (48-54 GMAC/s in L1 on a Zen 3; this form
     74-88, docs/quantised.md).  Registers: the mr x np sums, one weight vector per panel, the
-    broadcast codes, a product and ``low4``: at most 15 ymm (:func:`fits`).
+    broadcast codes, a product and ``low4``: at most 15 ymm
+    (:func:`autotune.families.x86.quant_fits`).
     Per quarter v of the sub-block, the low nibbles meet codes 8v..8v+3 and the high
     ones 8v+4..8v+7, as the qpanel8 layout places them.
     """
@@ -186,14 +105,14 @@ def _nibble_products(mr: int, np_: int) -> list[str]:
             '    : "memory");']
 
 
-def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
+def _kernel(k: QKernelSpec, emulate_vnni: bool = False) -> str:
     mr, np_ = k.mr, k.panels
     rows, panels = range(mr), range(np_)
     four = k.kind != "q8"
     # AVX2's 4-bit kernels keep C's tile in memory (L1) and their int16 sums in registers
     # across a sub-block, written in assembly (_nibble_products); see the module's notes.
-    in_memory = four and not k.vnni
-    bpb = 128 if four else 256
+    in_memory = four and not _vnni(k)
+    bpb = weight_format(k.kind).sub_bytes
     attribute = "" if emulate_vnni or not _TARGET_ATTRIBUTE[k.isa] else \
         f"__attribute__((target(\"{_TARGET_ATTRIBUTE[k.isa]}\")))\n"
     dot = "_mm256_dpbusd_avx_epi32" if k.isa == "avxvnni" else "_mm256_dpbusd_epi32"
@@ -201,20 +120,16 @@ def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
         dot = "at_emulated_dpbusd"
     out = [f"/* {k.name}: {mr} rows x {k.nr} columns ({np_} panel{'s' * (np_ > 1)}), "
            f"{'4-bit' if four else '8-bit'} weights{', zero points per block' if k.kind == 'q4a' else ''}"
-           f"{', vpdpbusd' if k.vnni else ''}. */",
+           f"{', vpdpbusd' if _vnni(k) else ''}. */",
            attribute + (f"static inline __attribute__((always_inline))\n{_signature(k.name + '_body')}" if in_memory
                         else _signature(k.name)), "{"]
-    if not k.vnni:
+    if not _vnni(k):
         out.append("    const __m256i ones = _mm256_set1_epi16(1);")
     if four:
         out.append("    const __m256i low4 = _mm256_set1_epi8(0x0F);")
     if k.kind == "q4s":
-        out.append("    const __m256 zero_point = _mm256_set1_ps(8.0f);")
-    if k.kind != "q4a":
-        out.append("    (void)wz; /* no zero points */")
-    if not four:
-        out.append("    (void)asum; /* symmetric 8-bit codes: no zero point to multiply it */")
-    out.append("    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */")
+        out.append(f"    const __m256 zero_point = _mm256_set1_ps({SYMMETRIC_ZERO_POINT}.0f);")
+    out += qkernel_unused(k.kind)
     if in_memory:
         out.append("    if (!load_c) {")
         for r in rows:
@@ -249,7 +164,7 @@ def _kernel(k: QKernel, emulate_vnni: bool = False) -> str:
         out.append("            const int64_t t = b * sub + u; /* sub-block index along K */")
         for r in rows:
             out.append(f"            const int8_t *a{r} = qa + {r} * lda + t * {SUB};")
-        if k.vnni:
+        if _vnni(k):
             # vpdpbusd(sum, unsigned bytes, signed bytes): the nibbles (or |w|) are the
             # unsigned side; four products per lane go straight into the int32 sums.
             for v in range(4 if four else 8):
@@ -335,14 +250,22 @@ static inline __m256i at_emulated_dpbusd(__m256i sum, __m256i a, __m256i b)
 """
 
 
-def generate(kernels: Sequence[QKernel], emulate_vnni: bool = False) -> str:
+def units(kernels: Sequence[QKernelSpec], emulate_vnni: bool = False) -> list[QuantUnit]:
+    """``kernels`` as the one translation unit of :func:`generate` (the target's flags build it)."""
+    return [QuantUnit("at_qkernels_x86.c", generate(kernels, emulate_vnni))]
+
+
+def generate(kernels: Sequence[QKernelSpec], emulate_vnni: bool = False) -> str:
     """One translation unit with every kernel of ``kernels``, compiled with the avx2 target's flags.
 
     VNNI kernels carry their ISA's target attribute; ``emulate_vnni`` writes them
     with :data:`_EMULATED_DPBUSD` instead, to validate them on an AVX2-only CPU.
     """
+    spilling = [k.name for k in kernels if not quant_fits(k.isa, k.mr, k.nr)]
+    if spilling:  # the model counts the registers the code below declares
+        raise ValueError(f"tiles beyond the x86 register model: {spilling}")
     head = [
-        "/* Generated by autotune.codegen.quant_x86 from QKernel records "
+        "/* Generated by autotune.codegen.quant_x86 from QKernelSpec records "
         f"({', '.join(k.name for k in sorted(kernels))}).",
         " * Do not edit: re-run `autotune install`.  Contract: kernels_src/runtime/at_qkernel.h;",
         " * packed weights: autotune.quant.pack_panels. */",
@@ -353,6 +276,6 @@ def generate(kernels: Sequence[QKernel], emulate_vnni: bool = False) -> str:
         "#include <stdint.h>",
         "",
     ]
-    if emulate_vnni and any(k.vnni for k in kernels):
+    if emulate_vnni and any(_vnni(k) for k in kernels):
         head.append(_EMULATED_DPBUSD)
     return "\n".join(head + [_kernel(k, emulate_vnni) + "\n" for k in sorted(kernels)])

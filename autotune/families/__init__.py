@@ -6,7 +6,8 @@ register model, its family enumeration (``family``), the quick install's subset
 (``quick``) and its analytic score (``score``).  This package adds what spans the
 families: the kernels an install generates (:func:`default_family`), the
 analytic rank of any kernel (:func:`model_score`) and the packed panels a kernel
-reads (:func:`operand_panels`).
+reads (:func:`operand_panels`); for the quantised kernels, the record a name
+stands for (:func:`qkernel`) and the kernels a library carries (:func:`quant_kernels`).
 
 The generators (autotune.codegen.<isa>) import these models to emit exactly the
 registers they count; nothing here imports a generator.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..specs import TRANSPOSITIONS, KernelSpec
+from ..specs import TRANSPOSITIONS, KernelSpec, QKernelSpec, parse_qname
 from . import neon, sme2, x86
 
 #: The Arm families, fastest first.
@@ -99,3 +100,36 @@ def operand_panels(spec: KernelSpec) -> tuple[int, int]:
         return 0, 0
     fmt = sme2.kernel_format(spec)
     return (fmt.a.panel_ld if fmt.a.packed else 0, fmt.b.panel_ld if fmt.b.packed else 0)
+
+
+def qkernel(name: str) -> QKernelSpec:
+    """The quantised kernel a name stands for, in whichever family declares it; ValueError for none."""
+    f = parse_qname(name)
+    if f["isa"] in x86.QUANT_ISAS:
+        spec = x86.qkernel(f["kind"], f["isa"], f["mr"], f["nr"])
+    elif f["isa"] in neon.QUANT_LEVELS:
+        spec = neon.qkernel(f["kind"], f["isa"], f["mr"], f["nr"])
+    else:
+        spec = next((k for k in sme2.quant_family() if k.name == name), None)
+    if spec is None or spec.name != name:
+        raise ValueError(f"no family declares the quantised kernel {name!r}")
+    return spec
+
+
+def quant_kernels(isas: Iterable[str], selected: Iterable[str] | None = None) -> list[QKernelSpec]:
+    """The quantised kernels a library for ``isas`` carries, preferred first.
+
+    An Arm library: the NEON kernels, since qgemm.c picks among them by the
+    features of the CPU it runs on (an emulated install times nothing), and an SME2
+    library the SME2 kernels after them (qgemm.c runs those first on weights with
+    an SME2 form; they stay out of the tile registry, taking whole matrices); of
+    those, the ones install validated (``selected``), all when ``selected`` is None.
+    An x86 library: the kernels install ``selected`` (validated and timed here).
+    """
+    isas = tuple(isas)
+    if any(isa in ARM_ISAS for isa in isas):
+        family = neon.quant_family() + (sme2.quant_family() if sme2.ISA in isas else [])
+        return family if selected is None else [k for k in family if k.name in set(selected)]
+    if any(isa in x86.QUANT_ISAS for isa in isas):
+        return [qkernel(name) for name in selected or ()]
+    return []

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..specs import KernelSpec, parse_trans
+from ..qformat import KINDS
+from ..specs import KernelSpec, QKernelSpec, parse_trans
 
 ISA = "neon"
 VECTOR_REGISTERS = 32
@@ -130,3 +131,46 @@ def quick(specs: list[KernelSpec]) -> list[KernelSpec]:
 def score(spec: KernelSpec) -> float:
     """IAAT's memops-per-FLOP model inverted, so higher is better."""
     return 1.0 / memops_per_flop(spec)
+
+
+# -- quantised kernels (int8 activations x 4- or 8-bit weights, autotune.qformat) ----------
+# Written by autotune.codegen.quant_neon, one translation unit per ISA level.
+
+#: ISA levels, most capable first: the order in which an aarch64 library prefers them.
+QUANT_LEVELS = ("i8mm", "dotprod")
+#: What the CPU must have for each level, in autotune.host's names (HWCAP_ASIMDDP is dotprod).
+QUANT_FEATURES = {"dotprod": ("asimddp",), "i8mm": ("i8mm",)}
+#: Tiles per level, in the order an emulated install (no timings) prefers them:
+#: the blocks that keep most products per load first, then the GEMV forms.
+#: SMMLA works on pairs of rows, so i8mm has no mr = 1 form; CPUs with i8mm take
+#: the dotprod GEMV kernel for their single rows (every such core has dotprod).
+QUANT_TILES = {"i8mm": ((4, 8), (2, 16), (2, 8)),
+               "dotprod": ((4, 8), (2, 16), (1, 16), (1, 8), (1, 32))}
+
+
+def quant_fits(mr: int, nr: int) -> bool:
+    """Whether the accumulators leave half of the 32 vector registers to A and W.
+
+    Per row and panel of 8 columns: two float32x4 of C and two int32x4 sums (i8mm:
+    four 2x2 tiles per pair of rows, the same count).
+    """
+    return mr * (nr // 8) * 4 <= VECTOR_REGISTERS // 2
+
+
+def qkernel(kind: str, level: str, mr: int, nr: int) -> QKernelSpec:
+    """The record of one NEON quantised kernel; ValueError outside the model."""
+    if level not in QUANT_LEVELS:
+        raise ValueError(f"level must be one of {QUANT_LEVELS}, not {level!r}")
+    if not (1 <= mr <= 8 and nr in (8, 16, 24, 32)):
+        raise ValueError(f"tile {mr}x{nr}: mr in 1..8, nr a multiple of 8 up to 32")
+    if level == "i8mm" and mr % 2:
+        raise ValueError(f"i8mm kernels take rows in pairs: mr = {mr} is odd")
+    if not quant_fits(mr, nr):
+        raise ValueError(f"tile {mr}x{nr}: more accumulators than NEON's 32 registers hold")
+    return QKernelSpec(kind, level, mr, nr, "neon", QUANT_FEATURES[level], "gemv" if mr == 1 else "tile")
+
+
+def quant_family(levels: tuple[str, ...] = QUANT_LEVELS, kinds: tuple[str, ...] = KINDS) -> list[QKernelSpec]:
+    """Every kernel of ``levels``, in order of preference: by level, then QUANT_TILES' order."""
+    return [qkernel(kind, level, mr, nr) for level in QUANT_LEVELS if level in levels
+            for mr, nr in QUANT_TILES[level] for kind in kinds]

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..specs import KernelSpec, parse_trans
+from ..specs import KernelSpec, QKernelSpec, parse_trans
 
 ISA = "sme2"
 DEFAULT_SVL = 512
@@ -356,3 +356,17 @@ def allocate_wide(fmt: KernelFormat, za_rows: int, nr: int) -> WideRegisters | N
     order = lambda ld: (ld.step, ld.first)  # noqa: E731 - loads in memory order
     return WideRegisters(tuple(sorted(loads["a"], key=order)), tuple(sorted(loads["b"], key=order)),
                          placed["a"], placed["b"])
+
+
+# -- quantised kernels (int8 activations x 4-bit weights, autotune.qformat) -----------------
+# Written by autotune.codegen.quant_sme2 for every SVL at once (VL read at run time):
+# per kind, a ZA kernel of 1VL x 4VL (four smopa into za0-za3.s) and a GEMV of
+# 1 x 4VL (multi-vector sdot into ZA).  They take whole matrices (at_qsme2_fn).
+
+QUANT_KINDS = ("q4s", "q4a")
+
+
+def quant_family() -> list[QKernelSpec]:
+    """The SME2 quantised kernels, per kind the ZA kernel then the GEMV."""
+    return [QKernelSpec(kind, ISA, 1, 4, "sme2", ("sme2",), form, vl_rows=form == "za", vl_cols=True)
+            for kind in QUANT_KINDS for form in ("za", "gemv")]

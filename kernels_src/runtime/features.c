@@ -37,20 +37,20 @@ int at__has_feature(const char *name, size_t len)
     if (IS("avx512vl")) return __builtin_cpu_supports("avx512vl");
     if (IS("avx512bw")) return __builtin_cpu_supports("avx512bw");
     if (IS("avx512dq")) return __builtin_cpu_supports("avx512dq");
-    if (IS("avx512vnni")) return __builtin_cpu_supports("avx512vnni");
-    if (IS("avxvnni")) return __builtin_cpu_supports("avxvnni");
+    if (IS("avx512_vnni")) return __builtin_cpu_supports("avx512vnni");
+    if (IS("avx_vnni")) return __builtin_cpu_supports("avxvnni");
 #elif defined(__linux__) && defined(__aarch64__)
     /* Bits of arch/arm64/include/uapi/asm/hwcap.h: HWCAP_ASIMD, HWCAP_ASIMDDP,
      * HWCAP2_I8MM, HWCAP2_SME, HWCAP2_SME_F64F64, HWCAP2_SME2. */
     if (IS("asimd")) return (getauxval(AT_HWCAP) >> 1) & 1;
-    if (IS("dotprod")) return (getauxval(AT_HWCAP) >> 20) & 1;
+    if (IS("asimddp")) return (getauxval(AT_HWCAP) >> 20) & 1;
     if (IS("i8mm")) return (getauxval(AT_HWCAP2) >> 13) & 1;
     if (IS("sme")) return (getauxval(AT_HWCAP2) >> 23) & 1;
     if (IS("smef64f64")) return (getauxval(AT_HWCAP2) >> 25) & 1;
     if (IS("sme2")) return (getauxval(AT_HWCAP2) >> 37) & 1;
 #elif defined(__APPLE__) && defined(__aarch64__)
     if (IS("asimd")) return 1; /* every Apple arm64 core */
-    if (IS("dotprod")) return sysctl_flag("hw.optional.arm.FEAT_DotProd");
+    if (IS("asimddp")) return sysctl_flag("hw.optional.arm.FEAT_DotProd");
     if (IS("i8mm")) return sysctl_flag("hw.optional.arm.FEAT_I8MM");
     if (IS("sme")) return sysctl_flag("hw.optional.arm.FEAT_SME");
     if (IS("smef64f64")) return sysctl_flag("hw.optional.arm.FEAT_SME_F64F64");

@@ -28,8 +28,6 @@
 #include "at_qsme2.h"
 #endif
 
-#define QSUB 32
-#define QPANEL 8
 
 /* Round to nearest, ties to even, for |x| < 2^51: rint without a libm call (the
  * baseline ISA has no rounding instruction).  Adding 1.5 * 2^52 leaves no fraction
@@ -224,16 +222,16 @@ static void portable_1x8(int kind, int64_t blocks, int64_t sub, const int8_t *qa
                          const float *asum, const uint8_t *wq, const float *ws, const float *wz, float *C,
                          int load_c)
 {
-    float c[QPANEL] = {0};
+    float c[AT_QPANEL] = {0};
     if (load_c) memcpy(c, C, sizeof c);
-    const int64_t bytes = kind == AT_Q8 ? 256 : 128;
+    const int64_t bytes = kind == AT_Q8 ? AT_QSUB_BYTES_8 : AT_QSUB_BYTES_4;
     for (int64_t b = 0; b < blocks; ++b) {
-        int32_t isum[QPANEL] = {0};
+        int32_t isum[AT_QPANEL] = {0};
         for (int64_t u = 0; u < sub; ++u) {
             const int64_t t = b * sub + u;
-            const int8_t *a = qa + t * QSUB;
+            const int8_t *a = qa + t * AT_QSUB;
             const uint8_t *w = wq + t * bytes;
-            for (int col = 0; col < QPANEL; ++col) {
+            for (int col = 0; col < AT_QPANEL; ++col) {
                 int32_t s = 0;
                 if (kind == AT_Q8) {
                     for (int g = 0; g < 8; ++g)
@@ -249,11 +247,11 @@ static void portable_1x8(int kind, int64_t blocks, int64_t sub, const int8_t *qa
             }
         }
         const float scale_a = sa[b];
-        for (int col = 0; col < QPANEL; ++col) {
+        for (int col = 0; col < AT_QPANEL; ++col) {
             float x = (float)isum[col];
-            if (kind == AT_Q4S) x -= 8.0f * asum[b];
-            else if (kind == AT_Q4A) x -= wz[b * QPANEL + col] * asum[b];
-            c[col] += x * (scale_a * ws[b * QPANEL + col]);
+            if (kind == AT_Q4S) x -= (float)AT_QSYMMETRIC_ZERO_POINT * asum[b];
+            else if (kind == AT_Q4A) x -= wz[b * AT_QPANEL + col] * asum[b];
+            c[col] += x * (scale_a * ws[b * AT_QPANEL + col]);
         }
     }
     memcpy(C, c, sizeof c);
@@ -289,7 +287,7 @@ static int check(int64_t M, const float *A, int64_t lda, const at_qweights *w, c
     if (!w) { at__set_error("at_qmatmul_f32: no weights"); return AT_EINVAL; }
     if (w->bits != 4 && w->bits != 8) { at__set_error("at_qmatmul_f32: bits must be 4 or 8, not %d", w->bits); return AT_EINVAL; }
     if (w->bits == 8 && !w->symmetric) { at__set_error("at_qmatmul_f32: 8-bit weights are symmetric"); return AT_EINVAL; }
-    if (w->block < QSUB || w->block % QSUB != 0) {
+    if (w->block < AT_QSUB || w->block % AT_QSUB != 0) {
         at__set_error("at_qmatmul_f32: block must be a positive multiple of 32, not %lld", (long long)w->block);
         return AT_EINVAL;
     }
@@ -358,8 +356,8 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
                   int64_t wstride, int64_t sstride, const at_qweights *w, float *C, int64_t ldc)
 {
     _Alignas(64) float dense[PASS_ROWS * AT_QPAD_COLUMNS]; /* the kernels' 32-byte rows of C never split a line */
-    const int64_t mr = k ? k->mr : 1, step = k ? k->nr / QPANEL : 1, width = step * QPANEL;
-    const int64_t packed = kind == AT_Q8 ? 256 : 128; /* bytes of one panel's sub-block */
+    const int64_t mr = k ? k->mr : 1, step = k ? k->nr / AT_QPANEL : 1, width = step * AT_QPANEL;
+    const int64_t packed = kind == AT_Q8 ? AT_QSUB_BYTES_8 : AT_QSUB_BYTES_4; /* bytes of one panel's sub-block */
     const int64_t block_bytes = sub * packed * step;
     const int64_t slice = block_bytes >= SLICE_BYTES ? 1 : SLICE_BYTES / block_bytes;
     /* Tiles wholly in the padding past N (zero scales) are not computed. */
@@ -367,12 +365,12 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
     for (int64_t r0 = m0; r0 < m0 + rows; r0 += PASS_ROWS) {
         const int64_t pass = m0 + rows - r0 < PASS_ROWS ? m0 + rows - r0 : PASS_ROWS;
         for (int64_t p = p_begin; p < p_stop; p += step) {
-            const int64_t n0 = p * QPANEL, cols = w->n - n0 < width ? w->n - n0 : width;
+            const int64_t n0 = p * AT_QPANEL, cols = w->n - n0 < width ? w->n - n0 : width;
             for (int64_t b0 = 0; b0 < blocks; b0 += slice) {
                 const int64_t nb = blocks - b0 < slice ? blocks - b0 : slice;
                 const uint8_t *wq = w->codes + p * wstride + b0 * sub * packed;
-                const float *ws = w->scales + p * sstride + b0 * QPANEL;
-                const float *wz = w->zeros ? w->zeros + p * sstride + b0 * QPANEL : NULL;
+                const float *ws = w->scales + p * sstride + b0 * AT_QPANEL;
+                const float *wz = w->zeros ? w->zeros + p * sstride + b0 * AT_QPANEL : NULL;
                 /* Passes of many row tiles: the next slice's codes into L2, a share of its
                  * lines (of every panel of the group) before each tile. */
                 const int64_t next = blocks - b0 - nb < slice ? blocks - b0 - nb : slice, tiles = pass / mr;
@@ -383,7 +381,7 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
                     float *out = dense + (m - r0) * width;
                     for (int64_t i = 0; i < share && ahead < ahead_end; ++i, ahead += 64)
                         for (int64_t q = 0; q < step; ++q) __builtin_prefetch(ahead + q * wstride, 0, 1);
-                    const int64_t a_off = m * ldq + b0 * sub * QSUB, s_off = m * blocks + b0;
+                    const int64_t a_off = m * ldq + b0 * sub * AT_QSUB, s_off = m * blocks + b0;
                     if (k) {
                         k->fn(nb, sub, qa + a_off, ldq, sa + s_off, asum + s_off, blocks, wq, wstride, ws, wz,
                               sstride, out, width, b0 > 0);
@@ -412,7 +410,7 @@ typedef struct {
     float *C;
 } qjob;
 
-#define UNIT_PANELS (AT_QPAD_COLUMNS / QPANEL)
+#define UNIT_PANELS (AT_QPAD_COLUMNS / AT_QPANEL)
 
 static void qjob_part(void *ctx, int t)
 {
@@ -441,9 +439,9 @@ static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_
     int status = check(M, A, lda, w, clamp, C, ldc);
     if (status != AT_OK || M == 0) return status;
     const int kind = kind_of(w);
-    const int64_t blocks = (w->k + w->block - 1) / w->block, kp = blocks * w->block, sub = w->block / QSUB;
+    const int64_t blocks = (w->k + w->block - 1) / w->block, kp = blocks * w->block, sub = w->block / AT_QSUB;
     const int64_t units = (w->n + AT_QPAD_COLUMNS - 1) / AT_QPAD_COLUMNS;
-    const int64_t wstride = kp / QSUB * (kind == AT_Q8 ? 256 : 128), sstride = blocks * QPANEL;
+    const int64_t wstride = kp / AT_QSUB * (kind == AT_Q8 ? AT_QSUB_BYTES_8 : AT_QSUB_BYTES_4), sstride = blocks * AT_QPANEL;
     const size_t scale_bytes = sizeof(float) * (size_t)(M * blocks);
     char *space = workspace((size_t)(M * kp) + 2 * scale_bytes);
     if (!space) {
@@ -501,12 +499,8 @@ typedef struct {
     at_qsme2_fn fn;
 } qsme2_kernel;
 
-static const qsme2_kernel qsme2_kernels[] = {
-    {"at_q4s_sme2_1vlx4vl", AT_Q4S, 0, at_q4s_sme2_1vlx4vl},
-    {"at_q4s_sme2_1x4vl", AT_Q4S, 1, at_q4s_sme2_1x4vl},
-    {"at_q4a_sme2_1vlx4vl", AT_Q4A, 0, at_q4a_sme2_1vlx4vl},
-    {"at_q4a_sme2_1x4vl", AT_Q4A, 1, at_q4a_sme2_1x4vl},
-};
+/* The list is generated with the kernels (at_qsme2.h, autotune.contract.qsme2_table). */
+static const qsme2_kernel qsme2_kernels[] = {AT_QSME2_KERNELS};
 #define QSME2_COUNT ((int)(sizeof qsme2_kernels / sizeof qsme2_kernels[0]))
 
 static int have_sme2(void)
@@ -566,7 +560,7 @@ static int run_sme2(const qsme2_kernel *block, const qsme2_kernel *gemv, int64_t
     int status = check(M, A, lda, w, clamp, C, ldc);
     if (status != AT_OK || M == 0) return status;
     const int64_t vl = at_qsme2_vl(), blocks = (w->k + w->block - 1) / w->block, kp = blocks * w->block;
-    const int64_t sub = w->block / QSUB, sums = kind_of(w) == AT_Q4A;
+    const int64_t sub = w->block / AT_QSUB, sums = kind_of(w) == AT_Q4A;
     int64_t rows_block = block ? M : 0;
     if (block && gemv && M % vl == 1) rows_block = M - 1;
     const int64_t rows_gemv = M - rows_block;
