@@ -14,18 +14,23 @@ ROOT = Path(__file__).resolve().parent.parent
 OPENBLAS = Path("/usr/lib/x86_64-linux-gnu/libopenblas.so")
 
 
+def run_client(source: str, blas: str, library: Path, tmp_path: Path
+               ) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]:
+    """tests/c/``source`` linked with ``blas``, run alone and with ``library`` preloaded."""
+    exe = tmp_path / "client"
+    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Werror", str(ROOT / "tests" / "c" / source),
+                    "-o", str(exe), blas, "-lm", "-ldl"],
+                   check=True, capture_output=True, text=True, timeout=120)
+    alone = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "LD_PRELOAD": str(library)}
+    return alone, subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, env=env)
+
+
 @pytest.mark.skipif(not OPENBLAS.exists(), reason="needs a system BLAS to preload over: "
                     "libopenblas-dev (scripts/setup.sh --test installs it)")
 def test_preloaded_library_replaces_the_system_blas(built, tmp_path):
-    exe = tmp_path / "client"
-    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Werror", str(ROOT / "tests/c/preload_client.c"),
-                    "-o", str(exe), "-lopenblas", "-lm", "-ldl"],
-                   check=True, capture_output=True, text=True, timeout=120)
-    alone = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    alone, preloaded = run_client("preload_client.c", "-lopenblas", built.library, tmp_path)
     assert alone.returncode == 0 and "openblas" in alone.stdout, alone.stdout + alone.stderr
-
-    env = {**os.environ, "LD_PRELOAD": str(built.library)}
-    preloaded = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, env=env)
     assert preloaded.returncode == 0, preloaded.stdout + preloaded.stderr
     lines = dict(line.split(" ", 1) for line in preloaded.stdout.splitlines() if " " in line)
     assert lines["sgemm_"].endswith("libautotune.so") and lines["cblas_dgemm"].endswith("libautotune.so")
@@ -48,16 +53,9 @@ def counted_plans(stdout: str) -> int | None:
 @pytest.mark.skipif(not SYSTEM_BLAS.exists(), reason="needs the system BLAS's development link: "
                     "libblas-dev (scripts/setup.sh --test installs it)")
 def test_a_program_linked_with_the_system_blas_runs_on_autotune_when_preloaded(built, tmp_path):
-    exe = tmp_path / "client"
-    subprocess.run(["cc", "-std=c11", "-O1", "-Wall", "-Werror", str(ROOT / "tests/c/system_blas_client.c"),
-                    "-o", str(exe), "-lblas", "-lm", "-ldl"],
-                   check=True, capture_output=True, text=True, timeout=120)
-    alone = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60)
+    alone, preloaded = run_client("system_blas_client.c", "-lblas", built.library, tmp_path)
     assert alone.returncode == 0 and alone.stdout.rstrip().endswith("ok"), alone.stdout + alone.stderr
     assert "libautotune" not in alone.stdout and counted_plans(alone.stdout) is None
-
-    env = {**os.environ, "LD_PRELOAD": str(built.library)}
-    preloaded = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, env=env)
     assert preloaded.returncode == 0 and preloaded.stdout.rstrip().endswith("ok"), preloaded.stdout + preloaded.stderr
     assert f"dgemm_ {built.library}" in preloaded.stdout
     # Both products (dgemm_ and sgemm_) went through libautotune's plan cache.
