@@ -273,6 +273,63 @@ def test_threaded_sme2_path_is_bitwise_one_threads(sme2_qharness, tmp_path, svl)
     _threads_agree(svl, sme2_qharness, tmp_path)
 
 
+#: qharness behind a prologue: the pool's worker is started (by a NEON-path call, weights
+#: without an SME2 form) while the main thread's SVL is 256, so it keeps 256; the main
+#: thread then goes back to 512 and runs the cases on 2 threads.
+_OTHER_SVL_WORKER = r"""
+#define _GNU_SOURCE
+#include <sys/prctl.h>
+#define main qharness_main
+#include "qharness.c"
+#undef main
+#ifndef PR_SME_SET_VL
+#define PR_SME_SET_VL 63
+#endif
+
+int main(int argc, char **argv)
+{
+    if (prctl(PR_SME_SET_VL, 32) != 32 || at_qsme2_svl() != 256) return fprintf(stderr, "no SVL 256\n"), 9;
+    enum { M = 16, K = 4096, N = 256 }; /* 2^24 multiply-adds: two threads on the NEON path */
+    static uint8_t codes[N / 8 * (K / 32) * 128];
+    static float scales[N / 8 * (K / 32) * 8], A[M * K], C[M * N];
+    const at_qweights w = {4, 1, K, N, 32, codes, scales, NULL, NULL, NULL, 0};
+    at_set_num_threads(2);
+    if (at_qmatmul_f32(M, A, K, &w, NULL, NULL, C, N) != AT_OK) return fprintf(stderr, "warm-up failed\n"), 9;
+    if (prctl(PR_SME_SET_VL, 64) != 64 || at_qsme2_svl() != 512) return fprintf(stderr, "no SVL 512\n"), 9;
+    return qharness_main(argc, argv);
+}
+"""
+
+
+@pytest.mark.arm
+def test_a_worker_at_another_svl_leaves_its_panels_to_the_caller(sme2_qharness, tmp_path):
+    """A pool worker started at SVL 256 and a caller at 512 with the 512 form: the worker's
+    share is computed by the caller, so C is still bit for bit one thread's."""
+    target, exe = sme2_qharness
+    cpu = "max,sme=on,sme256=on,sme512=on"
+    src = tmp_path / "other_svl.c"
+    src.write_text(_OTHER_SVL_WORKER)
+    prog = tmp_path / "other_svl"
+    kernels = kernels_src()
+    march = [f for f in target.base_cflags if f.startswith(("-march", "-mcpu"))]
+    archive = exe.parent / "lib" / "libautotune.a"
+    assert archive.is_file(), archive
+    subprocess.run([*target.cc, "-std=c11", "-O2", *march, f"-I{kernels / 'include'}", f"-I{kernels / 'runtime'}",
+                    f"-I{kernels / 'harness'}", str(src), str(archive), *target.ldflags, "-pthread", "-lm", "-o",
+                    str(prog)], check=True, capture_output=True, text=True)
+    cases = _thread_cases(512)
+    calls = [("", A, w, {**opts, "sme2": w.sme2(512)}) for _, A, w, opts in cases]
+    (tmp_path / "one").mkdir()
+    one = _run(target, exe, cpu, calls, tmp_path / "one", ("-E", "AUTOTUNE_NUM_THREADS=1"))
+    log = tmp_path / "strace.log"
+    two = _run(target, prog, cpu, calls, tmp_path, ("-d", "strace", "-D", str(log)))
+    assert len(re.findall(r"\bclone\(", log.read_text(errors="replace"))) == 1  # the worker, at SVL 256
+    for (label, A, w, opts), (s1, c1), (s2, c2) in zip(cases, one, two):
+        assert s1 == s2 == AT_OK, label
+        assert _check_case(c1, A, w, opts) is None, label
+        assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32)), label
+
+
 @pytest.mark.arm
 def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qharness):
     target, exe = sme2_qharness
