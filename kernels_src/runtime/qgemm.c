@@ -594,7 +594,9 @@ static void qsme2_part(void *ctx, int t)
  * for one row costs VL times the GEMV's work).  Both are the same arithmetic (one
  * FMA per block in order of K), so where a row goes changes no bound.
  * The columns are split over the library's thread count (at_set_num_threads,
- * AUTOTUNE_NUM_THREADS) with the registry path's minimum work per thread.  An SME
+ * AUTOTUNE_NUM_THREADS) with the registry path's minimum work per thread (a pool
+ * wake-up measured on x86; not yet on an SME2 machine, whose units do more
+ * multiply-adds in that time, so it may split smaller products than pays).  An SME
  * unit may serve a cluster of cores (Apple M4: one per cluster), so streaming
  * threads on one cluster can queue for it and gain nothing; no native machine has
  * measured that here, so the split follows the library's count like the other
