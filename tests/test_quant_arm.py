@@ -127,8 +127,10 @@ def _cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:
     return cases
 
 
-def _run(target: Target, exe: Path, cpu: str, calls: list[tuple], work: Path) -> list[tuple[int, np.ndarray]]:
-    """(status, C) of each (kernel name or "", A, w[, options]) call, run by qharness under QEMU's ``cpu``.
+def _run(target: Target, exe: Path, cpu: str, calls: list[tuple], work: Path,
+         qemu_args: tuple[str, ...] = ()) -> list[tuple[int, np.ndarray]]:
+    """(status, C) of each (kernel name or "", A, w[, options]) call, run by qharness under QEMU's ``cpu``
+    (``qemu_args``: more of QEMU's options, such as ``-E VAR=value`` for the guest's environment).
 
     ``options`` (a dict, all optional): ``sme2`` (an :class:`autotune.quant.Sme2Weights` to pass as
     the weights' SME2 form), ``bias``, ``clamp`` and ``ldc`` (> N: the columns past N must come back
@@ -136,7 +138,7 @@ def _run(target: Target, exe: Path, cpu: str, calls: list[tuple], work: Path) ->
     blob = qsuite.pack_calls(calls)
     inp, out = work / f"in-{cpu}.bin", work / f"out-{cpu}.bin"
     inp.write_bytes(bytes(blob))
-    runner = [*target.runner[:-1], cpu]
+    runner = [*target.runner[:-1], cpu, *qemu_args]
     done = subprocess.run([*runner, str(exe), str(inp), str(out)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"qharness on {cpu}: rc={done.returncode} (-4 is SIGILL) {done.stderr[-800:]}"
     assert json.loads(done.stdout.splitlines()[-1]) == {"event": "done", "cases": len(calls)}

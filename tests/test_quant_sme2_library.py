@@ -14,7 +14,9 @@ written here; C is compared with :func:`autotune.quant.reference_qmatmul` within
   translation log showing that the SME2 kernels ran (and the NEON ones did not);
 * the SME2 kernels forced by name, and refused for weights without a usable form;
 * weights packed for another SVL: right answers through the NEON kernels;
-* cortex-a76 (no SME2) with SME2-form weights: right answers, no SIGILL.
+* cortex-a76 (no SME2) with SME2-form weights: right answers, no SIGILL;
+* the threaded SME2 path (AUTOTUNE_NUM_THREADS = 2, 3) bit for bit one thread's, at
+  SVL 512 and 128, on shapes that give every count its threads.
 
 The Python side (the form's cache, the ctypes struct in step with autotune.h) is
 tested without QEMU.
@@ -196,6 +198,136 @@ def test_library_choice_runs_the_sme2_kernels_at_svl_512(sme2_qharness, tmp_path
 @pytest.mark.parametrize("svl", [128, 256, 1024, 2048])
 def test_library_choice_runs_the_sme2_kernels_at_other_svls(sme2_qharness, tmp_path, svl):
     _library_choice(svl, sme2_qharness, tmp_path)
+
+
+#: kernels_src/runtime/qgemm.c's MACS_PER_THREAD: the least work the library gives a thread.
+MACS_PER_THREAD = 1 << 22
+THREADS = (1, 2, 3)
+
+
+def _thread_cases(svl: int) -> list[tuple[str, np.ndarray, quant.QuantizedWeights, dict]]:
+    """Shapes big enough for 3 threads, N never a multiple of the panel (4VL columns): M = 1
+    (the GEMV), a partial row tile (5 rows: the block kernel at SVL 512; a tile and a GEMV
+    row at SVL 128), several tiles with a partial one (40) and tiles with a GEMV row (33);
+    both kinds, with bias, clamp and ldc > N on some; seeded."""
+    rng = np.random.default_rng(31)
+    width = 4 * (svl // 32)
+    cases = []
+    for i, (m, k, n, block) in enumerate(((1, 4096, 3100, 32), (5, 1024, 2500, 64), (40, 300, 1000, 64),
+                                          (33, 200, 1800, 32))):
+        assert n % width, n
+        w_f = rng.standard_normal((k, n)).astype(np.float32)
+        for kind, symmetric in KINDS.items():
+            W = w_f if symmetric else w_f + np.float32(1.5) * (np.arange(n) % 2 == 0)
+            w = quant.quantize_weights(W.astype(np.float32), 4, block, symmetric)
+            macs = m * w.padded_k * -(-n // width) * width
+            assert macs >= max(THREADS) * MACS_PER_THREAD, (m, k, n)  # every count splits the columns
+            opts: dict = {}
+            if i % 2:
+                opts["bias"] = rng.standard_normal(n).astype(np.float32)
+            if i >= 2:
+                opts["clamp"] = (-3.0, 2.5)
+            if i == 3:
+                opts["ldc"] = n + 5
+            A = rng.standard_normal((m, k)).astype(np.float32)
+            cases.append((f"{kind} M={m} K={k} N={n} block={block} {sorted(opts)}", A, w, opts))
+    return cases
+
+
+def _threads_agree(svl: int, sme2_qharness, work: Path) -> None:
+    target, exe = sme2_qharness
+    cpu = _sme_cpu(svl)
+    assert _driver_svl(target, exe, cpu) == svl
+    cases = _thread_cases(svl)
+    calls = [("", A, w, {**opts, "sme2": w.sme2(svl)}) for _, A, w, opts in cases]
+    outputs = {}
+    for threads in THREADS:
+        run = work / f"t{threads}"
+        run.mkdir()
+        log = run / "strace.log"
+        results = _run(target, exe, cpu, calls, run,
+                       ("-E", f"AUTOTUNE_NUM_THREADS={threads}", "-d", "strace", "-D", str(log)))
+        # The pool's workers are started (clone) on the first region of more than one thread.
+        clones = len(re.findall(r"\bclone\(", log.read_text(errors="replace")))
+        assert clones == threads - 1, (threads, clones)
+        assert [s for s, _ in results] == [AT_OK] * len(calls)
+        outputs[threads] = [C for _, C in results]
+    problems = []
+    for (label, A, w, opts), C in zip(cases, outputs[1]):
+        if (problem := _check_case(C, A, w, opts)) is not None:
+            problems.append(f"{label}: {problem}")
+    for threads in THREADS[1:]:
+        for (label, *_), one, many in zip(cases, outputs[1], outputs[threads]):
+            if not np.array_equal(one.view(np.uint32), many.view(np.uint32)):
+                bad = np.argwhere(one.view(np.uint32) != many.view(np.uint32))
+                problems.append(f"{label}, {threads} threads: {len(bad)} elements differ from one thread's, "
+                                f"first at (row, column) {tuple(bad[0].tolist())}")
+    assert not problems, f"SVL {svl}:\n" + "\n".join(problems[:10])
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("svl", [512, 128])
+def test_threaded_sme2_path_is_bitwise_one_threads(sme2_qharness, tmp_path, svl):
+    """AUTOTUNE_NUM_THREADS = 1, 2, 3 on the library's choice: each thread calls the SME2
+    kernels on a run of whole panels, so C is bit for bit one thread's, and within the bound."""
+    _threads_agree(svl, sme2_qharness, tmp_path)
+
+
+#: qharness behind a prologue: the pool's worker is started (by a NEON-path call, weights
+#: without an SME2 form) while the main thread's SVL is 256, so it keeps 256; the main
+#: thread then goes back to 512 and runs the cases on 2 threads.
+_OTHER_SVL_WORKER = r"""
+#define _GNU_SOURCE
+#include <sys/prctl.h>
+#define main qharness_main
+#include "qharness.c"
+#undef main
+#ifndef PR_SME_SET_VL
+#define PR_SME_SET_VL 63
+#endif
+
+int main(int argc, char **argv)
+{
+    if (prctl(PR_SME_SET_VL, 32) != 32 || at_qsme2_svl() != 256) return fprintf(stderr, "no SVL 256\n"), 9;
+    enum { M = 16, K = 4096, N = 256 }; /* 2^24 multiply-adds: two threads on the NEON path */
+    static uint8_t codes[N / 8 * (K / 32) * 128];
+    static float scales[N / 8 * (K / 32) * 8], A[M * K], C[M * N];
+    const at_qweights w = {4, 1, K, N, 32, codes, scales, NULL, NULL, NULL, 0};
+    at_set_num_threads(2);
+    if (at_qmatmul_f32(M, A, K, &w, NULL, NULL, C, N) != AT_OK) return fprintf(stderr, "warm-up failed\n"), 9;
+    if (prctl(PR_SME_SET_VL, 64) != 64 || at_qsme2_svl() != 512) return fprintf(stderr, "no SVL 512\n"), 9;
+    return qharness_main(argc, argv);
+}
+"""
+
+
+@pytest.mark.arm
+def test_a_worker_at_another_svl_leaves_its_panels_to_the_caller(sme2_qharness, tmp_path):
+    """A pool worker started at SVL 256 and a caller at 512 with the 512 form: the worker's
+    share is computed by the caller, so C is still bit for bit one thread's."""
+    target, exe = sme2_qharness
+    cpu = "max,sme=on,sme256=on,sme512=on"
+    src = tmp_path / "other_svl.c"
+    src.write_text(_OTHER_SVL_WORKER)
+    prog = tmp_path / "other_svl"
+    kernels = kernels_src()
+    march = [f for f in target.base_cflags if f.startswith(("-march", "-mcpu"))]
+    archive = exe.parent / "lib" / "libautotune.a"
+    assert archive.is_file(), archive
+    subprocess.run([*target.cc, "-std=c11", "-O2", *march, f"-I{kernels / 'include'}", f"-I{kernels / 'runtime'}",
+                    f"-I{kernels / 'harness'}", str(src), str(archive), *target.ldflags, "-pthread", "-lm", "-o",
+                    str(prog)], check=True, capture_output=True, text=True)
+    cases = _thread_cases(512)
+    calls = [("", A, w, {**opts, "sme2": w.sme2(512)}) for _, A, w, opts in cases]
+    (tmp_path / "one").mkdir()
+    one = _run(target, exe, cpu, calls, tmp_path / "one", ("-E", "AUTOTUNE_NUM_THREADS=1"))
+    log = tmp_path / "strace.log"
+    two = _run(target, prog, cpu, calls, tmp_path, ("-d", "strace", "-D", str(log)))
+    assert len(re.findall(r"\bclone\(", log.read_text(errors="replace"))) == 1  # the worker, at SVL 256
+    for (label, A, w, opts), (s1, c1), (s2, c2) in zip(cases, one, two):
+        assert s1 == s2 == AT_OK, label
+        assert _check_case(c1, A, w, opts) is None, label
+        assert np.array_equal(c1.view(np.uint32), c2.view(np.uint32)), label
 
 
 @pytest.mark.arm

@@ -544,16 +544,63 @@ static int sme2_usable(const at_qweights *w)
            w->sme2_svl == at_qsme2_svl();
 }
 
+/* One SME2 call's work, shared by the threads: each takes a run of whole panels
+ * (4VL columns, the kernels' width) and calls the kernels on them with the
+ * weights, scales and C moved to its first panel.  A column is computed by the
+ * same instructions (the same row tiles, blocks in order of K) whichever call
+ * holds its panel, so C is bit for bit the same for any number of threads. */
+typedef struct {
+    const qsme2_kernel *block, *gemv;
+    int64_t rows_block, rows_gemv, vl, blocks, sub, panels, threads, ldc;
+    int64_t panel_codes, panel_scales; /* bytes of codes, floats of scales per panel */
+    const int8_t *qa, *qa1;
+    const float *sa, *sa1;
+    const at_qweights *w;
+    float *C;
+    /* A worker whose SVL is not the caller's (set by prctl on it, or inherited from
+     * the thread that started the pool) would read the panels at the wrong extents:
+     * it leaves its share to the caller, which checked its own SVL against the form. */
+    unsigned char left[AT_MAX_THREADS];
+} qsme2_job;
+
+static void qsme2_cover(const qsme2_job *j, int64_t p0, int64_t p1)
+{
+    const int64_t width = 4 * j->vl, n0 = p0 * width, cols = (p1 * width < j->w->n ? p1 * width : j->w->n) - n0;
+    const uint8_t *wq = j->w->sme2_codes + p0 * j->panel_codes;
+    const float *ws = j->w->sme2_scales + p0 * j->panel_scales;
+    if (j->rows_block) j->block->fn(j->blocks, j->sub, j->qa, j->rows_block, j->sa, cols, wq, ws, j->C + n0, j->ldc, 0);
+    if (j->rows_gemv)
+        j->gemv->fn(j->blocks, j->sub, j->qa1, j->rows_gemv, j->sa1, cols, wq, ws,
+                    j->C + j->rows_block * j->ldc + n0, j->ldc, 0);
+}
+
+static void qsme2_part(void *ctx, int t)
+{
+    qsme2_job *j = ctx;
+    const int64_t p0 = j->panels * t / j->threads, p1 = j->panels * (t + 1) / j->threads;
+    if (p0 == p1) return;
+    if (at_qsme2_vl() != j->vl) {
+        j->left[t] = 1;
+        return;
+    }
+    qsme2_cover(j, p0, p1);
+}
+
 /* C with the SME2 kernels: A quantised and packed once by at_qsme2_quantize_a, then
- * one call (one smstart) per kernel covers every column of its rows.  `block`
+ * each thread's share of the panels in one call (one smstart) per kernel.  `block`
  * (1VL x 4VL smopa) takes rows in tiles of VL and `gemv` (1 x 4VL sdot) single rows;
  * either may be NULL.  The library's choice: the GEMV for M = 1, else the block
  * kernel, and the GEMV for a last tile of one row (a VL-row tile of outer products
  * for one row costs VL times the GEMV's work).  Both are the same arithmetic (one
  * FMA per block in order of K), so where a row goes changes no bound.
- * One thread: an SME unit is shared by a cluster of cores (Apple M4: one per
- * cluster), so streaming threads on one cluster queue for it; splitting by panels
- * would be bit-identical but is left until a native machine can show it pays. */
+ * The columns are split over the library's thread count (at_set_num_threads,
+ * AUTOTUNE_NUM_THREADS) with the registry path's minimum work per thread (a pool
+ * wake-up measured on x86; not yet on an SME2 machine, whose units do more
+ * multiply-adds in that time, so it may split smaller products than pays).  An SME
+ * unit may serve a cluster of cores (Apple M4: one per cluster), so streaming
+ * threads on one cluster can queue for it and gain nothing; no native machine has
+ * measured that here, so the split follows the library's count like the other
+ * paths, and a user who sees it queue sets AUTOTUNE_NUM_THREADS=1. */
 static int run_sme2(const qsme2_kernel *block, const qsme2_kernel *gemv, int64_t M, const float *A, int64_t lda,
                     const at_qweights *w, const float *bias, const float *clamp, float *C, int64_t ldc)
 {
@@ -576,16 +623,27 @@ static int run_sme2(const qsme2_kernel *block, const qsme2_kernel *gemv, int64_t
     }
     float *sa = (float *)space; /* the floats first: the workspace is malloc-aligned */
     int8_t *qa = (int8_t *)(space + sizeof(float) * (size_t)(sa_block + sa_gemv));
-    if (rows_block) {
-        at_qsme2_quantize_a(rows_block, w->k, A, lda, w->block, blocks, vl, sums, qa, sa);
-        block->fn(blocks, sub, qa, rows_block, sa, w->n, w->sme2_codes, w->sme2_scales, C, ldc, 0);
-    }
-    if (rows_gemv) {
-        float *sa1 = sa + sa_block;
-        int8_t *qa1 = qa + qa_block;
-        at_qsme2_quantize_a(rows_gemv, w->k, A + rows_block * lda, lda, w->block, blocks, 1, sums, qa1, sa1);
-        gemv->fn(blocks, sub, qa1, rows_gemv, sa1, w->n, w->sme2_codes, w->sme2_scales, C + rows_block * ldc, ldc,
-                 0);
+    if (rows_block) at_qsme2_quantize_a(rows_block, w->k, A, lda, w->block, blocks, vl, sums, qa, sa);
+    if (rows_gemv)
+        at_qsme2_quantize_a(rows_gemv, w->k, A + rows_block * lda, lda, w->block, blocks, 1, sums, qa + qa_block,
+                            sa + sa_block);
+
+    /* The panel strides of autotune.quant.Sme2Weights: Kp / 4 steps of 8VL bytes of
+     * codes; 4VL scales per block, and as many zero points for q4a. */
+    const int64_t width = 4 * vl, panels = (w->n + width - 1) / width;
+    const double macs = (double)M * (double)kp * (double)(panels * width);
+    int64_t threads = at__num_threads();
+    if (threads > panels) threads = panels;
+    if (threads > macs / MACS_PER_THREAD) threads = (int64_t)(macs / MACS_PER_THREAD);
+    if (threads < 1) threads = 1;
+    qsme2_job job = {block, gemv, rows_block, rows_gemv, vl, blocks, sub, panels, threads, ldc, kp * width / 2,
+                     blocks * width * (sums ? 2 : 1), qa, qa + qa_block, sa, sa + sa_block, w, C, {0}};
+    if (threads > 1) {
+        at__parallel((int)threads, qsme2_part, &job);
+        for (int64_t t = 0; t < threads; ++t)
+            if (job.left[t]) qsme2_cover(&job, panels * t / threads, panels * (t + 1) / threads);
+    } else {
+        qsme2_cover(&job, 0, panels);
     }
     finish_rows(M, w->n, bias, clamp, C, ldc);
     return AT_OK;
