@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .host import other_load
@@ -76,6 +76,7 @@ class Point:
     alt_s: float  # packed, or all threads
     spread: float  # relative spread of the rounds (median over best, minus one), the larger side's
     rounds: int
+    threads: int = 0  # the threads both sides ran on (0: all, the library's default)
 
     @property
     def flops(self) -> float:
@@ -148,8 +149,9 @@ def _gain(point: Point, margin: float) -> float:
 
 def crossing(points: Sequence[Point], margin: float = MARGIN,
              prior: float | None = None) -> tuple[float | None, str]:
-    """(threshold flops, source) from a sweep's points, ascending in size: the
-    threshold that loses the least time over the sizes measured.
+    """(threshold flops, source) from a sweep's points, ascending in size (a size
+    may come once per thread count): the threshold that loses the least time over
+    the points measured.
 
     A threshold takes the base side below it and the alternative from it on; at
     each size, choosing the slower side loses the log of their time ratio beyond
@@ -171,10 +173,12 @@ def crossing(points: Sequence[Point], margin: float = MARGIN,
     if not any(gains):
         return None, "model"
     sides = [float(p.side) for p in points]
-    first = sides[1] / sides[0] if len(sides) > 1 else math.sqrt(2.0)
-    last = sides[-1] / sides[-2] if len(sides) > 1 else math.sqrt(2.0)
-    candidates = [sides[0] / math.sqrt(first), *(math.sqrt(a * b) for a, b in zip(sides, sides[1:])),
-                  sides[-1] * math.sqrt(last)]
+    # A size may have been timed on several thread counts: one candidate per gap.
+    ladder = sorted(set(sides))
+    first = ladder[1] / ladder[0] if len(ladder) > 1 else math.sqrt(2.0)
+    last = ladder[-1] / ladder[-2] if len(ladder) > 1 else math.sqrt(2.0)
+    candidates = [ladder[0] / math.sqrt(first), *(math.sqrt(a * b) for a, b in zip(ladder, ladder[1:])),
+                  ladder[-1] * math.sqrt(last)]
 
     def lost(threshold: float) -> float:
         return sum(max(0.0, -g) if side >= threshold else max(0.0, g) for side, g in zip(sides, gains))
@@ -189,7 +193,7 @@ def crossing(points: Sequence[Point], margin: float = MARGIN,
         chosen = min(best, key=lambda c: abs(math.log(c) - centre))
     else:
         chosen = best[(len(best) - 1) // 2]
-    return 2.0 * chosen ** 3, "beyond" if chosen > sides[-1] else "measured"
+    return 2.0 * chosen ** 3, "beyond" if chosen > ladder[-1] else "measured"
 
 
 # -- measuring ------------------------------------------------------------------------
@@ -231,22 +235,29 @@ class SweepSpec:
     alt: str
     force: Callable[[PlannerParams, int], tuple[tuple[PlannerParams, SuiteShape],
                                                 tuple[PlannerParams, SuiteShape]]]
+    #: Thread counts each size is timed on (the shapes' ``threads``; 0: all): the
+    #: threshold serves them all, so it is the one that loses least over all of them.
+    threads: tuple[int, ...] = (0,)
 
 
-def pack_sweep(dtype: str) -> SweepSpec:
-    """In place against packed, on all threads, as the library runs by default.
+def pack_sweep(dtype: str, threads: int = 2) -> SweepSpec:
+    """In place against packed, on one thread and on all of them (``threads`` > 1).
 
-    Not one core's property alone: threads reading A and B in place share the
-    last-level cache and the memory bus, which packed panels relieve.  On a
-    2-core Zen 3 VM one thread put the f32 crossover anywhere from 600^3 to
-    860^3 between runs, and 512^3 in place on two threads took twice numpy's time.
+    One threshold serves every thread count, and they disagree: threads reading A
+    and B in place share the last-level cache and the memory bus, which packed
+    panels relieve, while one thread in place suffers most from a power-of-two
+    leading dimension (a column of A in a few of L1's sets).  On a 2-core Zen 3 VM
+    a sweep on all threads alone found the model's 591^3 as good as any, where one
+    thread ran 512^3 in place at 0.75x of packed: the stored threshold is the one
+    that loses least over both.
     """
     def force(params: PlannerParams, side: int) -> tuple[tuple[PlannerParams, SuiteShape], ...]:
         shape = SuiteShape("large", dtype, "nn", side, side, side)
         threaded = params.with_values(dtype, {"thread_flops": 0.0})
         return ((threaded.with_values(dtype, {"pack_flops": NEVER}), shape),
                 (threaded.with_values(dtype, {"pack_flops": 0.0}), shape))
-    return SweepSpec("pack_flops", dtype, PACK_SIDES[dtype], "in place", "packed", force)
+    return SweepSpec("pack_flops", dtype, PACK_SIDES[dtype], "in place", "packed", force,
+                     (0, 1) if threads > 1 else (0,))
 
 
 def thread_sweep(dtype: str = "f32") -> SweepSpec:
@@ -264,12 +275,17 @@ def sweep(runner: SuiteRunner, spec: SweepSpec, params: PlannerParams,
     """Climb the sizes until the alternative has won CONFIRM in a row (or a call gets too long)."""
     points: list[Point] = []
     for side in spec.sides:
-        if points and points[-1].base_s * (side / points[-1].side) ** 3 > effort.max_call_s:
+        if points and max(p.base_s for p in points if p.side == points[-1].side) * \
+                (side / points[-1].side) ** 3 > effort.max_call_s:
             break
-        base, alt = spec.force(params, side)
-        points.append(measure_point(runner, side, base, alt, effort=effort))
+        (base, base_shape), (alt, alt_shape) = spec.force(params, side)
+        for threads in spec.threads:
+            point = measure_point(runner, side, (base, replace(base_shape, threads=threads or base_shape.threads)),
+                                  (alt, replace(alt_shape, threads=threads or alt_shape.threads)), effort=effort)
+            points.append(replace(point, threads=threads or alt_shape.threads))
         advance()
-        if len(points) >= CONFIRM and all(p.verdict() == "alt" for p in points[-CONFIRM:]):
+        sizes = sorted({p.side for p in points})[-CONFIRM:]
+        if len(sizes) >= CONFIRM and all(p.verdict() == "alt" for p in points if p.side in sizes):
             break
     return tuple(points)
 
@@ -277,7 +293,7 @@ def sweep(runner: SuiteRunner, spec: SweepSpec, params: PlannerParams,
 def specs_for(dtypes: Iterable[str], threads: int) -> tuple[SweepSpec, ...]:
     """The sweeps of an install: packing per dtype, then threads (on a host that has them)."""
     dtypes = [dt for dt in DTYPES if dt in set(dtypes)]
-    specs = [pack_sweep(dt) for dt in dtypes]
+    specs = [pack_sweep(dt, threads) for dt in dtypes]
     if threads > 1 and dtypes:
         specs.append(thread_sweep("f32" if "f32" in dtypes else dtypes[0]))
     return tuple(specs)

@@ -194,7 +194,10 @@ def crossover_lines(crossovers: Any) -> list[str]:
         except (KeyError, TypeError, ValueError):
             continue
         name = f"{c.get('param')} {c.get('dtype')}" if c.get("param") == "pack_flops" else str(c.get("param"))
-        how = {"measured": f"measured over {len(c.get('points') or ())} sizes",
+        points = c.get("points") or ()
+        runs = sorted({int(p.get("threads", 0)) for p in points})
+        on = " on one thread and all" if runs == [0, 1] else ""
+        how = {"measured": f"measured over {len({p.get('side') for p in points})} sizes{on}",
                "beyond": f"{c.get('base')} won every size timed, so past the largest",
                "model": "the noise decided nothing: the model's value",
                "busy": "not measured, other processes kept the cores busy: the model's value; "

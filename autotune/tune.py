@@ -245,6 +245,7 @@ class HeldOutVerdict:
     shapes: int
     #: Each candidate's best time per call on each shape, in the shapes' order.
     per_shape: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    labels: tuple[str, ...] = ()  # the shapes' labels, in that order
 
     def gain(self, over: str) -> float | None:
         """How much faster the chosen set ran the held-out shapes than ``over`` did: the
@@ -256,8 +257,13 @@ class HeldOutVerdict:
         return base / mine if base and mine else None
 
     def to_dict(self) -> dict[str, Any]:
+        # Each shape's times stay in the record: which shapes decided is what a
+        # person asks when a measured set loses (packing thresholds measured on
+        # squares also move tall-skinny products onto the packed path).
+        by_shape = {label: {name: _round(times[i]) for name, times in self.per_shape.items()}
+                    for i, label in enumerate(self.labels)}
         return {"chosen": self.chosen, "times_s": {k: _round(v) for k, v in self.times.items()},
-                "shapes": self.shapes}
+                "shapes": self.shapes, **({"per_shape_s": by_shape} if by_shape else {})}
 
 
 def _speedup(slow: Sequence[float], fast: Sequence[float]) -> float:
@@ -296,7 +302,7 @@ def judge(runner: SuiteRunner, candidates: Mapping[str, PlannerParams], shapes: 
     workload = {name: sum(s.calls * t for s, t in zip(shapes, times)) for name, times in per_shape.items()}
     chosen = next(n for i, n in enumerate(names)
                   if all(_speedup(per_shape[m], per_shape[n]) >= 1.0 for m in names[i + 1:]))
-    return HeldOutVerdict(chosen, workload, len(shapes), per_shape)
+    return HeldOutVerdict(chosen, workload, len(shapes), per_shape, tuple(s.label for s in shapes))
 
 
 # -- the result ---------------------------------------------------------------------

@@ -105,9 +105,21 @@ def test_an_l3_smaller_than_the_l2_is_doubted() -> None:
 
 def test_a_sweep_stops_once_the_alternative_won_twice_in_a_row() -> None:
     machine = FakeMachine(pack_side=200)
-    points = cx.sweep(machine, cx.pack_sweep("f32"), PlannerParams())
+    points = cx.sweep(machine, cx.pack_sweep("f32", threads=1), PlannerParams())
     assert [p.side for p in points] == [128, 180, 256, 360]
     assert [p.verdict() for p in points] == ["base", "base", "alt", "alt"]
+
+
+def test_the_pack_sweep_times_every_size_on_one_thread_and_on_all() -> None:
+    machine = FakeMachine(pack_side=200)
+    points = cx.sweep(machine, cx.pack_sweep("f32", threads=2), PlannerParams())
+    assert [(p.side, p.threads) for p in points] == [(s, t) for s in (128, 180, 256, 360) for t in (0, 1)]
+    assert {s.threads for s in machine.timed} == {0, 1}
+    # The two thread counts disagree: the threshold loses least over both.
+    disagree = [cx.Point(256, 1.0, 0.8, 0.01, 3, 1), cx.Point(256, 1.0, 1.05, 0.01, 3, 0),
+                cx.Point(360, 1.0, 0.7, 0.01, 3, 1), cx.Point(360, 1.0, 0.9, 0.01, 3, 0)]
+    flops, source = cx.crossing(disagree)
+    assert source == "measured" and (flops / 2) ** (1 / 3) < 256  # 256^3 packs: 20 % won, 5 % lost
 
 
 def test_in_place_winning_everywhere_puts_the_threshold_just_past_the_ladder() -> None:
@@ -232,6 +244,9 @@ def test_judge_counts_every_shape_once_not_the_largest_many_times() -> None:
     verdict = tn.judge(LargestNoisy({}), sets, shapes)
     assert verdict.times["measured"] > verdict.times["model"]  # the workload's total says model...
     assert verdict.chosen == "measured" and verdict.gain("model") > 1.15  # ...every shape but one says measured
+    # The record keeps each shape's times, so a person can see which shapes decided.
+    record = verdict.to_dict()["per_shape_s"]
+    assert len(record) == len(shapes) and set(record[shapes[0].label]) == {"measured", "model"}
 
 
 def test_judge_times_identical_sets_once() -> None:
@@ -300,8 +315,8 @@ def test_quiet_wait_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
 
 def test_a_quick_sweep_stops_before_long_calls_and_takes_fewer_rounds() -> None:
     machine = FakeMachine(pack_side=1e9)
-    points = cx.sweep(machine, cx.pack_sweep("f32"), PlannerParams(), effort=cx.QUICK)
-    full = cx.sweep(FakeMachine(pack_side=1e9), cx.pack_sweep("f32"), PlannerParams())
+    points = cx.sweep(machine, cx.pack_sweep("f32", threads=1), PlannerParams(), effort=cx.QUICK)
+    full = cx.sweep(FakeMachine(pack_side=1e9), cx.pack_sweep("f32", threads=1), PlannerParams())
     assert len(points) < len(full) and all(p.rounds == cx.QUICK.rounds for p in points)
     # The next size's call would have passed the quick limit.
     last = points[-1]

@@ -379,17 +379,24 @@ def crossover_figure(crossover: Mapping) -> Figure:
     with where the install put the threshold and where the model (the OS's cache
     report) would have put it."""
     points = crossover.get("points") or []
-    sides = [p["side"] for p in points]
-    ratios = [p["alt_s"] / p["base_s"] if p["base_s"] else float("nan") for p in points]
+    # A sweep may time each size on several thread counts (packing: one and all): a line each.
+    series: dict[int, list[Mapping]] = {}
+    for p in points:
+        series.setdefault(int(p.get("threads", 0)), []).append(p)
     with style():
         fig = Figure(figsize=(4.6, 3.2), layout="constrained")
         ax = fig.subplots()
         ax.grid(True, which="both", axis="y")
         ax.axhline(1.0, color="#888888", linewidth=1)
-        if points:
+        for threads, (marker, line) in zip(sorted(series), (("o", "-"), ("s", ":"))):
+            run = series[threads]
+            sides = [p["side"] for p in run]
+            ratios = [p["alt_s"] / p["base_s"] if p["base_s"] else float("nan") for p in run]
             colours = ["#2e8540" if r < 1 else "#b04a3a" for r in ratios]
-            ax.plot(sides, ratios, color="#8aa6c8", linewidth=1, zorder=2)
-            ax.scatter(sides, ratios, c=colours, s=22, zorder=3)
+            label = "all threads" if threads == 0 else f"{threads} thread{'s' if threads > 1 else ''}"
+            ax.plot(sides, ratios, color="#8aa6c8", linewidth=1, linestyle=line, zorder=2,
+                    label=label if len(series) > 1 else None)
+            ax.scatter(sides, ratios, c=colours, s=22, marker=marker, zorder=3)
         for flops, colour, style_, label in ((crossover["flops"], "#1f4e8c", "-", "stored"),
                                              (crossover["model_flops"], "#888888", "--", "model")):
             ax.axvline((flops / 2) ** (1 / 3), color=colour, linestyle=style_, linewidth=1.4,
