@@ -280,9 +280,11 @@ def sweep(runner: SuiteRunner, spec: SweepSpec, params: PlannerParams,
             break
         (base, base_shape), (alt, alt_shape) = spec.force(params, side)
         for threads in spec.threads:
-            point = measure_point(runner, side, (base, replace(base_shape, threads=threads or base_shape.threads)),
-                                  (alt, replace(alt_shape, threads=threads or alt_shape.threads)), effort=effort)
-            points.append(replace(point, threads=threads or alt_shape.threads))
+            # 0 keeps the threads the spec's shapes ask for (the thread sweep's own pair).
+            on_base = replace(base_shape, threads=threads) if threads else base_shape
+            on_alt = replace(alt_shape, threads=threads) if threads else alt_shape
+            point = measure_point(runner, side, (base, on_base), (alt, on_alt), effort=effort)
+            points.append(replace(point, threads=on_alt.threads))
         advance()
         sizes = sorted({p.side for p in points})[-CONFIRM:]
         if len(sizes) >= CONFIRM and all(p.verdict() == "alt" for p in points if p.side in sizes):

@@ -201,6 +201,11 @@ double at__split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m
     for (int64_t q = 0; q < ncand; q++)
         if (cand_load[q] <= best * (1 + AT_SPLIT_TIE) && (pick < 0 || cand_reach[q] < cand_reach[pick]))
             pick = q;
+    /* No finite load (a NaN prediction): no split, as without memory. */
+    if (pick < 0) {
+        best = INFINITY;
+        goto done;
+    }
     best = assign(AT_CAND(pick), it, n, M, N, tcn, T, own, load, ord);
 #undef AT_CAND
     for (int64_t k = 0; k < n; k++) it[k].thread = own[k];
