@@ -91,7 +91,7 @@ PARAMS: tuple[Param, ...] = (
     Param("blk_k", "int64_t", True, 256, "large", "Goto block of K: depth of one packed panel",
           low=32, high=1024, step=16),
     Param("pack_flops", "double", True, 2.0 * 160**3, "large",
-          "2MNK at or above which the packed path is used", low=1e5, high=1e9, log=True),
+          "2MNK from which the packed path is used (2s^3: also when A holds s^2 elements)", low=1e5, high=1e9, log=True),
     Param("thread_flops", "double", False, 4.0e6, "small",
           "2MNK below which a plan runs on one thread", low=1e5, high=1e8, log=True, threaded=True),
     Param("call_seconds", "double", True, 2e-9, "small",

@@ -142,6 +142,22 @@ def test_bench_reports_each_grid_point(kit):
         assert p["iters"] >= 1
 
 
+def test_deep_calls_read_b_from_copies_larger_than_l1(kit):
+    # A plan streams B's slivers past a sliver of A kept in L1; a kernel timed on
+    # one B in L1 hides what its loads per FMA cost there.
+    exe, names, _ = kit
+    kernel = names["naive"][2]  # f32 tn 5x3: B is 3 columns of K
+    events, proc = run(exe, "bench", "--k", "64,256,300", "--pad", "0,5", "--min-time-ms", "0.2",
+                       "--repeats", "1", kernel)
+    assert proc.returncode == 0
+    points = {(e["K"], e["pad"]): e for e in events if e["event"] == "bench"}
+    assert points[64, 0]["b_copies"] == points[64, 5]["b_copies"] == 1
+    for (K, pad), point in points.items():
+        if K >= 256:
+            one_b = -(-(2 * (K + pad) + K) * 4 // 64) * 64  # 3 columns ld apart, whole lines
+            assert point["b_copies"] == (192 << 10) // one_b
+
+
 def test_peak_prints_one_line_per_dtype(kit):
     exe, _, target = kit
     events, proc = run(exe, "peak")

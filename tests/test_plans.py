@@ -103,6 +103,26 @@ def test_problem_above_pack_flops_takes_packed_path_and_splits_threads(lib):
     assert busy == set(range(p.threads))
 
 
+@pytest.mark.parametrize("shape, packed", [
+    ((24, 2500, 48), False), ((64, 100000, 64), False),  # small A: B read a few times from cache
+    ((100000, 64, 64), True), ((64, 4000, 4000), True), ((130, 130, 130), True),
+    ((100, 100, 100), False),  # below the crossover square
+])
+def test_packing_needs_an_a_as_large_as_the_crossover_square(lib, shape, packed):
+    # Measured on a 2-core Zen 3 (plan.c, takes_packed_path): with a crossover at
+    # 108^3, the first two ran 1.3x and 1.25x faster in place, the next two 1.14x
+    # and 1.12x faster packed, though all four have more flops than 108^3.
+    params = loader.at_tune_params()
+    assert lib.lib.at_params_get(ctypes.byref(params)) == 0
+    params.pack_flops[0] = 2.0 * 108 ** 3
+    assert lib.lib.at_params_set(ctypes.byref(params)) == 0
+    try:
+        p = plans.plan(*shape, "f32", "nn", threads=1, max_steps=1)
+    finally:
+        lib.lib.at_params_set(None)
+    assert (p.path == "packed") == packed
+
+
 def test_small_problem_reads_operands_in_place():
     p = plans.plan(24, 20, 16, "f32", "nt")
     assert p.path == "small" and p.blocks == (0, 0, 0)

@@ -531,9 +531,21 @@ static volatile double at_sink;
  * calls the same kernel on the same block back to back. */
 #define AT_BENCH_C_COPIES 4
 
+/* From this depth on, B rotates over copies spanning AT_BENCH_STREAM_BYTES, so
+ * each call reads its B from L2 while A stays in L1: how a plan calls its
+ * kernels along a band of C (A's sliver kept, B's slivers one after another
+ * out of a packed panel of some 100-250 KiB).  Timed on one B, every operand
+ * sat in L1 and a kernel that loads a vector per FMA looked as fast as one that
+ * loads one per three: fp64 tn 3x3 (6 loads per 9 FMAs) measured 46 GFLOPS
+ * and ran 1024^3 at 25 (2-core Zen 3 VM; 12x4 measured 45).  Shallower calls
+ * stay on one B: those products fit L1 in a plan too.  192 KiB is more than
+ * any L1D (48 KiB) and less than any L2 the families target (256 KiB). */
+#define AT_BENCH_STREAM_K 256
+#define AT_BENCH_STREAM_BYTES ((size_t)192 << 10)
+
 static double time_calls(const at_kernel *e, long long iters, int64_t K, const void *A,
-                         int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc,
-                         size_t c_stride)
+                         int64_t lda, const void *B, int64_t ldb, size_t b_stride, int b_copies,
+                         void *C, int64_t ldc, size_t c_stride)
 {
     /* alpha = beta = 1: the accumulate form a plan uses for every K block
      * after the first; one loop per dtype keeps the dispatch out of the timing. */
@@ -542,8 +554,9 @@ static double time_calls(const at_kernel *e, long long iters, int64_t K, const v
         at_dgemm_fn fn = (at_dgemm_fn)e->fn;
         double *c = (double *)C;
         t0 = at_now_ns();
-        for (long long it = 0; it < iters; ++it)
-            fn(K, (const double *)A, lda, (const double *)B, ldb,
+        const double *b = (const double *)B;
+        for (long long it = 0, q = 0; it < iters; ++it, q = q + 1 == b_copies ? 0 : q + 1)
+            fn(K, (const double *)A, lda, b + (size_t)q * b_stride, ldb,
                c + (size_t)(it % AT_BENCH_C_COPIES) * c_stride, ldc, 1.0, 1.0);
         t1 = at_now_ns();
         at_sink = at_sink + c[0];
@@ -551,8 +564,9 @@ static double time_calls(const at_kernel *e, long long iters, int64_t K, const v
         at_sgemm_fn fn = (at_sgemm_fn)e->fn;
         float *c = (float *)C;
         t0 = at_now_ns();
-        for (long long it = 0; it < iters; ++it)
-            fn(K, (const float *)A, lda, (const float *)B, ldb,
+        const float *b = (const float *)B;
+        for (long long it = 0, q = 0; it < iters; ++it, q = q + 1 == b_copies ? 0 : q + 1)
+            fn(K, (const float *)A, lda, b + (size_t)q * b_stride, ldb,
                c + (size_t)(it % AT_BENCH_C_COPIES) * c_stride, ldc, 1.0f, 1.0f);
         t1 = at_now_ns();
         at_sink = at_sink + c[0];
@@ -610,18 +624,31 @@ static int bench_point(const at_kernel *e, const at_bench_opts *o, int64_t K, in
         return 1;
     }
     pack_panels(e, K, A, sa.ld, B, sb.ld, PA, PB);
-    const void *kA = PA ? PA : A, *kB = PB ? PB : B;
+    const void *kA = PA ? PA : A;
     const int64_t klda = PA ? e->pack_a_ld : sa.ld, kldb = PB ? e->pack_b_ld : sb.ld;
+    /* The copies of the B the kernel reads, whole cache lines apart. */
+    const size_t b_elems = PB ? footprint(shape_panel(e->pack_b_ld, K)) : footprint(sb);
+    const size_t b_stride = (b_elems * elem_size(dt) + 63) / 64 * 64 / elem_size(dt);
+    size_t copies = K >= AT_BENCH_STREAM_K ? AT_BENCH_STREAM_BYTES / (b_stride * elem_size(dt)) : 1;
+    const int b_copies = copies < 1 ? 1 : copies > 4096 ? 4096 : (int)copies;
+    void *kB = alloc_operand(b_stride * (size_t)b_copies, dt);
+    if (!kB) {
+        free(A), free(B), free(C), free(PA), free(PB);
+        emit_error(e->name, "out of memory");
+        return 1;
+    }
+    for (int copy = 0; copy < b_copies; ++copy)
+        memcpy((char *)kB + (size_t)copy * b_stride * elem_size(dt), PB ? PB : B, b_elems * elem_size(dt));
 
     /* Doubling the count until one run lasts min_time also warms the caches,
      * the branch predictors and the clock up before any sample is kept. */
     const double min_ns = o->min_time_ms * 1e6;
     long long iters = 1;
-    time_calls(e, 1, K, kA, klda, kB, kldb, C, sc.ld, c_stride);
-    while (time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld, c_stride) < min_ns && iters < (1LL << 40))
+    time_calls(e, 1, K, kA, klda, kB, kldb, b_stride, b_copies, C, sc.ld, c_stride);
+    while (time_calls(e, iters, K, kA, klda, kB, kldb, b_stride, b_copies, C, sc.ld, c_stride) < min_ns && iters < (1LL << 40))
         iters *= 2;
     for (int r = 0; r < o->repeats; ++r)
-        samples[r] = time_calls(e, iters, K, kA, klda, kB, kldb, C, sc.ld, c_stride) / (double)iters;
+        samples[r] = time_calls(e, iters, K, kA, klda, kB, kldb, b_stride, b_copies, C, sc.ld, c_stride) / (double)iters;
     qsort(samples, (size_t)o->repeats, sizeof(double), cmp_double);
     double best = samples[0];
     double median = o->repeats % 2 ? samples[o->repeats / 2]
@@ -640,9 +667,11 @@ static int bench_point(const at_kernel *e, const at_bench_opts *o, int64_t K, in
     kv_num("median_gflops", flops / median);
     kv_num("ns_per_call", best);
     kv_num("median_ns_per_call", median);
+    kv_int("b_copies", b_copies);
     emit_end();
     free(A);
     free(B);
+    free(kB);
     free(C);
     free(PA);
     free(PB);

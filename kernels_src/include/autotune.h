@@ -128,7 +128,7 @@ void at_plan_cache_stats(int64_t *created, int64_t *hits);
  * ranges, in autotune/params.py; a test checks this layout against it. */
 typedef struct {
     int64_t blk_m[2], blk_n[2], blk_k[2]; /* Goto blocks of the packed path */
-    double pack_flops[2];     /* 2MNK at or above which the packed path is used */
+    double pack_flops[2];     /* 2s^3: packed path from these flops on, for an A of s^2 elements or more */
     double thread_flops;      /* 2MNK below which a plan runs on one thread */
     double call_seconds[2];   /* tiler cost charged per kernel call (favours big blocks) */
     double edge_frac[2];      /* speed of portable edge code as a fraction of peak */

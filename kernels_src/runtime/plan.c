@@ -411,6 +411,28 @@ static int choose_vector_flags(at_plan *p, int dtype, at_nopack *kept)
     return AT_OK;
 }
 
+/* Whether the column-major problem of p takes the packed path.  Without a
+ * kernel of its own transposition it must: the panels are packed into the form
+ * of the kernels there are.  Otherwise from pack_flops on, the crossover the
+ * install measured on squares of side s (2 s^3 flops), and only when A holds
+ * more than such a square's s^2 elements.  In place, a plan keeps each band's
+ * sliver of A while B's columns stream past it, so a product whose A is small
+ * reads B a few times from cache and has nothing to gain from the copy, however
+ * many flops it has (f32, one thread, 2-core Zen 3 VM: 24 x 2500 x 48 ran at
+ * 57 GFLOPS in place and 36 packed, 64 x 100000 x 64 at 60 and 48); with A
+ * large, packing wins from the same flops (100000 x 64 x 64: 39 packed, 34 in
+ * place; 64 x 4000 x 4000: 53 and 47). */
+static int takes_packed_path(const at_plan *p, int dtype, double flops)
+{
+    at_family fam[4];
+    families(dtype, -1, fam);
+    if (!(fam[0].count || fam[1].count || fam[2].count || fam[3].count)) return 0;
+    if (!fam[p->ta * 2 + p->tb].count) return 1;
+    double cross = at__tp->pack_flops[dtype];
+    double side = cbrt(cross / 2.0);
+    return flops >= cross && (double)p->M * (double)p->K >= side * side;
+}
+
 /* ---- chunks: plans whose size does not grow with M x N ------------------------
  * A no-pack plan lists a step per kernel call and a packed plan a record per
  * block, so a tall, thin C (2^33 x 1) would need a plan of gigabytes (and as
@@ -429,13 +451,8 @@ static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int6
 /* Whether the column-major problem of p needs chunks, and their size. */
 static int choose_chunks(const at_plan *p, int dtype, double flops, int64_t *cm, int64_t *cn)
 {
-    at_family fam[4];
-    families(dtype, -1, fam);
-    int have_exact = fam[p->ta * 2 + p->tb].count > 0;
-    int have_any = fam[0].count || fam[1].count || fam[2].count || fam[3].count;
-    int packed = have_any && (!have_exact || flops >= at__tp->pack_flops[dtype]);
     int64_t M = p->M, N = p->N;
-    if (packed) {
+    if (takes_packed_path(p, dtype, flops)) {
         int64_t bm = at__tp->blk_m[dtype] > 0 ? at__tp->blk_m[dtype] : at_params_builtin.blk_m[dtype];
         int64_t bn = at__tp->blk_n[dtype] > 0 ? at__tp->blk_n[dtype] : at_params_builtin.blk_n[dtype];
         if (bm < 1) bm = 1;
@@ -582,12 +599,8 @@ static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int6
     } else {
         at_nopack kept;
         if (!(rc = choose_vector_flags(p, dtype, &kept))) {
-            at_family fam[4];
-            families(dtype, -1, fam);
-            int have_exact = fam[p->ta * 2 + p->tb].count > 0;
-            int have_any = fam[0].count || fam[1].count || fam[2].count || fam[3].count;
-            int packed = have_any && (!have_exact || flops >= at__tp->pack_flops[dtype]);
-            rc = packed ? build_packed(p, threads) : build_nopack(p, threads, &kept);
+            rc = takes_packed_path(p, dtype, flops) ? build_packed(p, threads)
+                                                     : build_nopack(p, threads, &kept);
         }
         nopack_free(&kept);
     }
