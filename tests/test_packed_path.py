@@ -134,3 +134,71 @@ def test_rows_beyond_the_kept_panels_run_in_chunks(lib, ta):
         results.append(C)
     assert results[1].tobytes(order="F") == results[0].tobytes(order="F")
     assert_close(results[0], A, B, None, 1.0, 0.0, ta, False)
+
+
+def team_stats(runtime) -> tuple[int, int]:
+    teams, declined = ctypes.c_int64(), ctypes.c_int64()
+    runtime.lib.at_team_stats(ctypes.byref(teams), ctypes.byref(declined))
+    return teams.value, declined.value
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("order", ["F", "C"], ids=["col", "row"])
+def test_a_team_packs_each_panel_of_b_once_and_changes_no_bit(lib, dtype, order):
+    """Two and three threads at once share each panel of B (exec_t.h, team_part) and split
+    the rows by bands, not blocks; every call must run as a team and give one thread's bits."""
+    packed_params(lib, 40, 56, 24)
+    rng = np.random.default_rng(13)
+    calls = 0
+    before = team_stats(lib)
+    # Odd sizes: bands split across blocks, narrow last panels (B whole, not in bands, in
+    # some formats), a K slice shorter than blk_k, fewer rows than threads.
+    for (M, N, K), (ta, tb) in zip(((97, 83, 61), (130, 7, 50), (5, 140, 33), (2, 60, 49), (161, 170, 75)),
+                                   TRANS + ((False, False),)):
+        A = operand(rng, *((K, M) if ta else (M, K)), dtype, order, pad=3)
+        B = operand(rng, *((N, K) if tb else (K, N)), dtype, order, pad=5)
+        C0 = np.asarray(rng.standard_normal((M, N)), dtype=dtype, order=order)
+        results = []
+        for threads in (1, 2, 3):
+            rt.set_num_threads(threads)
+            C = C0.copy(order=order)
+            rt.gemm(A, B, C, alpha=-0.75, beta=2.5, trans_a=ta, trans_b=tb)
+            results.append(C)
+            calls += threads > 1
+        assert_close(results[0], A, B, C0, -0.75, 2.5, ta, tb)
+        for C in results[1:]:
+            assert C.tobytes(order="A") == results[0].tobytes(order="A")
+    after = team_stats(lib)
+    assert (after[0] - before[0], after[1] - before[1]) == (calls, 0)
+
+
+def test_calls_that_find_the_pool_busy_run_without_a_team(lib):
+    """Two application threads at once: one call has the pool, the other runs its shares
+    on its own thread (a barrier there would wait for workers it does not have)."""
+    import threading
+
+    packed_params(lib, 40, 56, 24)
+    rt.set_num_threads(2)
+    rng = np.random.default_rng(14)
+    A = np.asfortranarray(rng.standard_normal((300, 200)))
+    B = np.asfortranarray(rng.standard_normal((200, 250)))
+    want = np.empty((300, 250), order="F")
+    rt.gemm(A, B, want)
+    errors = []
+
+    def work():
+        for _ in range(20):
+            C = np.full((300, 250), np.nan, order="F")
+            rt.gemm(A, B, C)
+            if C.tobytes(order="F") != want.tobytes(order="F"):
+                errors.append("bits differ")
+
+    before = team_stats(lib)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = team_stats(lib)
+    assert not errors
+    assert after[0] + after[1] - before[0] - before[1] == 60

@@ -121,6 +121,10 @@ int at_gemm(int dtype, int layout, int trans_a, int trans_b, int64_t M, int64_t 
 void at_plan_cache_clear(void);
 /* Plans created since load, and cache hits: for tests and `autotune plan`. */
 void at_plan_cache_stats(int64_t *created, int64_t *hits);
+/* Packed products since load run by a team of threads that packed each panel
+ * of B once between them, and those that ran without one (the pool was busy,
+ * or memory short): for tests and benchmarks. */
+void at_team_stats(int64_t *teams, int64_t *declined);
 
 /* The planner's parameters, replaceable at run time so that a tuner can try a
  * setting without rebuilding the library.  Index [0] is f32, [1] f64.  Zero in a

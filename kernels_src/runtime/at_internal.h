@@ -119,6 +119,18 @@ int at__execute_one(const at_plan *plan, double alpha, const void *A, const void
 /* pool.c: runs fn(ctx, t) for t in [0, n) on n threads (the caller is thread 0). */
 typedef void (*at_task_fn)(void *ctx, int t);
 void at__parallel(int n, at_task_fn fn, void *ctx);
+/* fn(ctx, t) for t in [0, n) on n threads at once, so that they may wait for
+ * each other (at__team_wait); 0, and nothing run, when n threads cannot be had
+ * (the pool busy with another region, or workers that cannot be started). */
+int at__parallel_team(int n, at_task_fn fn, void *ctx);
+/* A barrier for the n threads of a team region: each returns once all have
+ * arrived.  Spins, then yields the CPU: a region is short. */
+typedef struct {
+    _Atomic int arrived;
+    _Atomic unsigned phase;
+    int n;
+} at_team_barrier;
+void at__team_wait(at_team_barrier *b);
 /* The thread count: AUTOTUNE_NUM_THREADS or at_set_num_threads; 0 until first
  * read, which at__num_threads_init does. */
 extern _Atomic int at__nthreads;

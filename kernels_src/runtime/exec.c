@@ -38,6 +38,46 @@ static void item_ptrs(const at_job *j, int64_t i, const void **a, const void **b
     }
 }
 
+/* A packed plan run by a team of threads (exec_t.h, team_part): what they share. */
+typedef struct {
+    const at_plan *p;
+    int threads;
+    const void *A, *B; /* after the row-major swap */
+    void *C;
+    double alpha, beta;
+    at_team_barrier barrier;
+    _Atomic int failed;  /* a thread could not have its memory: the team declines */
+    _Atomic int rc;
+    void *panel[2];      /* two panels of B, set by thread 0 */
+    size_t panel_bytes;
+    const int32_t *grid; /* block (ib, jb) is blocks[grid[jb * nbm + ib]] */
+    const int32_t *bands, *sb, *bw; /* tiling_bands' and panel_bands' */
+    int64_t nbands[4];
+    int cls[4];
+} at_team;
+
+/* The team's B panels, kept from call to call (fresh pages cost their faults
+ * on every call).  Only thread 0 of a team region touches them, and one region
+ * runs at a time (pool.c), so they need no lock.  Their size is bounded by the
+ * largest blk_k x blk_n of a plan, so they do not grow without bound. */
+static void *team_memory;
+static size_t team_memory_bytes;
+
+static int team_panels(at_team *tm)
+{
+    size_t half = (tm->panel_bytes + 63) / 64 * 64;
+    if (team_memory_bytes < 2 * half) {
+        free(team_memory);
+        team_memory_bytes = 0;
+        team_memory = aligned_alloc(64, 2 * half);
+        if (!team_memory) return 0;
+        team_memory_bytes = 2 * half;
+    }
+    tm->panel[0] = team_memory;
+    tm->panel[1] = (char *)team_memory + half;
+    return 1;
+}
+
 #define AT_T float
 #define AT_KFN at_sgemm_fn
 #define AT_FN(name) name##_f32
@@ -86,6 +126,64 @@ static void task_items(void *ctx, int t)
     int64_t lo = j->batch * t / j->nworkers, hi = j->batch * (t + 1) / j->nworkers;
     int rc = j->p->info.dtype == AT_F32 ? run_items_f32(j, lo, hi) : run_items_f64(j, lo, hi);
     if (rc) atomic_store(&j->rc, rc);
+}
+
+static _Atomic int64_t team_runs, team_declined;
+
+void at_team_stats(int64_t *teams, int64_t *declined)
+{
+    if (teams) *teams = atomic_load(&team_runs);
+    if (declined) *declined = atomic_load(&team_declined);
+}
+
+static void task_team(void *ctx, int t)
+{
+    at_team *tm = ctx;
+    int rc = tm->p->info.dtype == AT_F32 ? team_part_f32(tm, t) : team_part_f64(tm, t);
+    if (rc) atomic_store(&tm->rc, rc);
+}
+
+/* A packed product on plan->info.threads threads at once, packing each panel
+ * of B once for all of them (exec_t.h, team_part); 0 when it declined (no team
+ * to be had, no memory, a plan it does not take) and the caller runs the
+ * plan's own shares. */
+static int run_team(const at_plan *p, const void *A, const void *B, void *C, double alpha,
+                    double beta, int *rc)
+{
+    int T = p->info.threads;
+    if (T < 2 || p->info.path != 1 || AT_STREAMING(p) || p->K == 0 || alpha == 0 || p->nblocks < 1)
+        return 0;
+    int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
+    int64_t nbm = (p->M + bm - 1) / bm, nbn = (p->N + bn - 1) / bn;
+    if (nbm * nbn != p->nblocks) return 0;
+    size_t es = p->info.dtype == AT_F32 ? sizeof(float) : sizeof(double);
+    if (p->info.layout == AT_ROW_MAJOR) {
+        const void *t = A;
+        A = B;
+        B = t;
+    }
+    int nt = p->ntilings;
+    int32_t *mem = malloc(sizeof *mem * (size_t)(p->nblocks + 3 * nt * (bm + 1) + p->N));
+    if (!mem) {
+        atomic_fetch_add(&team_declined, 1);
+        return 0;
+    }
+    at_team tm = {p, T, A, B, C, alpha, beta, {0, 0, T}, 0, 0, {NULL, NULL},
+                  es * (size_t)(bk * bn), mem, NULL, NULL, NULL, {0}, {0}};
+    int32_t *grid = mem, *bands = grid + p->nblocks, *sb = bands + 2 * nt * bm, *bw = sb + nt * (bm + 1);
+    for (int64_t g = 0; g < p->nblocks; g++)
+        grid[p->blocks[g].j0 / bn * nbm + p->blocks[g].i0 / bm] = (int32_t)g;
+    tiling_bands(p, bm, p->ktrans_a, bands, sb, tm.nbands, tm.cls);
+    if (p->ktrans_b)
+        for (int64_t jb = 0; jb < nbn; jb++) panel_bands(p, grid + jb * nbm, 0, nbm, bw);
+    tm.bands = bands;
+    tm.sb = sb;
+    tm.bw = bw;
+    int ran = at__parallel_team(T, task_team, &tm) && !atomic_load(&tm.failed);
+    atomic_fetch_add(ran ? &team_runs : &team_declined, 1);
+    free(mem);
+    if (ran) *rc = atomic_load(&tm.rc);
+    return ran;
 }
 
 static int cmp_addr(const void *x, const void *y)
@@ -240,6 +338,11 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
     at_job j = {plan, batch, 1, alpha, beta, A, B, C, A0, B0, C0,
                 sa * (int64_t)es, sb * (int64_t)es, sc * (int64_t)es, 0};
     if (batch == 1) {
+        const void *a, *b;
+        void *c;
+        item_ptrs(&j, 0, &a, &b, &c);
+        int rc;
+        if (run_team(plan, a, b, c, alpha, beta, &rc)) return rc;
         at__parallel(T, task_parts, &j);
     } else {
         int n = at__num_threads();

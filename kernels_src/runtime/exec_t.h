@@ -104,19 +104,38 @@ static void AT_FN(pack_b)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_
  * two formats already store bands contiguously at the same offsets.  The kernel
  * does the same arithmetic whatever its leading dimensions: the bits do not change. */
 
-/* The row bands of a tiling: a band opens at each step with j0 == 0 (tile_block
- * emits bands in order, every step of a band of its height).  Returns the count. */
-static int64_t AT_FN(row_bands)(const at_step *st, int64_t first, int64_t count, int32_t *bi0,
-                                int32_t *bh)
+#ifndef AT_EXEC_TILING_BANDS
+#define AT_EXEC_TILING_BANDS
+/* The row bands of each tiling u: a band opens at each step with j0 == 0
+ * (tile_block emits bands in order, every step of a band of its height).  Their
+ * rows (bi0 at bands + 2 u bm, heights bh after them), the offset of each one's
+ * first step in the tiling (sb + u (bm + 1), with the tiling's count after the
+ * last), their count nbands[u], and cls[u]: the first tiling with the same
+ * bands, whose packed rows of A serve it too (every tiling's, for fa == 1,
+ * whose format does not depend on the bands). */
+static void tiling_bands(const at_plan *p, int64_t bm, int fa, int32_t *bands, int32_t *sb,
+                         int64_t nbands[4], int cls[4])
 {
-    int64_t n = 0;
-    for (int64_t s = first; s < first + count; s++)
-        if (st[s].j0 == 0) {
-            bi0[n] = (int32_t)st[s].i0;
-            bh[n++] = st[s].mb;
-        }
-    return n;
+    for (int u = 0; u < p->ntilings; u++) {
+        int32_t *bi0 = bands + 2 * u * bm, *bh = bi0 + bm, *first = sb + u * (bm + 1);
+        const at_tiling *ti = &p->tilings[u];
+        int64_t n = 0;
+        for (int64_t s = ti->first; s < ti->first + ti->count; s++)
+            if (p->steps[s].j0 == 0) {
+                bi0[n] = (int32_t)p->steps[s].i0;
+                bh[n] = p->steps[s].mb;
+                first[n++] = (int32_t)(s - ti->first);
+            }
+        first[n] = (int32_t)ti->count;
+        nbands[u] = n;
+        cls[u] = fa ? 0 : u;
+        for (int v = 0; v < u && cls[u] == u; v++)
+            if (nbands[v] == n && !memcmp(bands + 2 * v * bm, bi0, sizeof *bi0 * (size_t)n) &&
+                !memcmp(bands + 2 * v * bm + bm, bh, sizeof *bh * (size_t)n))
+                cls[u] = v;
+    }
 }
+#endif
 
 /* op(A)[i0 : i0+mb, p0 : p0+kb] as the bands (bi0, bh) in micro-panel format 0. */
 static void AT_FN(pack_a_bands)(const AT_T *A, int64_t lda, int ta, int64_t i0, int64_t p0,
@@ -264,6 +283,36 @@ static void at_panels_done(void)
 }
 #endif
 
+#ifndef AT_EXEC_BANDS
+#define AT_EXEC_BANDS
+/* The band widths of the column panel of blocks blk(0..n) (all at one j0), at
+ * its columns in bw + j0, 0 inside a band.  B goes in bands (format 1) when
+ * every step of the panel's blocks starts and ends on the first block's column
+ * cuts: blocks whose tilings cut N differently (the cut depends on the band
+ * height) read it as one whole panel of leading dimension nb, which a 0 in the
+ * panel's first column marks (no band starts at width 0).  blk(k) is block
+ * map[k], or first + k without a map. */
+static void panel_bands(const at_plan *p, const int32_t *map, int64_t first, int64_t n, int32_t *bw)
+{
+#define AT_BLK(k) (&p->blocks[map ? map[k] : first + (k)])
+    const at_block *b0 = AT_BLK(0);
+    int32_t *w = bw + b0->j0;
+    const at_tiling *t0 = &p->tilings[b0->tiling];
+    memset(w, 0, sizeof *w * (size_t)b0->nb);
+    for (int64_t s = t0->first; s < t0->first + t0->count && p->steps[s].i0 == 0; s++)
+        w[p->steps[s].j0] = p->steps[s].nb;
+    for (int64_t k = 0; w[0] && k < n; k++) {
+        const at_tiling *ti = &p->tilings[AT_BLK(k)->tiling];
+        for (int64_t s = ti->first; s < ti->first + ti->count; s++)
+            if (w[p->steps[s].j0] != p->steps[s].nb) {
+                w[0] = 0;
+                break;
+            }
+    }
+#undef AT_BLK
+}
+#endif
+
 /* Steps [s0, s1) on micro-panels: A's band at i0 * kb, B's at j0 * kb (for B
  * whole-panel format 1, bandb == 0: column j0 of a panel of leading dimension ldpb).
  * Between calls: the next step's C tile into L1 (C comes from memory too, and
@@ -368,27 +417,14 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
     /* A's layout follows a tiling's row bands (format 0), so blocks share a
      * packed row only when their tilings cut it alike: cls maps a tiling to the
      * first one with the same bands.  Format 1 does not depend on the bands. */
-    int32_t *bands = malloc(sizeof *bands * (size_t)(2 * nt * bm + p->N + 8 * nbm));
+    int32_t *bands = malloc(sizeof *bands * (size_t)(3 * nt * (bm + 1) + p->N + 8 * nbm));
     int64_t nbands[4] = {0};
     int cls[4];
     if (!bands) return AT_ENOMEM;
-    int32_t *bw = bands + 2 * nt * bm, *smap = bw + p->N;
-    for (int u = 0; u < nt; u++) {
-        int32_t *bi0 = bands + 2 * u * bm, *bh = bi0 + bm;
-        nbands[u] = AT_FN(row_bands)(p->steps, p->tilings[u].first, p->tilings[u].count, bi0, bh);
-        cls[u] = fa ? 0 : u;
-        for (int v = 0; v < u && cls[u] == u; v++)
-            if (nbands[v] == nbands[u] &&
-                !memcmp(bands + 2 * v * bm, bi0, sizeof *bi0 * (size_t)nbands[u]) &&
-                !memcmp(bands + 2 * v * bm + bm, bh, sizeof *bh * (size_t)nbands[u]))
-                cls[u] = v;
-    }
-    /* B goes in bands (format 1) per column panel when every step of the panel's
-     * blocks starts and ends on the first block's column cuts: blocks whose
-     * tilings cut N differently (the cut depends on the band height) read it
-     * as one whole panel of leading dimension nb.  bw holds each panel's band
-     * widths at its columns, 0 in its first column when the panel is whole.
-     * used marks the (block row, class) pairs the share packs. */
+    int32_t *sb = bands + 2 * nt * bm, *bw = sb + nt * (bm + 1), *smap = bw + p->N;
+    tiling_bands(p, bm, fa, bands, sb, nbands, cls);
+    /* bw: each column panel's B bands (panel_bands); used marks the (block row,
+     * class) pairs the share packs. */
     int32_t *used = smap + 4 * nbm;
     memset(used, 0, sizeof *used * (size_t)(4 * nbm));
     for (int64_t g0 = first, g1; g0 < last; g0 = g1) {
@@ -396,21 +432,7 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
             const at_block *bl = &p->blocks[g1];
             used[bl->i0 / bm * 4 + cls[bl->tiling]] = 1;
         }
-        if (!fb) continue;
-        const at_block *b0 = &p->blocks[g0];
-        int32_t *w = bw + b0->j0;
-        const at_tiling *t0 = &p->tilings[b0->tiling];
-        memset(w, 0, sizeof *w * (size_t)b0->nb);
-        for (int64_t s = t0->first; s < t0->first + t0->count && p->steps[s].i0 == 0; s++)
-            w[p->steps[s].j0] = p->steps[s].nb;
-        for (int64_t g = g0; w[0] && g < g1; g++) {
-            const at_tiling *ti = &p->tilings[p->blocks[g].tiling];
-            for (int64_t s = ti->first; s < ti->first + ti->count; s++)
-                if (w[p->steps[s].j0] != p->steps[s].nb) {
-                    w[0] = 0; /* no band starts at width 0: marks the panel whole */
-                    break;
-                }
-        }
+        if (fb) panel_bands(p, NULL, g0, g1 - g0, bw);
     }
     int64_t nslots = 0;
     for (int64_t k = 0; k < 4 * nbm; k++) nslots += used[k];
@@ -511,6 +533,133 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
     at_panels_done();
     free(tag);
     free(bands);
+    return AT_OK;
+}
+
+/* Thread t's part of a packed plan run by a team (exec.c, run_team).  The team
+ * walks the K slices and column panels together: its threads pack a panel of B
+ * between them, once, into one of two shared buffers, wait for each other, and
+ * each computes its own row bands of the panel's blocks from A rows it packed
+ * itself.  A band goes to the thread whose share of M holds its middle row, so
+ * the threads' loads differ by one band at most, where a split of whole blocks
+ * gave 256^3 (three blocks) to two threads 2:1.  Each element is computed by
+ * the kernel of its step over the K slices in order, as on one thread: the same
+ * bits.  Two buffers need one wait per panel: a thread packing panel q + 2 has
+ * passed the wait of panel q + 1, which every thread reached after computing q. */
+static int AT_FN(team_part)(at_team *tm, int t)
+{
+    const at_plan *p = tm->p;
+    const AT_T *A = tm->A, *B = tm->B;
+    AT_T *C = tm->C, alpha = (AT_T)tm->alpha, beta = (AT_T)tm->beta;
+    int T = tm->threads, fa = p->ktrans_a, fb = p->ktrans_b, nt = p->ntilings;
+    int64_t bm = p->info.blk_m, bn = p->info.blk_n, bk = p->info.blk_k;
+    int64_t nbm = (p->M + bm - 1) / bm, nbn = (p->N + bn - 1) / bn;
+    const int32_t *bands = tm->bands, *sb = tm->sb;
+    /* This thread's bands [lo, hi) of each block row, per tiling. */
+    int32_t *own = malloc(sizeof *own * (size_t)(2 * nt * nbm + 4 * nbm));
+    int32_t *smap = own ? own + 2 * nt * nbm : NULL;
+    int64_t *tag = NULL;
+    AT_T *pa = NULL;
+    int64_t nslots = 0, slot = bm * bk;
+    if (!own) goto ready;
+    for (int64_t ib = 0; ib < nbm; ib++) {
+        for (int c = 0; c < 4; c++) smap[ib * 4 + c] = -1;
+        for (int u = 0; u < nt; u++) {
+            const int32_t *bi0 = bands + 2 * u * bm, *bh = bi0 + bm;
+            int32_t lo = 0, hi = 0;
+            for (int64_t b = 0; b < tm->nbands[u]; b++) {
+                double mid = (double)(ib * bm + bi0[b]) + 0.5 * bh[b];
+                int owner = (int)(mid * T / (double)p->M);
+                if (owner < t) lo = hi = (int32_t)b + 1;
+                else if (owner == t) hi = (int32_t)b + 1;
+            }
+            own[2 * (ib * nt + u)] = lo;
+            own[2 * (ib * nt + u) + 1] = hi;
+            /* A block row's tilings are those of its blocks: a tiling of another
+             * height has no step here, and its bands are no concern of this row. */
+            int used = 0;
+            for (int64_t jb = 0; jb < nbn && !used; jb++) used = p->blocks[tm->grid[jb * nbm + ib]].tiling == u;
+            /* Format 1 rows of A do not depend on the bands, but a thread packs
+             * only its own: a slot per tiling then, not per class of bands. */
+            int c = fa ? u : tm->cls[u];
+            if (used && lo < hi && smap[ib * 4 + c] < 0) smap[ib * 4 + c] = (int32_t)nslots++;
+        }
+    }
+    pa = nslots ? at_panels_get(sizeof(AT_T) * (size_t)(nslots * slot)) : NULL;
+    tag = malloc(sizeof *tag * (size_t)(nslots + 1));
+    if (tag)
+        for (int64_t s = 0; s < nslots; s++) tag[s] = -1;
+ready:
+    /* No thread may leave before the first wait, where a partner waits for it:
+     * all start, or all decline and the caller runs the plan without a team. */
+    if (!own || !tag || (nslots && !pa)) atomic_store(&tm->failed, 1);
+    if (t == 0 && !team_panels(tm)) atomic_store(&tm->failed, 1);
+    at__team_wait(&tm->barrier);
+    if (atomic_load(&tm->failed)) {
+        at_panels_done();
+        free(tag);
+        free(own);
+        return AT_OK;
+    }
+    at_prefetch none[2] = {{0}};
+    int64_t q = 0; /* panels so far: the buffer of this one */
+    for (int64_t p0 = 0; p0 < p->K; p0 += bk) {
+        int64_t kb = p->K - p0 < bk ? p->K - p0 : bk;
+        AT_T be = p0 == 0 ? beta : (AT_T)1;
+        for (int64_t jb = 0; jb < nbn; jb++, q++) {
+            int64_t j0 = jb * bn, nb = p->N - j0 < bn ? p->N - j0 : bn;
+            AT_T *pb = (AT_T *)tm->panel[q & 1];
+            const int32_t *w = tm->bw + j0;
+            int bandb = fb && w[0] > 0;
+            if (fb && !bandb) {
+                /* A whole panel of format 1 is row-major: split its rows (K). */
+                int64_t r0 = kb * t / T, r1 = kb * (t + 1) / T;
+                if (r1 > r0) AT_FN(pack_b)(B, p->ldb, p->tb, p0 + r0, j0, r1 - r0, nb, pb + r0 * nb, 1);
+            } else {
+                /* Columns nb t / T onwards, from the first band that starts there. */
+                int64_t c0 = 0, c1 = 0, from = nb * t / T, to = nb * (t + 1) / T;
+                if (bandb) {
+                    while (c0 < nb && c0 < from) c0 += w[c0];
+                    c1 = c0;
+                    while (c1 < nb && c1 < to) c1 += w[c1];
+                } else {
+                    c0 = from;
+                    c1 = to;
+                }
+                if (c1 > c0) {
+                    if (bandb)
+                        AT_FN(pack_b_bands)(B, p->ldb, p->tb, p0, j0 + c0, kb, c1 - c0, pb + c0 * kb, w + c0);
+                    else
+                        AT_FN(pack_b)(B, p->ldb, p->tb, p0, j0 + c0, kb, c1 - c0, pb + c0 * kb, 0);
+                }
+            }
+            at__team_wait(&tm->barrier);
+            for (int64_t ib = 0; ib < nbm; ib++) {
+                const at_block *bl = &p->blocks[tm->grid[jb * nbm + ib]];
+                int u = bl->tiling, c = fa ? u : tm->cls[u];
+                int32_t lo = own[2 * (ib * nt + u)], hi = own[2 * (ib * nt + u) + 1];
+                if (lo >= hi) continue;
+                const int32_t *bi0 = bands + 2 * u * bm, *bh = bi0 + bm, *first = sb + u * (bm + 1);
+                int64_t s = smap[ib * 4 + c];
+                AT_T *a = pa + s * slot;
+                if (tag[s] != p0) {
+                    if (fa) {
+                        int64_t r = bi0[lo], rows = bi0[hi - 1] + bh[hi - 1] - r;
+                        AT_FN(pack_a)(A, p->lda, p->ta, bl->i0 + r, p0, rows, kb, a + r * kb, 1);
+                    } else {
+                        AT_FN(pack_a_bands)(A, p->lda, p->ta, bl->i0, p0, kb, a, hi - lo, bi0 + lo, bh + lo);
+                    }
+                    tag[s] = p0;
+                }
+                const at_tiling *ti = &p->tilings[u];
+                AT_FN(run_panels)(p->steps, ti->first + first[lo], ti->first + first[hi], kb, a, fa, pb,
+                                  fb, bandb, nb, C + bl->i0 + bl->j0 * p->ldc, p->ldc, alpha, be, none);
+            }
+        }
+    }
+    at_panels_done();
+    free(tag);
+    free(own);
     return AT_OK;
 }
 

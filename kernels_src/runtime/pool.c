@@ -18,9 +18,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
-#ifdef __linux__
-#include <sched.h> /* sched_getaffinity: the CPUs this process may run on */
-#endif
+#include <sched.h> /* sched_yield; on Linux sched_getaffinity: the CPUs this process may run on */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -122,36 +120,70 @@ static void pool_after_fork_child(void)
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static void pool_register_fork(void) { pthread_atfork(NULL, NULL, pool_after_fork_child); }
 
-void at__parallel(int n, at_task_fn fn, void *ctx)
+/* Runs a region of n shares on the pool, or returns 0 when it cannot: the pool
+ * is busy, or (team) fewer than n - 1 workers could be had. */
+static int region(int n, at_task_fn fn, void *ctx, int team)
 {
-    if (n > 1) pthread_once(&pool_once, pool_register_fork);
-    if (n > 1 && pthread_mutex_trylock(&pool_busy) == 0) {
-        pthread_mutex_lock(&pool_lock);
-        while (pool_started < n - 1) {
-            pthread_t th;
-            if (pthread_create(&th, NULL, worker, (void *)(intptr_t)(pool_started + 1)) != 0) break;
-            pthread_detach(th);
-            pool_started++;
-        }
-        /* Shares no worker can take run on the caller below. */
-        int width = pool_started + 1 < n ? pool_started + 1 : n;
-        pool_fn = fn;
-        pool_ctx = ctx;
-        pool_width = width;
-        pool_remaining = width - 1;
-        pool_generation++;
-        pthread_cond_broadcast(&pool_wake);
-        pthread_mutex_unlock(&pool_lock);
-        fn(ctx, 0);
-        for (int t = width; t < n; t++) fn(ctx, t);
-        spin_while_positive(&pool_remaining);
-        pthread_mutex_lock(&pool_lock);
-        while (pool_remaining > 0) pthread_cond_wait(&pool_done, &pool_lock);
+    pthread_once(&pool_once, pool_register_fork);
+    if (pthread_mutex_trylock(&pool_busy) != 0) return 0;
+    pthread_mutex_lock(&pool_lock);
+    while (pool_started < n - 1) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, worker, (void *)(intptr_t)(pool_started + 1)) != 0) break;
+        pthread_detach(th);
+        pool_started++;
+    }
+    if (team && pool_started < n - 1) {
         pthread_mutex_unlock(&pool_lock);
         pthread_mutex_unlock(&pool_busy);
+        return 0;
+    }
+    /* Shares no worker can take run on the caller below. */
+    int width = pool_started + 1 < n ? pool_started + 1 : n;
+    pool_fn = fn;
+    pool_ctx = ctx;
+    pool_width = width;
+    pool_remaining = width - 1;
+    pool_generation++;
+    pthread_cond_broadcast(&pool_wake);
+    pthread_mutex_unlock(&pool_lock);
+    fn(ctx, 0);
+    for (int t = width; t < n; t++) fn(ctx, t);
+    spin_while_positive(&pool_remaining);
+    pthread_mutex_lock(&pool_lock);
+    while (pool_remaining > 0) pthread_cond_wait(&pool_done, &pool_lock);
+    pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_unlock(&pool_busy);
+    return 1;
+}
+
+void at__parallel(int n, at_task_fn fn, void *ctx)
+{
+    if (n > 1 && region(n, fn, ctx, 0)) return;
+    for (int t = 0; t < n; t++) fn(ctx, t);
+}
+
+int at__parallel_team(int n, at_task_fn fn, void *ctx)
+{
+    if (n < 2) return 0;
+    return region(n, fn, ctx, 1);
+}
+
+void at__team_wait(at_team_barrier *b)
+{
+    unsigned phase = atomic_load_explicit(&b->phase, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) == b->n - 1) {
+        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
+        atomic_store_explicit(&b->phase, phase + 1, memory_order_release);
         return;
     }
-    for (int t = 0; t < n; t++) fn(ctx, t);
+    /* A partner whose CPU was taken by another process arrives late: after the
+     * spin, give it the CPU rather than burn its time slice. */
+    int64_t deadline = now_ns() + AT_SPIN_NS;
+    for (unsigned i = 1; atomic_load_explicit(&b->phase, memory_order_acquire) == phase; i++) {
+        cpu_relax();
+        if (i % 64 == 0 && now_ns() > deadline) sched_yield();
+    }
 }
 
 /* A thread count from variable `name`: > 0, or 0 when unset or empty.  A value
