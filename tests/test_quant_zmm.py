@@ -61,7 +61,8 @@ def _skip_reason(features) -> str:
 
 
 def _library(tmp_path: Path, kernels, emulate: bool) -> ctypes.CDLL:
-    """qgemm.c with ``kernels`` registered, as install's validation library links it."""
+    """qgemm.c with ``kernels`` registered, as install's validation library links it
+    (``lib.kernels_object``: the kernels' object)."""
     target = toolchain.target_for("avx2", host.detect())
     obj = build.compile_qkernels(target, kernels, tmp_path, emulate_vnni=emulate)
     assert obj.ok, obj.error
@@ -69,6 +70,7 @@ def _library(tmp_path: Path, kernels, emulate: bool) -> ctypes.CDLL:
     lib = ctypes.CDLL(str(link.build_qlibrary(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)))
     assert qapi.prototypes(lib)
     lib.at_set_num_threads.argtypes, lib.at_set_num_threads.restype = [ctypes.c_int], None
+    lib.kernels_object = obj.path
     return lib
 
 
@@ -141,7 +143,7 @@ def objdump() -> str:
     return found
 
 
-def test_real_zmm_kernels_compile_to_vpdpbusd_on_zmm(tmp_path, objdump):
+def test_real_zmm_kernels_compile_to_vpdpbusd_on_zmm(tmp_path, objdump, emulated):
     target = toolchain.target_for("avx2", host.detect())
     obj = build.compile_qkernels(target, FAMILY, tmp_path)
     assert obj.ok, obj.error
@@ -156,10 +158,27 @@ def test_real_zmm_kernels_compile_to_vpdpbusd_on_zmm(tmp_path, objdump):
         assert "vpmaddubsw" not in body and "vpsignb" not in body, k.name
         if k.kind == "q8":
             assert "vpxord" in body, k.name  # the codes made unsigned, w + 128
-    emulated = build.compile_qkernels(target, FAMILY, tmp_path / "emulated", emulate_vnni=True)
-    assert emulated.ok, emulated.error
-    text = "\n".join(_functions(objdump, emulated.path).values())
+    text = "\n".join(_functions(objdump, emulated.kernels_object).values())
     assert "%zmm" not in text and "vpdpbusd" not in text  # what the emulated tests ran is AVX2
+
+
+#: The host's C compiler and whichever of gcc and clang are installed too, each once.
+COMPILERS = list({os.path.realpath(shutil.which(c) or c): c
+                  for c in (toolchain.find_cc()[0], "gcc", "clang", "clang-19") if shutil.which(c)}.values())
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_the_zmm_unit_compiles_unoptimised_with_every_compiler(compiler, tmp_path):
+    """The primitives are always-inline functions with the kernels' target attribute: a
+    compiler must inline them into the kernels at -O0 too, real and emulated (the widest
+    and the narrowest tile of each kind)."""
+    kernels = [k for k in FAMILY if (k.mr, k.nr) in ((6, 32), (1, 16))]
+    for emulate in (False, True):
+        source = tmp_path / f"zmm{int(emulate)}.c"
+        source.write_text(quant_x86.generate(kernels, emulate))
+        done = subprocess.run([compiler, "-O0", "-mavx2", "-mfma", "-c", str(source), "-o", str(tmp_path / "k.o")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, f"{compiler} (emulated: {emulate}): {done.stderr[-2000:]}"
 
 
 def test_real_zmm_kernels_on_a_cpu_that_has_them(tmp_path):
