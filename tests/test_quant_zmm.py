@@ -9,7 +9,8 @@ checks split as in test_quant_vnni.py:
   the same mr (every x86 kernel does the same f32 steps per element);
 * the real object has vpdpbusd on zmm (EVEX), and the AVX-512 quantiser zmm code;
 * the quantisers of A (scalar, AVX2, AVX-512) compared byte for byte on adversarial
-  rows by a harness that includes qgemm.c, the AVX-512 one where the CPU has it;
+  rows by a harness that includes qgemm.c: the AVX-512 one with its intrinsics
+  emulated in plain C (tests/c/avx512_emulated.h), and for real where the CPU has it;
 * the real kernels and the AVX-512 quantiser run where the CPU has AVX-512 (skipped
   elsewhere, naming the features), and nowhere else: install does not build them
   and qgemm.c does not call them on a CPU without their features.
@@ -255,18 +256,21 @@ def test_the_zmm_records_follow_the_register_model_and_the_padding():
 # -- qgemm.c's quantisers of A -----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def quantise_check(tmp_path_factory) -> Path:
-    """tests/c/quantise_check.c with qgemm.c included, an empty registry and the runtime's helpers."""
+def quantise_check(tmp_path_factory) -> dict[str, Path]:
+    """tests/c/quantise_check.c with qgemm.c included, an empty registry and the runtime's
+    helpers: "real", and "emulated" with the AVX-512 quantiser's intrinsics in plain C."""
     work = tmp_path_factory.mktemp("quantise")
     target = toolchain.target_for("avx2", host.detect())
     (work / "at_qtable.c").write_text(contract.qregistry([]))
     runtime = ROOT / "kernels_src" / "runtime"
-    out = work / "quantise_check"
-    subprocess.run([*target.cc, *link.runtime_cflags(target), f"-I{ROOT / 'kernels_src' / 'include'}",
-                    f"-I{runtime}", str(ROOT / "tests" / "c" / "quantise_check.c"), str(work / "at_qtable.c"),
-                    *(str(runtime / f) for f in ("error.c", "pool.c", "features.c")), "-lm", "-o", str(out)],
-                   check=True)
-    return out
+    built = {}
+    for form, defines in (("real", []), ("emulated", ["-DAT_EMULATE_AVX512"])):
+        built[form] = work / f"quantise_check_{form}"
+        subprocess.run([*target.cc, *link.runtime_cflags(target), *defines, f"-I{ROOT / 'kernels_src' / 'include'}",
+                        f"-I{runtime}", f"-I{ROOT / 'tests' / 'c'}", str(ROOT / "tests" / "c" / "quantise_check.c"),
+                        str(work / "at_qtable.c"), *(str(runtime / f) for f in ("error.c", "pool.c", "features.c")),
+                        "-lm", "-o", str(built[form])], check=True)
+    return built
 
 
 def _adversarial_rows(k: int, rng: np.random.Generator) -> np.ndarray:
@@ -335,7 +339,7 @@ def _agree(results: dict, A: np.ndarray, block: int) -> None:
 @pytest.mark.parametrize("block, k", BLOCK_K)
 def test_the_scalar_and_avx2_quantisers_of_a_agree_bit_for_bit(quantise_check, block, k):
     A = _adversarial_rows(k, np.random.default_rng(block + k))
-    chosen, results = _quantisers(quantise_check, A, block)
+    chosen, results = _quantisers(quantise_check["real"], A, block)
     assert {"scalar", "avx2"} <= set(results)
     _agree(results, A, block)
     # ymm kernels never get the zmm quantiser; zmm kernels get it where the CPU has AVX512F
@@ -343,12 +347,27 @@ def test_the_scalar_and_avx2_quantisers_of_a_agree_bit_for_bit(quantise_check, b
 
 
 @pytest.mark.parametrize("block, k", BLOCK_K)
+def test_the_emulated_avx512_quantiser_of_a_agrees_bit_for_bit(quantise_check, block, k):
+    """quantize_block_avx512's source with its intrinsics emulated lane by lane: its
+    halves, lane order, masks, clipping and narrowing give the other paths' bits."""
+    A = _adversarial_rows(k, np.random.default_rng(block + k))
+    _, results = _quantisers(quantise_check["emulated"], A, block)
+    assert set(results) == {"scalar", "avx2", "avx512"}
+    _agree(results, A, block)
+
+
+@pytest.mark.parametrize("block, k", BLOCK_K)
 def test_the_avx512_quantiser_of_a_agrees_bit_for_bit(quantise_check, block, k):
     A = _adversarial_rows(k, np.random.default_rng(block + k))
-    chosen, results = _quantisers(quantise_check, A, block)
+    _, results = _quantisers(quantise_check["real"], A, block)
     if "avx512" not in results:
-        pytest.skip(_skip_reason(["avx512f"]) + " (the AVX-512 quantiser of A; its code is checked by objdump)")
+        pytest.skip(_skip_reason(["avx512f"]) + " (the AVX-512 quantiser of A; emulated and read by objdump here)")
     _agree(results, A, block)
+
+
+def test_the_emulated_quantiser_harness_has_no_avx512_instruction(quantise_check, objdump):
+    text = "\n".join(_functions(objdump, quantise_check["emulated"]).values())
+    assert "%zmm" not in text and "quantize_block_avx512" in text
 
 
 def test_the_avx512_quantiser_is_zmm_code(tmp_path, objdump):

@@ -1,7 +1,8 @@
 /* quantise_check.c: qgemm.c's quantisers of A side by side, on x86 (tests/test_quant_zmm.py
  * builds it with an empty registry, error.c, pool.c and features.c).  qgemm.c is
  * included, so its static quantisers are called as the library calls them: through
- * quantize_rows, the last partial block in scalar code.
+ * quantize_rows, the last partial block in scalar code.  Built with AT_EMULATE_AVX512,
+ * the AVX-512 one runs on AVX2 with its intrinsics emulated (avx512_emulated.h).
  *
  * Input (stdin): int64 M, K, block, then M x K float32, row-major.  Output (stdout):
  * two bytes, what quant_block() chooses for ymm and for zmm kernels (0 scalar,
@@ -9,6 +10,27 @@
  * ran (this CPU has its features), followed by its M x Kp int8 codes, M x blocks
  * float32 scales and M x blocks float32 code sums. */
 #include <stdio.h>
+
+#ifdef AT_EMULATE_AVX512
+/* quantize_block_avx512's own source on AVX2: its intrinsics from avx512_emulated.h, and
+ * every target attribute of qgemm.c made AVX2's (the AVX2 quantiser's already is), so
+ * the compiler emits no AVX-512 instruction.  qgemm.c's headers come first: their
+ * include guards keep the macros below out of them. */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "at_internal.h"
+#include "at_qkernel.h"
+#include "autotune.h"
+#include "avx512_emulated.h"
+#define target(isa) target("avx2,fma")
+#define EMULATED 1
+#else
+#define EMULATED 0
+#endif
 
 #include "qgemm.c"
 
@@ -27,7 +49,8 @@ int main(void)
     const unsigned char chosen[2] = {(unsigned char)code_of(quant_block(0)), (unsigned char)code_of(quant_block(1))};
     fwrite(chosen, 1, 2, stdout);
     const quant_block_fn paths[3] = {NULL, quantize_block_avx2, quantize_block_avx512};
-    const int runs[3] = {1, at__has_features("avx2 fma"), at__has_features("avx512f")};
+    const int runs[3] = {1, at__has_features("avx2 fma"), EMULATED ? at__has_features("avx2 fma")
+                                                                    : at__has_features("avx512f")};
     for (int p = 0; p < 3; ++p) {
         const unsigned char ran = (unsigned char)runs[p];
         fwrite(&ran, 1, 1, stdout);
