@@ -167,16 +167,16 @@ def kernel(k: QKernelSpec, emulate: bool = False) -> str:
         out.append(f"            const int8_t *a{r} = qa + {r} * lda + t * {SUB};")
     for v in range(4 if four else 8):
         for q in vecs:
-            at = f"t * {bpb} + {v * 32}"
+            at, columns = f"t * {bpb} + {v * 32}", f"columns {q * lanes} .. {q * lanes + lanes - 1}"
             if four:
-                out.append(f"            {{ /* k = 8*{v} .. 8*{v}+7 of columns {q * lanes} .. {q * lanes + lanes - 1} */")
+                out.append(f"            {{ /* k = 8*{v} .. 8*{v}+7 of {columns} */")
                 out.append(f"                const at_zi raw = at_z_load2({panels(q, at)});")
                 out.append("                const at_zi lo = at_z_and(raw, low4), hi = at_z_and(at_z_srl4(raw), low4);")
                 for r in rows:
                     out.append(f"                s{r}_{q} = at_z_dot(s{r}_{q}, lo, a{r} + {8 * v}); "
                                f"s{r}_{q} = at_z_dot(s{r}_{q}, hi, a{r} + {8 * v + 4});")
             else:
-                out.append(f"            {{ /* k = 4*{v} .. 4*{v}+3 of columns {q * lanes} .. {q * lanes + lanes - 1} */")
+                out.append(f"            {{ /* k = 4*{v} .. 4*{v}+3 of {columns} */")
                 out.append(f"                const at_zi w = at_z_xor(at_z_load2({panels(q, at)}), flip);")
                 for r in rows:
                     out.append(f"                s{r}_{q} = at_z_dot(s{r}_{q}, w, a{r} + {4 * v});")

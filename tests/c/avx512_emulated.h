@@ -27,12 +27,26 @@ typedef struct { float f[16]; } emu_ps;
 typedef struct { double d[8]; } emu_pd;
 typedef struct { int32_t i[16]; } emu_si;
 
-#define EMU_IN(type, value) ({ type lanes_; __typeof__(value) v_ = (value); memcpy(&lanes_, &v_, sizeof lanes_); lanes_; })
-#define EMU_OUT(vtype, lanes) ({ vtype v_; memset(&v_, 0, sizeof v_); memcpy(&v_, &(lanes), sizeof v_ < sizeof(lanes) ? sizeof v_ : sizeof(lanes)); v_; })
+#define EMU_IN(type, value) \
+    ({ type lanes_; __typeof__(value) v_ = (value); memcpy(&lanes_, &v_, sizeof lanes_); lanes_; })
+/* A narrower value fills the low lanes, the rest zero (a cast's upper lanes are undefined). */
+#define EMU_OUT(vtype, lanes) \
+    ({ vtype v_; memset(&v_, 0, sizeof v_); \
+       memcpy(&v_, &(lanes), sizeof v_ < sizeof(lanes) ? sizeof v_ : sizeof(lanes)); v_; })
 
-static inline __m512 emu_set1_ps(float x) { emu_ps r; for (int j = 0; j < 16; ++j) r.f[j] = x; return EMU_OUT(__m512, r); }
+static inline __m512 emu_set1_ps(float x)
+{
+    emu_ps r;
+    for (int j = 0; j < 16; ++j) r.f[j] = x;
+    return EMU_OUT(__m512, r);
+}
 static inline __m512 emu_setzero_ps(void) { return emu_set1_ps(0.0f); }
-static inline __m512d emu_set1_pd(double x) { emu_pd r; for (int j = 0; j < 8; ++j) r.d[j] = x; return EMU_OUT(__m512d, r); }
+static inline __m512d emu_set1_pd(double x)
+{
+    emu_pd r;
+    for (int j = 0; j < 8; ++j) r.d[j] = x;
+    return EMU_OUT(__m512d, r);
+}
 static inline __m512i emu_setzero_si512(void) { emu_si r = {{0}}; return EMU_OUT(__m512i, r); }
 static inline __m512 emu_loadu_ps(const float *p) { emu_ps r; memcpy(&r, p, sizeof r); return EMU_OUT(__m512, r); }
 
