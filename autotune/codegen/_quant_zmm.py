@@ -8,8 +8,9 @@ tile's rows store as whole 64-byte vectors.  ``nr`` is 16 or 32 (one or two zmm
 per row): it divides ``qformat.PAD_COLUMNS``, so the column padding and qgemm.c's
 per-thread units stay as they are.
 
-``vpdpbusd`` takes its signed operand from memory with an embedded broadcast
-(``{1to16}``), so the activation codes need no register of their own:
+Four activation codes broadcast to every lane (``vpbroadcastd`` from memory, or the
+signed operand's embedded ``{1to16}`` where the compiler folds it) meet the weights
+in ``vpdpbusd``:
 
 * 4 bits: the low and high nibbles (unsigned, ``vpandd``/``vpsrld``) meet the codes
   as in the ymm VNNI kernels;
@@ -41,6 +42,7 @@ from ..specs import QKernelSpec
 ISA = "avx512vnnizmm"
 #: The target attribute of the real kernels and primitives: AVX512F and VNNI only.
 TARGET = "avx512f,avx512vnni"
+
 
 def _real_primitives() -> str:
     """The primitives on zmm (AVX512F, AVX512_VNNI)."""
