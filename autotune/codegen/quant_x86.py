@@ -33,6 +33,10 @@ the CPU has the record's ``features``.  ``generate(..., emulate_vnni=True)``
 defines ``vpdpbusd`` with exact AVX2 arithmetic instead (and no target
 attributes): the test suite validates the VNNI kernels' data flow that way on
 machines without VNNI, which QEMU's TCG cannot execute either.
+
+The zmm kernels (``avx512vnnizmm``: EVEX ``vpdpbusd`` on zmm, two panels per
+vector) are written by :mod:`autotune.codegen._quant_zmm` into the same unit, with
+their own emulation on pairs of ymm.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from ..contract import qkernel_signature as _signature, qkernel_unused
 from ..families.x86 import quant_fits
 from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
 from ..specs import QKernelSpec
-from . import QuantUnit
+from . import QuantUnit, _quant_zmm
 
 FLAGS_GUARD = "!defined(__AVX2__) || !defined(__FMA__)"
 #: The compilers' target attribute of each ISA's functions (none: the unit's flags).
@@ -278,4 +282,7 @@ def generate(kernels: Sequence[QKernelSpec], emulate_vnni: bool = False) -> str:
     ]
     if emulate_vnni and any(_vnni(k) for k in kernels):
         head.append(_EMULATED_DPBUSD)
-    return "\n".join(head + [_kernel(k, emulate_vnni) + "\n" for k in sorted(kernels)])
+    if any(k.isa == _quant_zmm.ISA for k in kernels):
+        head.append(_quant_zmm.primitives(emulate_vnni))
+    return "\n".join(head + [(_quant_zmm.kernel(k, emulate_vnni) if k.isa == _quant_zmm.ISA else
+                               _kernel(k, emulate_vnni)) + "\n" for k in sorted(kernels)])

@@ -318,41 +318,49 @@ def score(spec: KernelSpec) -> float:
 
 # -- quantised kernels (int8 activations x 4- or 8-bit weights, autotune.qformat) ----------
 # Written by autotune.codegen.quant_x86: AVX2 (vpmaddubsw), and the VNNI forms
-# (vpdpbusd; VEX on 16 ymm, EVEX with AVX512VL on 32) compiled into the same unit
-# with target attributes.
+# (vpdpbusd; VEX on 16 ymm, EVEX with AVX512VL on 32 ymm, EVEX on 32 zmm) compiled
+# into the same unit with target attributes.
 
-QUANT_ISAS = ("avx2", "avxvnni", "avx512vnni")
+QUANT_ISAS = ("avx2", "avxvnni", "avx512vnni", "avx512vnnizmm")
 #: The toolchain targets whose flags build them (one translation unit; VNNI by target attributes).
 QUANT_TARGETS = ("avx2",)
-#: What the CPU must have to run a kernel of each ISA, in autotune.host's names.
+#: What the CPU must have to run a kernel of each ISA, in autotune.host's names.  The zmm
+#: kernels use AVX512F and AVX512_VNNI instructions only (no byte or word shifts, no VL forms).
 QUANT_FEATURES = {
     "avx2": ("avx2", "fma"),
     "avxvnni": ("avx2", "fma", "avx_vnni"),
     "avx512vnni": ("avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"),
+    "avx512vnnizmm": ("avx2", "fma", "avx512f", "avx512_vnni"),
 }
 #: Vector registers each ISA's kernels may use.
-QUANT_REGISTERS = {"avx2": 16, "avxvnni": 16, "avx512vnni": 32}
+QUANT_REGISTERS = {"avx2": 16, "avxvnni": 16, "avx512vnni": 32, "avx512vnnizmm": 32}
+#: Columns (int32 or f32 lanes) of one vector of each ISA's kernels: a zmm spans two panels.
+QUANT_LANES = {"avx2": 8, "avxvnni": 8, "avx512vnni": 8, "avx512vnnizmm": 16}
 
 
 def quant_fits(isa: str, mr: int, nr: int) -> bool:
     """Whether the tile's accumulators leave registers for the weights and broadcasts.
 
-    Each row and panel of 8 columns keeps an f32 accumulator and an int16 (4 bits)
-    or int32 (8 bits, and VNNI) sum live: at most 8 such tiles with 16 ymm registers
-    (16 vectors, minus what the compiler can keep in memory operands; beyond that it
-    spills every step), at most 12 with AVX-512's 32 (24, and 8 for the weights,
-    broadcasts and constants).
+    Each row and vector of columns (8 on ymm, 16 on zmm) keeps an f32 accumulator and
+    an int16 (4 bits) or int32 (8 bits, and VNNI) sum live: at most 8 such tiles with
+    16 registers (16 vectors, minus what the compiler can keep in memory operands;
+    beyond that it spills every step), at most 12 with AVX-512's 32 (24, and 8 for
+    the weights, broadcasts and constants).
     """
-    return mr * (nr // 8) <= (8 if QUANT_REGISTERS[isa] == 16 else 12)
+    return mr * (nr // QUANT_LANES[isa]) <= (8 if QUANT_REGISTERS[isa] == 16 else 12)
 
 
 def qkernel(kind: str, isa: str, mr: int, nr: int) -> QKernelSpec:
-    """The record of one x86 quantised kernel; ValueError outside the model (nr 8, 16 or 32)."""
+    """The record of one x86 quantised kernel; ValueError outside the model.
+
+    nr is 8, 16 or 32 on ymm, 16 or 32 on zmm (whole vectors); mr is 1..8.
+    """
     if isa not in QUANT_ISAS:
         raise ValueError(f"isa must be one of {QUANT_ISAS}, not {isa!r}")
+    widths = tuple(w for w in (8, 16, 32) if w % QUANT_LANES[isa] == 0)
     # nr divides PAD_COLUMNS: qgemm.c gives each thread whole units of that many columns
-    if not (1 <= mr <= 8 and nr in (8, 16, 32) and PAD_COLUMNS % nr == 0):
-        raise ValueError(f"tile {mr}x{nr}: mr in 1..8, nr 8, 16 or 32")
+    if not (1 <= mr <= 8 and nr in widths and PAD_COLUMNS % nr == 0):
+        raise ValueError(f"tile {mr}x{nr}: mr in 1..8, nr {' or '.join(map(str, widths))} for {isa}")
     return QKernelSpec(kind, isa, mr, nr, "x86", QUANT_FEATURES[isa], "gemv" if mr == 1 else "tile")
 
 
@@ -361,8 +369,14 @@ def quant_family(isa: str = "avx2", kinds: tuple[str, ...] = KINDS, quick: bool 
 
     ``quick``: one GEMV form and one tile per kind (``autotune install --quick``).
     Three-row tiles are left out: M = 16 and 64 would leave a row to the GEMV form.
+    The zmm tiles are whole zmm wide (16 or 32 columns); install times them beside the
+    ymm ones and keeps whichever is faster, as for any other candidates.
     """
-    tiles = [(1, 8), (4, 8)] if quick else [(1, 8), (1, 16), (1, 32), (2, 8), (2, 16), (2, 32), (4, 8), (4, 16)]
+    if isa == "avx512vnnizmm":
+        tiles = [(1, 16), (4, 16)] if quick else \
+            [(1, 16), (1, 32), (2, 16), (2, 32), (4, 16), (4, 32), (6, 16), (6, 32), (8, 16)]
+    else:
+        tiles = [(1, 8), (4, 8)] if quick else [(1, 8), (1, 16), (1, 32), (2, 8), (2, 16), (2, 32), (4, 8), (4, 16)]
     if isa == "avx512vnni" and not quick:
         tiles += [(6, 16), (8, 8)]
     return [qkernel(kind, isa, mr, nr) for kind in kinds for mr, nr in tiles if quant_fits(isa, mr, nr)]

@@ -39,6 +39,10 @@ static inline double round_even(double x)
     return (x + magic) - magic;
 }
 
+/* A vector quantiser of one whole block (see quantize_rows): the sum of its codes, or
+ * -1 << 30 for a block holding NaN or Inf. */
+typedef int32_t (*quant_block_fn)(const float *a, int64_t block, int8_t *q, float *scale_out);
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
@@ -88,19 +92,65 @@ __attribute__((target("avx2,fma"))) static int32_t quantize_block_avx2(const flo
     return _mm_cvtsi128_si32(s4);
 }
 
-static int have_avx2(void)
+/* quantize_block_avx2 on zmm, 16 values a step: the same double division, clip and
+ * vcvtpd2dq (ties to even), so the same codes, scale and sum.  The amax is a max of
+ * values with no sign bit and no NaN (checked first), so the order of its reduction
+ * changes nothing; the int32 sum is exact.  AVX512F only: vpmovsdb stores the codes,
+ * which are clipped to [-127, 127] already, so its saturation never acts. */
+__attribute__((target("avx512f"))) static int32_t quantize_block_avx512(const float *a, int64_t block, int8_t *q,
+                                                                       float *scale_out)
 {
-    static _Atomic int known = -1;
-    int ok = atomic_load_explicit(&known, memory_order_relaxed);
-    if (ok < 0) {
-        __builtin_cpu_init();
-        ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        atomic_store_explicit(&known, ok, memory_order_relaxed);
+    const __m512 largest = _mm512_set1_ps(3.4028234663852886e38f);
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 finite = 0xFFFF;
+    for (int64_t k = 0; k < block; k += 16) {
+        const __m512 x = _mm512_abs_ps(_mm512_loadu_ps(a + k));
+        finite &= _mm512_cmp_ps_mask(x, largest, _CMP_LE_OQ); /* false for NaN, Inf */
+        amax = _mm512_max_ps(amax, x);
     }
-    return ok;
+    if (finite != 0xFFFF) return -(1 << 30);
+    const float scale = (float)((double)_mm512_reduce_max_ps(amax) / 127.0);
+    *scale_out = scale;
+    if (!(scale > 0.0f)) {
+        memset(q, 0, (size_t)block);
+        return 0;
+    }
+    const __m512d divisor = _mm512_set1_pd((double)scale), hi = _mm512_set1_pd(127.0), lo = _mm512_set1_pd(-127.0);
+    __m512i sum = _mm512_setzero_si512();
+    for (int64_t k = 0; k < block; k += 16) {
+        const __m512 x = _mm512_loadu_ps(a + k);
+        const __m256 upper = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
+        __m512d r0 = _mm512_div_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), divisor);
+        __m512d r1 = _mm512_div_pd(_mm512_cvtps_pd(upper), divisor);
+        r0 = _mm512_max_pd(_mm512_min_pd(r0, hi), lo);
+        r1 = _mm512_max_pd(_mm512_min_pd(r1, hi), lo);
+        const __m512i codes = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtpd_epi32(r0)),
+                                                 _mm512_cvtpd_epi32(r1), 1); /* k .. k+15 */
+        sum = _mm512_add_epi32(sum, codes);
+        _mm_storeu_si128((__m128i *)(q + k), _mm512_cvtsepi32_epi8(codes));
+    }
+    return _mm512_reduce_add_epi32(sum);
 }
-#define QUANT_BLOCK quantize_block_avx2
-#define QUANT_VECTOR() have_avx2()
+
+/* The quantiser of whole blocks: AVX-512 where the CPU has AVX512F and `wide` (this
+ * call's kernels run on zmm), else AVX2 where it has AVX2 and FMA, else none (the
+ * scalar code).  All three give the same bits; the condition on the kernels keeps
+ * zmm out of a product whose kernels are ymm: on the Skylake-SP generation a burst of
+ * 512-bit divisions lowers the core's clock for the milliseconds after it, which
+ * the ymm kernels install chose would then run at (they were timed without it).
+ * The CPU's answers cannot change while the process runs, so they are asked once. */
+static quant_block_fn quant_block(int wide)
+{
+    static _Atomic int known = -1; /* bit 0: AVX2 and FMA, bit 1: AVX512F */
+    int have = atomic_load_explicit(&known, memory_order_relaxed);
+    if (have < 0) {
+        have = (at__has_features("avx2 fma") ? 1 : 0) | (at__has_features("avx512f") ? 2 : 0);
+        atomic_store_explicit(&known, have, memory_order_relaxed);
+    }
+    if (wide && (have & 2)) return quantize_block_avx512;
+    return have & 1 ? quantize_block_avx2 : NULL;
+}
+#define QUANT_BLOCK(wide) quant_block(wide)
 
 #elif defined(__aarch64__) && !defined(__ARM_BIG_ENDIAN)
 #include <arm_neon.h>
@@ -152,32 +202,33 @@ static int32_t quantize_block_neon(const float *a, int64_t block, int8_t *q, flo
     }
     return vaddvq_s32(sum);
 }
-#define QUANT_BLOCK quantize_block_neon
-#define QUANT_VECTOR() 1
+#define QUANT_BLOCK(wide) ((void)(wide), quantize_block_neon)
+#else
+#define QUANT_BLOCK(wide) ((void)(wide), (quant_block_fn)NULL)
 #endif
+
+/* Whether kernel e runs on zmm: their names carry their ISA (autotune.families.x86's
+ * "avx512vnnizmm"), and quantize_rows goes to zmm only beside them (quant_block). */
+static int on_zmm(const at_qkernel_entry *e) { return e && strstr(e->name, "_avx512vnnizmm_") != NULL; }
 
 /* A[M, K] -> codes [M, Kp], scales and code sums [M, blocks]: per block
  * sa = float(max|a| / 127) (divided in double, as numpy does), qa = rint(a / sa)
  * clipped to [-127, 127]; a block with NaN or Inf gets sa = NaN and codes 0.
- * Whole blocks go through AVX2 where the CPU has it (a 64 x 4096 A took 1.1 ms
- * in scalar code, 7% of the product) and through NEON on aarch64 (scalar, it was
- * up to a quarter of the NEON path's instructions at M > 1); the last, partial
- * block stays scalar. */
+ * Whole blocks go through `vector` (QUANT_BLOCK: AVX2 or AVX-512 where the CPU has
+ * it, a 64 x 4096 A took 1.1 ms in scalar code, 7% of the product; NEON on aarch64,
+ * where scalar code was up to a quarter of the NEON path's instructions at M > 1),
+ * the last, partial block and every block when `vector` is NULL through scalar code. */
 static void quantize_rows(int64_t M, int64_t K, const float *A, int64_t lda, int64_t block, int64_t blocks,
-                          int8_t *qa, float *sa, float *asum)
+                          int8_t *qa, float *sa, float *asum, quant_block_fn vector)
 {
     const int64_t kp = blocks * block;
-#ifdef QUANT_BLOCK
-    const int vector = QUANT_VECTOR();
-#endif
     for (int64_t m = 0; m < M; ++m) {
         const float *a = A + m * lda;
         int8_t *q = qa + m * kp;
         for (int64_t b = 0; b < blocks; ++b) {
             const int64_t k0 = b * block, k1 = k0 + block < K ? k0 + block : K;
-#ifdef QUANT_BLOCK
             if (vector && k1 - k0 == block) {
-                const int32_t sum = QUANT_BLOCK(a + k0, block, q + k0, &sa[m * blocks + b]);
+                const int32_t sum = vector(a + k0, block, q + k0, &sa[m * blocks + b]);
                 if (sum == -(1 << 30)) {
                     sa[m * blocks + b] = NAN;
                     memset(q + k0, 0, (size_t)block);
@@ -187,7 +238,6 @@ static void quantize_rows(int64_t M, int64_t K, const float *A, int64_t lda, int
                 }
                 continue;
             }
-#endif
             float amax = 0.0f;
             int finite = 1;
             for (int64_t k = k0; k < k1; ++k) {
@@ -451,7 +501,8 @@ static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_
     float *sa = (float *)space, *asum = (float *)(space + scale_bytes);
     int8_t *qa = (int8_t *)(space + 2 * scale_bytes);
     /* On the calling thread: 0.1 ms for a 64 x 4096 A, below a pool region's worth splitting. */
-    quantize_rows(M, w->k, A, lda, w->block, blocks, qa, sa, asum);
+    quantize_rows(M, w->k, A, lda, w->block, blocks, qa, sa, asum,
+                  QUANT_BLOCK(on_zmm(main) || on_zmm(one)));
 
     const double macs = (double)M * (double)kp * (double)(units * AT_QPAD_COLUMNS);
     int64_t threads = at__num_threads();
