@@ -262,3 +262,46 @@ def test_one_object_holds_kernels_of_both_generators(tmp_path):
     lib = _library(tmp_path, mixed, emulate=True)
     assert qapi.kernel_names(lib) == [k.name for k in mixed]
     assert '"at_q4s_amx_16x32", 0, 16, 32, at_q4s_amx_16x32, "amx_int8 amx_tile avx2 fma"' in contract.qregistry(mixed)
+
+
+def test_install_selects_smaller_amx_tiles_for_the_rows_a_block_leaves():
+    """select(): an AMX block kernel brings the fastest AMX tile of each smaller mr (largest
+    first, before the GEMV form); other ISAs keep one block kernel and one GEMV per kind."""
+    seconds = {}
+    for kind in KINDS:
+        for mr, nr, s in ((32, 32, 3.0), (16, 32, 1.0), (16, 16, 2.0), (8, 32, 5.0), (4, 32, 4.0), (1, 32, 9.0)):
+            seconds[x86.amx_qkernel(kind, mr, nr).name] = {1: s, 16: s, 64: s}
+        for mr, nr, s in ((4, 16, 6.0), (1, 32, 0.5)):
+            seconds[x86.qkernel(kind, "avx2", mr, nr).name] = {1: s, 16: s, 64: s}
+    want = [[f"at_{kind}_amx_16x32", f"at_{kind}_amx_8x32", f"at_{kind}_amx_4x32", f"at_{kind}_avx2_1x32"]
+            for kind in KINDS]
+    assert qsuite.select(seconds) == tuple(n for names in want for n in names)
+    avx2_only = {n: s for n, s in seconds.items() if "_avx2_" in n}
+    assert qsuite.select(avx2_only) == tuple(f"at_{kind}_avx2_{t}" for kind in KINDS for t in ("4x16", "1x32"))
+
+
+def test_the_librarys_choice_gives_the_rows_left_to_smaller_tiles(tmp_path, monkeypatch):
+    """qgemm.c's tail tiles: with 16x32, 4x32 and 1x32 registered, M = 21 is 16 rows of the
+    first, 4 of the second and 1 of the GEMV.  The 4x32 kernel is built with its scales
+    doubled, so exactly the rows it covered show where the driver sent them."""
+    real = quant_amx._kernel
+
+    def doubled_4x32(k, emulate):
+        text = real(k, emulate)
+        return text.replace("_mm256_mul_ps(sar, ", "_mm256_mul_ps(_mm256_add_ps(sar, sar), ") if k.mr == 4 else text
+
+    monkeypatch.setattr(quant_amx, "_kernel", doubled_4x32)
+    kernels = [x86.amx_qkernel("q4a", mr, 32) for mr in (16, 4, 1)]
+    lib = _library(tmp_path, kernels, emulate=True)
+    rng = np.random.default_rng(4)
+    w = quant.quantize_weights(rng.standard_normal((96, 40)).astype(np.float32), 4, 32, False)
+    A = rng.standard_normal((21, 96)).astype(np.float32)
+    want, bound = quant.reference_qmatmul(A, w), quant.scaling_error_bound(A, w).astype(np.float64)
+    C = qapi.call(lib, A, w, None, None)
+    assert qsuite._check(np.delete(C, range(16, 20), 0), np.delete(want, range(16, 20), 0),
+                         np.delete(bound, range(16, 20), 0)) is None
+    assert qsuite._check(C[16:20] / 2, want[16:20], bound[16:20]) is None
+    # a kernel forced by name covers its whole groups only (the rest is the portable code's)
+    forced = qapi.call(lib, A, w, None, None, kernels[0].name)
+    assert qsuite._check(forced, want, bound) is None
+    assert qsuite._check(qapi.call(lib, A[:16], w, None, None), want[:16], bound[:16]) is None
