@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,6 +35,7 @@ from .isa import requires_isa
 
 pytestmark = requires_isa("avx2")
 
+ROOT = Path(__file__).resolve().parents[1]
 BITS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
 #: Every tile configuration of the family, per kind: one C tile (1x16, 16x16), two side
 #: by side (1x32 ... 16x32), four with two A tiles (32x32).
@@ -176,7 +180,7 @@ def _functions(objdump: str, path) -> dict[str, str]:
 
 
 #: The compilers that build the unit: install's kernel compiler (clang where installed)
-#: and gcc, whose tile intrinsics are asm statements the generator fences (AT_AMX_SEEN).
+#: and gcc, whose tile intrinsics are asm statements the generator fences (AT_AMX_FENCE).
 COMPILERS = list({os.path.realpath(shutil.which(c)): c for c in ("gcc", "clang-19", "clang") if shutil.which(c)}.values())
 
 
@@ -221,6 +225,13 @@ def test_real_amx_kernels_are_refused_where_the_cpu_cannot_run_them(tmp_path):
         problem = qsuite._check(qapi.call(lib, A, w, None, None), quant.reference_qmatmul(A, w),
                                 quant.scaling_error_bound(A, w).astype(np.float64))
         assert problem is None, f"{kind}: {problem}"
+    # install's validation subprocess gives such a kernel the verdict "not run", not a crash
+    name = amx[0].name
+    done = subprocess.run([sys.executable, "-m", "autotune.qsuite", "validate", lib._name, name],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (result,) = [e for e in map(json.loads, done.stdout.splitlines()) if e.get("event") == "result"]
+    assert result["kernel"] == name and result["status"].startswith("not run at "), result
 
 
 def test_real_amx_kernels_on_a_cpu_that_has_them(tmp_path):

@@ -85,13 +85,14 @@ static inline void at_amx_configure(at_amx_tilecfg *cfg, int c, int a, int b, in
 
 #: The tile operations of the real kernels.  GCC 12's tileloadd and ldtilecfg are asm
 #: statements that name only the pointer (and 8 bytes of the configuration), so the
-#: compiler could drop or sink the stores that fill a B buffer or the configuration
-#: before them: AT_AMX_SEEN passes the buffer's address to an empty asm that clobbers
-#: memory, which makes those stores happen first.  (clang's builtins need no help.)
-_REAL = """#define AT_AMX_SEEN(p) __asm__ volatile("" : : "r"(p) : "memory")
-#define AT_AMX_CONFIG(cfg) do { AT_AMX_SEEN(cfg); _tile_loadconfig(cfg); } while (0)
+#: compiler could drop the stores that fill a B buffer or the configuration, or move
+#: them across the load: AT_AMX_FENCE passes the address to an empty asm that clobbers
+#: memory, before (the stores happen first) and after (the next step's stay after).
+#: clang's builtins need no help; the fences cost it nothing.
+_REAL = """#define AT_AMX_FENCE(p) __asm__ volatile("" : : "r"(p) : "memory")
+#define AT_AMX_CONFIG(cfg) do { AT_AMX_FENCE(cfg); _tile_loadconfig(cfg); } while (0)
 #define AT_AMX_ZERO(t) _tile_zero(t)
-#define AT_AMX_LOAD(t, base, stride) _tile_loadd(t, base, stride)
+#define AT_AMX_LOAD(t, base, stride) do { AT_AMX_FENCE(base); _tile_loadd(t, base, stride); AT_AMX_FENCE(base); } while (0)
 #define AT_AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define AT_AMX_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define AT_AMX_RELEASE() _tile_release()
@@ -189,7 +190,6 @@ static void at_amx_emu_release(void)
     memset(&at_amx_emu.cfg, 0, sizeof at_amx_emu.cfg);
 }}
 
-#define AT_AMX_SEEN(p) ((void)(p))
 #define AT_AMX_CONFIG(cfg) at_amx_emu_config(cfg)
 #define AT_AMX_ZERO(t) at_amx_emu_zero(t)
 #define AT_AMX_LOAD(t, base, stride) at_amx_emu_load(t, base, stride)
@@ -264,8 +264,7 @@ def _kernel(k: QKernelSpec, emulate: bool) -> str:
         out += ["                " + line for line in _expand(k, g)]
     out.append("            }")
     for g, t in tile_b.items():
-        out += [f"            AT_AMX_SEEN(wt[{g}]);",
-                f"            AT_AMX_LOAD({t}, wt[{g}], {AMX_ROW_BYTES});"]
+        out.append(f"            AT_AMX_LOAD({t}, wt[{g}], {AMX_ROW_BYTES});")
     for i, t in tile_a.items():
         out.append(f"            AT_AMX_LOAD({t}, qa + {i * AMX_ROWS} * lda + (b * sub + u) * {SUB}, lda);")
     out += [f"            AT_AMX_DPBSSD({tile_c[i, g]}, {tile_a[i]}, {tile_b[g]});" for (i, g) in tile_c]
