@@ -20,6 +20,18 @@
 #include <sys/sysctl.h>
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+/* CPUID leaf 7, subleaf 0, EDX: AMX-TILE is bit 24, AMX-INT8 bit 25.  Read directly:
+ * __builtin_cpu_supports knows the AMX names only from GCC 11 and recent clang. */
+static int amx_cpuid(int bit)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> bit) & 1);
+}
+#endif
+
 #if defined(__linux__) && defined(__x86_64__)
 #include <stdatomic.h>
 #include <sys/syscall.h>
@@ -34,7 +46,7 @@ static int amx_permitted(void)
     static _Atomic int known = -1;
     int ok = atomic_load_explicit(&known, memory_order_relaxed);
     if (ok < 0) {
-        ok = __builtin_cpu_supports("amx-tile") &&
+        ok = amx_cpuid(24) &&
              syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
         atomic_store_explicit(&known, ok, memory_order_relaxed);
     }
@@ -67,7 +79,7 @@ int at__has_feature(const char *name, size_t len)
     if (IS("avx512_vnni")) return __builtin_cpu_supports("avx512vnni");
     if (IS("avx_vnni")) return __builtin_cpu_supports("avxvnni");
     if (IS("amx_tile")) return amx_permitted();
-    if (IS("amx_int8")) return __builtin_cpu_supports("amx-int8") && amx_permitted();
+    if (IS("amx_int8")) return amx_cpuid(25) && amx_permitted();
 #elif defined(__linux__) && defined(__aarch64__)
     /* Bits of arch/arm64/include/uapi/asm/hwcap.h: HWCAP_ASIMD, HWCAP_ASIMDDP,
      * HWCAP2_I8MM, HWCAP2_SME, HWCAP2_SME_F64F64, HWCAP2_SME2. */
