@@ -10,7 +10,8 @@ against :func:`autotune.quant.reference_qmatmul` over odd shapes (M = 1, N below
 tile, K not a multiple of the block, blocks of 64) and adversarial scales (zero,
 subnormal, huge, NaN in A) within :func:`autotune.quant.scaling_error_bound`; the
 valid ones are timed on M = 1, 16, 64 with K = N = 1024.  Per kind of weights the
-fastest GEMV kernel (mr = 1) and the fastest block kernel are selected; the table
+fastest GEMV kernel (mr = 1) and the fastest block kernel are selected (an AMX block
+kernel with smaller AMX tiles for the rows it leaves, :func:`select`); the table
 records them (``settings["quant"]``) and the link stage regenerates their object
 from the names.
 
@@ -65,7 +66,7 @@ class QuantStage:
 
 
 def kernel_isas(target: Target) -> tuple[str, ...]:
-    """The kernel ISAs install builds for ``target``: AVX2, and the VNNI forms the host has.
+    """The kernel ISAs install builds for ``target``: AVX2, and the VNNI and AMX forms the host has.
 
     The host's features are autotune.host.detect()'s, after the ISA cap (AUTOTUNE_ISA):
     a capped install never builds, validates or selects a kernel above its cap, and

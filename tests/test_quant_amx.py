@@ -181,7 +181,8 @@ def _functions(objdump: str, path) -> dict[str, str]:
 
 #: The compilers that build the unit: install's kernel compiler (clang where installed)
 #: and gcc, whose tile intrinsics are asm statements the generator fences (AT_AMX_FENCE).
-COMPILERS = list({os.path.realpath(shutil.which(c)): c for c in ("gcc", "clang-19", "clang") if shutil.which(c)}.values())
+COMPILERS = list({os.path.realpath(shutil.which(c)): c
+                  for c in ("gcc", "clang-19", "clang") if shutil.which(c)}.values())
 
 
 @pytest.mark.parametrize("compiler", COMPILERS)

@@ -92,7 +92,8 @@ static inline void at_amx_configure(at_amx_tilecfg *cfg, int c, int a, int b, in
 _REAL = """#define AT_AMX_FENCE(p) __asm__ volatile("" : : "r"(p) : "memory")
 #define AT_AMX_CONFIG(cfg) do { AT_AMX_FENCE(cfg); _tile_loadconfig(cfg); } while (0)
 #define AT_AMX_ZERO(t) _tile_zero(t)
-#define AT_AMX_LOAD(t, base, stride) do { AT_AMX_FENCE(base); _tile_loadd(t, base, stride); AT_AMX_FENCE(base); } while (0)
+#define AT_AMX_LOAD(t, base, stride) \\
+    do { AT_AMX_FENCE(base); _tile_loadd(t, base, stride); AT_AMX_FENCE(base); } while (0)
 #define AT_AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define AT_AMX_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #define AT_AMX_RELEASE() _tile_release()
@@ -239,7 +240,7 @@ def _kernel(k: QKernelSpec, emulate: bool) -> str:
            f"{'s' * (c_tiles > 1)} of {rows} x {AMX_TILE_COLUMNS} int32 ({a_tiles} A, {b_tiles} B), "
            f"{'4-bit' if four else '8-bit'} weights{', zero points per block' if k.kind == 'q4a' else ''}. */",
            attribute + _signature(k.name), "{",
-           f"    _Alignas(64) uint8_t wt[{b_tiles}][{AMX_ROWS * AMX_ROW_BYTES}]; /* B tiles: one K step's codes as bytes */",
+           f"    _Alignas(64) uint8_t wt[{b_tiles}][{AMX_ROWS * AMX_ROW_BYTES}]; /* B tiles: a K step's codes as bytes */",
            f"    _Alignas(64) int32_t isum[{mr * nr}]; /* the block's sums, row stride {nr} */",
            "    at_amx_tilecfg cfg;",
            "    /* Blocks of an even number of sub-blocks go 64 bytes of K a step (a whole tile",

@@ -430,5 +430,6 @@ def amx_family(kinds: tuple[str, ...] = KINDS, quick: bool = False) -> list[QKer
     """The AMX kernels install builds where the CPU has AMX: tile configurations from one
     row (the GEMV form) to 32 rows x 32 columns (2 x 2 C tiles, all 8 tiles); install
     times them and keeps the fastest per form, as for every quantised ISA."""
-    tiles = [(1, 32), (16, 32)] if quick else [(1, 16), (1, 32), (2, 32), (4, 32), (8, 32), (16, 16), (16, 32), (32, 32)]
+    tiles = [(1, 32), (16, 32)] if quick else \
+        [(1, 16), (1, 32), (2, 32), (4, 32), (8, 32), (16, 16), (16, 32), (32, 32)]
     return [amx_qkernel(kind, mr, nr) for kind in kinds for mr, nr in tiles]
