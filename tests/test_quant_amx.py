@@ -185,16 +185,23 @@ COMPILERS = list({os.path.realpath(shutil.which(c)): c
                   for c in ("gcc", "clang-19", "clang") if shutil.which(c)}.values())
 
 
-@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("compiler", ["install"] + COMPILERS)
 def test_real_amx_kernels_compile_to_tile_instructions(tmp_path, compiler):
+    """``install``: the object install links (build.compile_qkernels: its kernel compiler
+    and the avx2 target's flags); the others: the unit at -O2 by each compiler."""
     objdump = shutil.which("objdump")
     if objdump is None:
         pytest.skip("needs objdump (binutils) to read the object")
-    source, obj = tmp_path / "amx.c", tmp_path / "amx.o"
-    source.write_text(quant_amx.generate(FORMS))
-    done = subprocess.run([compiler, "-O2", "-mavx2", "-mfma", "-c", str(source), "-o", str(obj)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    if compiler == "install":
+        built = build.compile_qkernels(toolchain.target_for("avx2", host.detect()), FORMS, tmp_path)
+        assert built.ok, built.error
+        obj = built.path
+    else:
+        source, obj = tmp_path / "amx.c", tmp_path / "amx.o"
+        source.write_text(quant_amx.generate(FORMS))
+        done = subprocess.run([compiler, "-O2", "-mavx2", "-mfma", "-c", str(source), "-o", str(obj)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
     functions = _functions(objdump, obj)
     for k in FORMS:
         body = functions[k.name]
