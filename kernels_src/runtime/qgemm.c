@@ -2,8 +2,9 @@
  *
  * One call: quantise A per row and block (as autotune.quant.quantize_activations
  * does, bit for bit), cover C with the registry's kernels (at_qkernel.h) - the
- * preferred block kernel for whole groups of its mr rows, the preferred mr = 1
- * kernel for the rest - then add the bias and clamp.  Each registry entry names
+ * preferred block kernel for whole groups of its mr rows, smaller tiles of its kind
+ * where the registry has them (tail_kernel), the preferred mr = 1 kernel for the
+ * rest - then add the bias and clamp.  Each registry entry names
  * the CPU features it needs; the first entry of a kind this CPU can run is used.
  * Where the library has no such kernel, the portable code
  * below computes with the same arithmetic: never a wrong answer, never SIGILL.
