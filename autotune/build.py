@@ -542,10 +542,15 @@ def compile_qkernels(target: Target, kernels: Sequence[QKernelSpec], home: Path 
 
     With GCC, ``-fno-tree-reassoc``: it otherwise rebalances each int16 accumulation
     into a tree of partial products that outnumber the 16 ymm registers, and spills them.
-    ``emulate_vnni``: VNNI kernels with vpdpbusd in AVX2 arithmetic (tests on CPUs without it).
+    ``emulate_vnni``: VNNI kernels with vpdpbusd in AVX2 arithmetic, AMX ones with their
+    tile instructions in C (tests on CPUs without them).  Kernels of several generators
+    (quant_x86's and quant_amx's, both built with the avx2 target's flags) are their
+    units one after another in one source: one object, as the link stage expects.
     """
-    (unit,) = quant_generator(kernels[0]).units(kernels, emulate_vnni)
-    source = unit.text
+    generators: dict = {}
+    for k in kernels:
+        generators.setdefault(quant_generator(k), []).append(k)
+    source = "\n".join(unit.text for gen, mine in generators.items() for unit in gen.units(mine, emulate_vnni))
     name = f"at_qkernels_{target.isa}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     compiler = kernel_compiler(target)
     extra = () if "clang" in compiler.compiler_id.lower() else ("-fno-tree-reassoc",)

@@ -10,7 +10,8 @@ against :func:`autotune.quant.reference_qmatmul` over odd shapes (M = 1, N below
 tile, K not a multiple of the block, blocks of 64) and adversarial scales (zero,
 subnormal, huge, NaN in A) within :func:`autotune.quant.scaling_error_bound`; the
 valid ones are timed on M = 1, 16, 64 with K = N = 1024.  Per kind of weights the
-fastest GEMV kernel (mr = 1) and the fastest block kernel are selected; the table
+fastest GEMV kernel (mr = 1) and the fastest block kernel are selected (an AMX block
+kernel with smaller AMX tiles for the rows it leaves, :func:`select`); the table
 records them (``settings["quant"]``) and the link stage regenerates their object
 from the names.
 
@@ -65,7 +66,7 @@ class QuantStage:
 
 
 def kernel_isas(target: Target) -> tuple[str, ...]:
-    """The kernel ISAs install builds for ``target``: AVX2, and the VNNI forms the host has.
+    """The kernel ISAs install builds for ``target``: AVX2, and the VNNI and AMX forms the host has.
 
     The host's features are autotune.host.detect()'s, after the ISA cap (AUTOTUNE_ISA):
     a capped install never builds, validates or selects a kernel above its cap, and
@@ -290,14 +291,25 @@ def _verdict(results: Sequence[tuple[int, np.ndarray]], calls: Sequence[tuple]) 
 
 
 def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
-    """Per kind: the fastest mr = 1 kernel at M = 1, the fastest block kernel over M > 1."""
+    """Per kind: the fastest mr = 1 kernel at M = 1, the fastest block kernel over M > 1.
+
+    An AMX block kernel comes with the fastest AMX tile of each smaller mr that ran here,
+    largest first: qgemm.c gives them the rows it leaves (``tail_kernel``) before the
+    GEMV form, since a 16- or 32-row tile would leave up to 31 rows to one-row calls.
+    """
     chosen = []
     for kind in KINDS:
         mine = {n: s for n, s in seconds.items() if qkernel(n).kind == kind and s}
         gemv = [n for n in mine if qkernel(n).mr == 1 and 1 in mine[n]]
         blocks = [n for n in mine if qkernel(n).mr > 1 and all(m in mine[n] for m in MEASURE_M if m > 1)]
+        total = {n: sum(mine[n][m] for m in MEASURE_M if m > 1) for n in blocks}
         if blocks:
-            chosen.append(min(blocks, key=lambda n: sum(mine[n][m] for m in MEASURE_M if m > 1)))
+            best = qkernel(min(blocks, key=total.__getitem__))
+            chosen.append(best.name)
+            if best.isa == x86.AMX_ISA:
+                smaller = [n for n in blocks if qkernel(n).isa == best.isa and qkernel(n).mr < best.mr]
+                for mr in sorted({qkernel(n).mr for n in smaller}, reverse=True):
+                    chosen.append(min((n for n in smaller if qkernel(n).mr == mr), key=total.__getitem__))
         if gemv:
             chosen.append(min(gemv, key=lambda n: mine[n][1]))
     return tuple(chosen)
@@ -375,7 +387,11 @@ def _main(argv: Sequence[str]) -> int:
                                for d, A, w in _cases(kind)]
             status = "validated"
             for description, A, w, want, bound in cases[kind]:
-                problem = _check(qapi.call(lib, A, w, None, None, name), want, bound)
+                try:
+                    problem = _check(qapi.call(lib, A, w, None, None, name), want, bound)
+                except qapi.QuantizationError as refused:  # the CPU or the OS lacks its features
+                    status = f"not run at {description}: {refused}"
+                    break
                 if problem:
                     status = f"wrong answer at {description}: {problem}"
                     break

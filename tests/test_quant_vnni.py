@@ -113,7 +113,7 @@ def test_real_vnni_kernels_on_a_cpu_that_has_them(tmp_path, isa):
 def test_install_builds_only_the_isas_the_capped_host_has():
     assert x86.quant_isas(["avx2", "fma"]) == ("avx2",)
     assert x86.quant_isas(["avx2", "fma", "avx_vnni"]) == ("avx2", "avxvnni")
-    full = ["avx2", "fma", "avx_vnni", "avx512f", "avx512vl", "avx512bw", "avx512_vnni"]
+    full = ["avx2", "fma", "avx_vnni", "avx512f", "avx512vl", "avx512bw", "avx512_vnni", "amx_tile", "amx_int8"]
     assert x86.quant_isas(full) == x86.QUANT_ISAS
     # AUTOTUNE_ISA=avx2 hides the avx512 features, so install leaves the EVEX kernels out
     capped = host.apply_isa_cap(dataclasses.replace(host.detect(), features=tuple(full)), "avx2")

@@ -353,8 +353,11 @@ def quant_fits(isa: str, mr: int, nr: int) -> bool:
 def qkernel(kind: str, isa: str, mr: int, nr: int) -> QKernelSpec:
     """The record of one x86 quantised kernel; ValueError outside the model.
 
-    nr is 8, 16 or 32 on ymm, 16 or 32 on zmm (whole vectors); mr is 1..8.
+    nr is 8, 16 or 32 on ymm, 16 or 32 on zmm (whole vectors); mr is 1..8.  AMX
+    tiles have their own model (:func:`amx_qkernel`).
     """
+    if isa == AMX_ISA:
+        return amx_qkernel(kind, mr, nr)
     if isa not in QUANT_ISAS:
         raise ValueError(f"isa must be one of {QUANT_ISAS}, not {isa!r}")
     widths = tuple(w for w in (8, 16, 32) if w % QUANT_LANES[isa] == 0)
@@ -372,6 +375,8 @@ def quant_family(isa: str = "avx2", kinds: tuple[str, ...] = KINDS, quick: bool 
     The zmm tiles are whole zmm wide (16 or 32 columns); install times them beside the
     ymm ones and keeps whichever is faster, as for any other candidates.
     """
+    if isa == AMX_ISA:
+        return amx_family(kinds, quick)
     if isa == "avx512vnnizmm":
         tiles = [(1, 16), (4, 16)] if quick else \
             [(1, 16), (1, 32), (2, 16), (2, 32), (4, 16), (4, 32), (6, 16), (6, 32), (8, 16)]
@@ -385,3 +390,61 @@ def quant_family(isa: str = "avx2", kinds: tuple[str, ...] = KINDS, quick: bool 
 def quant_isas(features: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The quantised ISAs a CPU with ``features`` (autotune.host names, after the ISA cap) runs."""
     return tuple(isa for isa in QUANT_ISAS if set(QUANT_FEATURES[isa]) <= set(features))
+
+
+# -- AMX quantised kernels (int8 tiles, tdpbssd) ---------------------------------------------
+# Written by autotune.codegen.quant_amx.  The model is the tile file rather than vector
+# registers: palette 1 has 8 tiles of at most 16 rows x 64 bytes.  A kernel keeps its C
+# block as int32 tiles of at most 16 rows x 16 columns (one 64-byte row of int32), one
+# A tile per 16 rows (the activation codes of one K step, read straight from the
+# quantised A) and one B tile per 16 columns (the step's weight codes as bytes, four
+# consecutive K per column in a row: qpanel8's order, two panels side by side).  The
+# block scales need the int32 sums of every block of K, so each block ends with the C
+# tiles stored and scaled in f32 with AVX2, as the vector kernels scale theirs.
+
+AMX_ISA = "amx"
+#: Tile registers, rows per tile, bytes per tile row (palette 1 of every AMX CPU so far).
+AMX_TILES = 8
+AMX_ROWS = 16
+AMX_ROW_BYTES = 64
+#: int32 columns of one C tile row, and so the columns of one B tile.
+AMX_TILE_COLUMNS = AMX_ROW_BYTES // 4
+#: The tile instructions, plus the AVX2 and FMA the nibble expansion and the scaling use.
+AMX_FEATURES = ("avx2", "fma", "amx_tile", "amx_int8")
+#: Rows a kernel may cover: qgemm.c's passes are 96 rows (PASS_ROWS), which a tile's mr
+#: must divide; beyond 16 rows a kernel holds two A tiles.
+AMX_MR = (1, 2, 4, 8, 16, 32)
+
+QUANT_ISAS = QUANT_ISAS + (AMX_ISA,)
+QUANT_FEATURES[AMX_ISA] = AMX_FEATURES
+
+
+def amx_tiles(mr: int, nr: int) -> tuple[int, int, int]:
+    """(C, A, B) tiles an ``mr x nr`` AMX kernel holds: a C tile per 16 rows and 16 columns,
+    an A tile per 16 rows, a B tile per 16 columns."""
+    row_tiles, col_tiles = -(-mr // AMX_ROWS), nr // AMX_TILE_COLUMNS
+    return row_tiles * col_tiles, row_tiles, col_tiles
+
+
+def amx_fits(mr: int, nr: int) -> bool:
+    """Whether the tile is one the AMX generator writes: whole 16-column C tiles (nr 16 or
+    32, a divisor of PAD_COLUMNS), rows in AMX_MR, and every tile it holds in the 8."""
+    if mr not in AMX_MR or nr % AMX_TILE_COLUMNS or PAD_COLUMNS % nr:
+        return False
+    return sum(amx_tiles(mr, nr)) <= AMX_TILES
+
+
+def amx_qkernel(kind: str, mr: int, nr: int) -> QKernelSpec:
+    """The record of one AMX kernel (family ``amx``: autotune.codegen.quant_amx writes it)."""
+    if not amx_fits(mr, nr):
+        raise ValueError(f"AMX tile {mr}x{nr}: mr in {AMX_MR}, nr 16 or 32")
+    return QKernelSpec(kind, AMX_ISA, mr, nr, AMX_ISA, AMX_FEATURES, "gemv" if mr == 1 else "tile")
+
+
+def amx_family(kinds: tuple[str, ...] = KINDS, quick: bool = False) -> list[QKernelSpec]:
+    """The AMX kernels install builds where the CPU has AMX: tile configurations from one
+    row (the GEMV form) to 32 rows x 32 columns (2 x 2 C tiles, all 8 tiles); install
+    times them and keeps the fastest per form, as for every quantised ISA."""
+    tiles = [(1, 32), (16, 32)] if quick else \
+        [(1, 16), (1, 32), (2, 32), (4, 32), (8, 32), (16, 16), (16, 32), (32, 32)]
+    return [amx_qkernel(kind, mr, nr) for kind in kinds for mr, nr in tiles]

@@ -6,6 +6,9 @@
  * own file because install's validation library for the quantised kernels links
  * qgemm.c without cpu.c (which needs the float kernel table).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* syscall(), for AMX's arch_prctl */
+#endif
 #include <string.h>
 
 #include "at_internal.h"
@@ -15,6 +18,42 @@
 #endif
 #if defined(__APPLE__) && defined(__aarch64__)
 #include <sys/sysctl.h>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+/* CPUID leaf 7, subleaf 0, EDX: AMX-TILE is bit 24, AMX-INT8 bit 25.  Read directly:
+ * __builtin_cpu_supports knows the AMX names only from GCC 11 and recent clang. */
+static int amx_cpuid(int bit)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((d >> bit) & 1);
+}
+#endif
+
+#if defined(__linux__) && defined(__x86_64__)
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Linux leaves AMX's tile data (8 KiB of state) off until a process asks for it; a
+ * tile instruction before that dies of SIGILL.  Asked once per process, on a CPU that
+ * has the tiles: where the kernel refuses (before 5.16, a seccomp filter, a hypervisor
+ * without XFD), the AMX features test false and qgemm.c runs the other kernels. */
+static int amx_permitted(void)
+{
+    static _Atomic int known = -1;
+    int ok = atomic_load_explicit(&known, memory_order_relaxed);
+    if (ok < 0) {
+        ok = amx_cpuid(24) &&
+             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+        atomic_store_explicit(&known, ok, memory_order_relaxed);
+    }
+    return ok;
+}
+#elif defined(__x86_64__) || defined(__i386__)
+static int amx_permitted(void) { return 0; } /* no request to make: no tiles */
 #endif
 
 #if defined(__APPLE__) && defined(__aarch64__)
@@ -39,6 +78,8 @@ int at__has_feature(const char *name, size_t len)
     if (IS("avx512dq")) return __builtin_cpu_supports("avx512dq");
     if (IS("avx512_vnni")) return __builtin_cpu_supports("avx512vnni");
     if (IS("avx_vnni")) return __builtin_cpu_supports("avxvnni");
+    if (IS("amx_tile")) return amx_permitted();
+    if (IS("amx_int8")) return amx_cpuid(25) && amx_permitted();
 #elif defined(__linux__) && defined(__aarch64__)
     /* Bits of arch/arm64/include/uapi/asm/hwcap.h: HWCAP_ASIMD, HWCAP_ASIMDDP,
      * HWCAP2_I8MM, HWCAP2_SME, HWCAP2_SME_F64F64, HWCAP2_SME2. */

@@ -2,8 +2,9 @@
  *
  * One call: quantise A per row and block (as autotune.quant.quantize_activations
  * does, bit for bit), cover C with the registry's kernels (at_qkernel.h) - the
- * preferred block kernel for whole groups of its mr rows, the preferred mr = 1
- * kernel for the rest - then add the bias and clamp.  Each registry entry names
+ * preferred block kernel for whole groups of its mr rows, smaller tiles of its kind
+ * where the registry has them (tail_kernel), the preferred mr = 1 kernel for the
+ * rest - then add the bias and clamp.  Each registry entry names
  * the CPU features it needs; the first entry of a kind this CPU can run is used.
  * Where the library has no such kernel, the portable code
  * below computes with the same arithmetic: never a wrong answer, never SIGILL.
@@ -446,6 +447,27 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
     }
 }
 
+/* Smaller tiles for the rows the main kernel leaves, at most this many: each has a
+ * smaller mr than the one before (16, 8, 4, 2 after 32). */
+#define QTAILS 6
+
+/* The registry's largest tile below `main` that fits `rows` (1 < mr <= rows), of its
+ * kind and features, runnable here; NULL for none.  Install registers such tiles for
+ * the AMX kernels (autotune.qsuite.select), whose tile rows are configuration: a 16-
+ * or 32-row tile would otherwise leave up to 31 rows to the GEMV form, one at a time,
+ * each expanding the weights again. */
+static const at_qkernel_entry *tail_kernel(const at_qkernel_entry *main, int64_t rows)
+{
+    const at_qkernel_entry *best = NULL;
+    for (int i = 0; i < at_qkernel_count; ++i) {
+        const at_qkernel_entry *e = &at_qkernel_table[i];
+        if (e->kind == main->kind && e->mr > 1 && e->mr < main->mr && e->mr <= rows && (!best || e->mr > best->mr) &&
+            strcmp(e->features, main->features) == 0 && runnable(e))
+            best = e;
+    }
+    return best;
+}
+
 /* One call's work, shared by the threads: each takes a run of whole units of
  * AT_QPAD_COLUMNS columns (a multiple of every kernel's nr), so a column of C is
  * computed by the same kernel with the same slices of K whatever the thread
@@ -458,6 +480,8 @@ typedef struct {
     const float *sa, *asum;
     const at_qweights *w;
     float *C;
+    const at_qkernel_entry *tail[QTAILS]; /* after main's rows, before one's (tail_kernel) */
+    int tails;
 } qjob;
 
 #define UNIT_PANELS (AT_QPAD_COLUMNS / AT_QPANEL)
@@ -472,7 +496,14 @@ static void qjob_part(void *ctx, int t)
      * stay in cache while every row passes over them, and are read from memory once. */
     cover(j->main, 0, j->rows_main, j->kind, j->qa, j->sa, j->asum, j->kp, j->blocks, j->sub, u0 * UNIT_PANELS,
           u1 * UNIT_PANELS, j->wstride, j->sstride, j->w, j->C, j->ldc);
-    cover(j->one, j->rows_main, j->M - j->rows_main, j->kind, j->qa, j->sa, j->asum, j->kp, j->blocks, j->sub,
+    int64_t m0 = j->rows_main;
+    for (int i = 0; i < j->tails; ++i) {
+        const int64_t rows = (j->M - m0) / j->tail[i]->mr * j->tail[i]->mr;
+        cover(j->tail[i], m0, rows, j->kind, j->qa, j->sa, j->asum, j->kp, j->blocks, j->sub, u0 * UNIT_PANELS,
+              u1 * UNIT_PANELS, j->wstride, j->sstride, j->w, j->C, j->ldc);
+        m0 += rows;
+    }
+    cover(j->one, m0, j->M - m0, j->kind, j->qa, j->sa, j->asum, j->kp, j->blocks, j->sub,
           u0 * UNIT_PANELS, u1 * UNIT_PANELS, j->wstride, j->sstride, j->w, j->C, j->ldc);
 }
 
@@ -481,10 +512,12 @@ static void qjob_part(void *ctx, int t)
 #define MACS_PER_THREAD (1 << 22)
 
 /* C with `main` on whole groups of its rows and `one` (mr = 1) on the rest;
- * either may be NULL (the portable kernel then does its rows).  The library's
+ * either may be NULL (the portable kernel then does its rows).  With `tails` (the
+ * library's own choice, not a kernel forced by name) smaller tiles of main's kind
+ * take what they can of the rest first (tail_kernel).  The library's
  * thread count (at_set_num_threads, AUTOTUNE_NUM_THREADS) splits the columns. */
-static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_t M, const float *A, int64_t lda,
-               const at_qweights *w, const float *bias, const float *clamp, float *C, int64_t ldc)
+static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int tails, int64_t M, const float *A,
+               int64_t lda, const at_qweights *w, const float *bias, const float *clamp, float *C, int64_t ldc)
 {
     int status = check(M, A, lda, w, clamp, C, ldc);
     if (status != AT_OK || M == 0) return status;
@@ -510,7 +543,14 @@ static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int64_
     if (threads > macs / MACS_PER_THREAD) threads = (int64_t)(macs / MACS_PER_THREAD);
     if (threads < 1) threads = 1;
     qjob job = {main, one, main ? M / main->mr * main->mr : 0, M, kp, blocks, sub, wstride, sstride, units, ldc,
-                kind, (int)threads, qa, sa, asum, w, C};
+                kind, (int)threads, qa, sa, asum, w, C, {NULL}, 0};
+    int64_t left = M - job.rows_main;
+    while (tails && main && job.tails < QTAILS) {
+        const at_qkernel_entry *t = tail_kernel(main, left);
+        if (!t) break;
+        job.tail[job.tails++] = t;
+        left %= t->mr;
+    }
     if (threads > 1) at__parallel((int)threads, qjob_part, &job);
     else qjob_part(&job, 0);
     finish_rows(M, w->n, bias, clamp, C, ldc);
@@ -710,7 +750,7 @@ int at_qmatmul_f32(int64_t M, const float *A, int64_t lda, const at_qweights *w,
     if (sme2_usable(w))
         return run_sme2(M > 1 ? qsme2_form(kind, 0) : NULL, qsme2_form(kind, 1), M, A, lda, w, bias, clamp, C, ldc);
 #endif
-    return run(M > 1 ? preferred(kind, 2) : NULL, preferred(kind, 1), M, A, lda, w, bias, clamp, C, ldc);
+    return run(M > 1 ? preferred(kind, 2) : NULL, preferred(kind, 1), 1, M, A, lda, w, bias, clamp, C, ldc);
 }
 
 int at_qmatmul_f32_using(const char *kernel, int64_t M, const float *A, int64_t lda, const at_qweights *w,
@@ -721,8 +761,8 @@ int at_qmatmul_f32_using(const char *kernel, int64_t M, const float *A, int64_t 
         const at_qkernel_entry *e = &at_qkernel_table[i];
         if (strcmp(e->name, kernel) != 0) continue;
         if (e->kind != kind_of(w) || !runnable(e)) break;
-        return e->mr > 1 ? run(e, NULL, M, A, lda, w, bias, clamp, C, ldc)
-                         : run(NULL, e, M, A, lda, w, bias, clamp, C, ldc);
+        return e->mr > 1 ? run(e, NULL, 0, M, A, lda, w, bias, clamp, C, ldc)
+                         : run(NULL, e, 0, M, A, lda, w, bias, clamp, C, ldc);
     }
 #ifdef AT_QSME2
     /* An SME2 kernel forced by name runs all of C's rows (the block kernel's last
