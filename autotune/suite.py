@@ -10,6 +10,7 @@ what the search measures with: :class:`LibraryRunner`, or a fake in tests.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 import time
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 import numpy as np
 
 from .params import DTYPE_INDEX, DTYPES, PlannerParams
-from .runtime.loader import load
+from .runtime.loader import at_plan_info, at_step, load
 
 K = TypeVar("K")
 
@@ -124,7 +125,12 @@ def held_out_suite(dtypes: Sequence[str] = DTYPES, max_flops: float = math.inf) 
 # -- measuring ----------------------------------------------------------------------
 
 class SuiteRunner(Protocol):
-    """What the search measures with: the loaded library, or a fake in tests."""
+    """What the search measures with: the loaded library, or a fake in tests.
+
+    A runner may also have ``plan_signature(shape) -> bytes``: equal for two
+    parameter sets exactly when they plan the shape alike (:func:`tune.judge`
+    then counts them as equally fast there instead of timing noise).
+    """
 
     def set_params(self, params: PlannerParams) -> None: ...
     def time_shape(self, shape: SuiteShape) -> float: ...  # seconds per call
@@ -138,6 +144,15 @@ class _Buffers:
     b: np.ndarray
     c: np.ndarray
     strides: tuple[int, int, int]
+
+
+#: at_step's fields where the struct has them (its padding left out).
+_STEP_DTYPE = np.dtype({
+    "names": [name for name, _ in at_step._fields_],
+    "formats": [np.dtype(ctype) for _, ctype in at_step._fields_],
+    "offsets": [getattr(at_step, name).offset for name, _ in at_step._fields_],
+    "itemsize": ctypes.sizeof(at_step),
+})
 
 
 class LibraryRunner:
@@ -185,6 +200,29 @@ class LibraryRunner:
         rc = self.lib.at_params_set(ctypes.byref(params.to_struct()))
         if rc != 0:
             raise TuningError(f"at_params_set rejected {params}: {self.lib.at_last_error().decode()}")
+
+    def plan_signature(self, shape: SuiteShape) -> bytes:
+        """A digest of the plan the current parameters give ``shape``: its summary and every step."""
+        buf = self._buffers_for(shape)
+        plan = self.lib.at_plan_create_ex(*buf.plan_args)
+        if not plan:
+            raise TuningError(f"cannot plan {shape.label}: {self.lib.at_last_error().decode()}")
+        try:
+            info = at_plan_info()
+            self.lib.at_plan_get_info(plan, ctypes.byref(info))
+            steps = (at_step * max(1, info.nsteps))()
+            self.lib.at_plan_steps(plan, steps, info.nsteps)
+            digest = hashlib.blake2b(digest_size=16)
+            for value in (info.path, info.threads, info.kernel_trans, info.nsteps, info.blk_m, info.blk_n,
+                          info.blk_k):
+                digest.update(int(value).to_bytes(8, "little", signed=True))
+            # Field by field: the structs' padding holds whatever the library's memory held.
+            table = np.frombuffer(steps, dtype=_STEP_DTYPE, count=info.nsteps)
+            for name in _STEP_DTYPE.names:
+                digest.update(np.ascontiguousarray(table[name]).tobytes())
+            return digest.digest()
+        finally:
+            self.lib.at_plan_destroy(plan)
 
     def time_shape(self, shape: SuiteShape) -> float:
         buf = self._buffers_for(shape)

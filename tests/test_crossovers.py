@@ -256,6 +256,40 @@ def test_judge_times_identical_sets_once() -> None:
     assert verdict.chosen == "tuned" and list(verdict.times) == ["tuned"]
 
 
+def test_judge_counts_sets_that_plan_a_shape_alike_as_equally_fast_there() -> None:
+    class SamePlansNoisyTimes(_Costs):
+        """The measured set differs from the model's on the two largest shapes, where it is
+        10 % faster; everywhere else both plan alike, and noise makes the model's look 20 %
+        faster on most of them."""
+
+        def largest(self, shape: SuiteShape) -> bool:
+            return shape.flops >= 2.0 * 768 * 512 * 384
+
+        def plan_signature(self, shape: SuiteShape) -> bytes:
+            assert self.params is not None
+            differs = self.largest(shape) and self.params.thread_flops == 2.0
+            return b"measured" if differs else b"one plan"
+
+        def time_shape(self, shape: SuiteShape) -> float:
+            assert self.params is not None
+            measured = self.params.thread_flops == 2.0
+            factor = (0.9 if self.largest(shape) else 1.2) if measured else 1.0
+            return factor * shape.flops * 1e-12
+
+    sets = {"measured": PlannerParams(thread_flops=2.0), "model": PlannerParams(thread_flops=3.0)}
+    shapes = held_out_suite(("f64",))
+    verdict = tn.judge(SamePlansNoisyTimes({}), sets, shapes)
+    assert verdict.chosen == "measured"
+    for shape, (measured, model) in zip(shapes, zip(verdict.per_shape["measured"], verdict.per_shape["model"])):
+        assert (measured < model) if SamePlansNoisyTimes({}).largest(shape) else measured == model
+    # Without the signatures the noise decides.
+    class NoisyTimes(_Costs):
+        largest = SamePlansNoisyTimes.largest
+        time_shape = SamePlansNoisyTimes.time_shape
+
+    assert tn.judge(NoisyTimes({}), sets, shapes).chosen == "model"
+
+
 def test_held_out_shapes_cover_every_regime_and_never_meet_the_suite() -> None:
     from autotune.suite import default_suite
 

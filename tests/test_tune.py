@@ -439,3 +439,18 @@ def test_a_process_that_ignores_ctrl_c_keeps_ignoring_it_while_tuning(tmp_path):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert not res.interrupted
+
+
+def test_plan_signature_tells_plans_apart_and_only_them(built):
+    runner = suite.LibraryRunner(built.library)
+    try:
+        square = suite.SuiteShape("large", "f32", "nn", 128, 128, 128)
+        tiny = suite.SuiteShape("small", "f64", "nt", 12, 12, 12)
+        runner.set_params(PlannerParams(pack_flops=(0.0, 0.0)))
+        packed = [runner.plan_signature(s) for s in (square, tiny)]
+        assert [runner.plan_signature(s) for s in (square, tiny)] == packed  # the same bytes every time
+        runner.set_params(PlannerParams(pack_flops=(1e300, 0.0)))
+        in_place = [runner.plan_signature(s) for s in (square, tiny)]
+        assert in_place[0] != packed[0] and in_place[1] == packed[1]  # only the f32 plan changed
+    finally:
+        runner.close()
