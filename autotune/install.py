@@ -39,6 +39,8 @@ from .pkgconfig import write_pc
 from .toolchain import Target, native_isas, target_for
 
 if TYPE_CHECKING:
+    from .crossovers import Crossover
+    from .params import PlannerParams
     from .suite import SuiteShape
 
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
@@ -719,7 +721,8 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         tuned = PlannerParams.from_mapping(result.params)
         # Untuned (a zero budget, or nothing won its confirmation), the search's result is
         # the measured set itself: it competes under that name.
-        candidates = {**({"tuned": tuned} if result.kept else {}), "measured": measured, "model": model}
+        candidates = {**({"tuned": tuned} if result.kept else {}), "measured": measured,
+                      **each_crossover_alone(model, found), "model": model}
         # A quick install judges on one round and without the 1024^3 products.
         shapes = held_out_suite(dtypes, 2.0 * 768**3 if options.quick else math.inf)
         verdict = judge(runner, candidates, shapes, rounds=1 if options.quick else 2)
@@ -735,6 +738,27 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     if final != model:
         library = build_table_library(stored, targets, objects, root, library.library.parent)
     return stored, library
+
+
+def each_crossover_alone(model: PlannerParams, found: Sequence[Crossover]) -> dict[str, PlannerParams]:
+    """The model's set with one measured crossover each, named ``measured <param> [<dtype>]``.
+
+    The held-out check then keeps a crossover the measurements got right though another
+    in the same set is wrong: one install measured packing from 215^3 (f32 448^3 and
+    768x512x384 ran 1.5x and 1.2x faster) and threads from 152^3 (128^3 ran 1.5x slower
+    on one thread), and the whole measured set lost to the model's.
+    """
+    from .params import BY_NAME
+
+    sets: dict[str, PlannerParams] = {}
+    for c in found:
+        if c.source not in ("measured", "beyond"):
+            continue
+        alone = model.with_values(c.dtype, {c.param: c.flops})
+        if alone != model:
+            per_dtype = BY_NAME[c.param].per_dtype
+            sets[f"measured {c.param}" + (f" {c.dtype}" if per_dtype else "")] = alone
+    return sets if len(sets) > 1 else {}
 
 
 def recorded_shapes(path: Path | None) -> tuple["SuiteShape", ...]:

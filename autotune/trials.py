@@ -177,7 +177,11 @@ def held_out_line(tuning: Mapping[str, Any] | None) -> str | None:
     words = {"tuned": "tuned parameters", "measured": "measured crossovers",
              "model": "model's parameters (nothing measured beat them)"}
     gain = held.get("gain_over_model")
-    text = f"held-out check ({held.get('shapes', '?')} shapes the tuner never saw): {words.get(held.get('chosen'), held.get('chosen'))} kept"
+    chosen = str(held.get("chosen"))
+    # "measured pack_flops f32": the model's set with that one measured crossover.
+    said = words.get(chosen) or (f"the model's parameters with the {chosen} crossover"
+                                 if chosen.startswith("measured ") else chosen)
+    text = f"held-out check ({held.get('shapes', '?')} shapes the tuner never saw): {said} kept"
     if _finite(gain) and held.get("chosen") != "model":
         text += f", {float(gain):.2f}x the model's speed there"
     if tuning.get("held_out_rejected"):

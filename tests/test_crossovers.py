@@ -290,6 +290,39 @@ def test_judge_counts_sets_that_plan_a_shape_alike_as_equally_fast_there() -> No
     assert tn.judge(NoisyTimes({}), sets, shapes).chosen == "model"
 
 
+def test_a_right_crossover_is_kept_though_another_measured_with_it_is_wrong() -> None:
+    from autotune.install import each_crossover_alone
+
+    model = PlannerParams(pack_flops=(2.0 * 591**3, 2.0 * 418**3), thread_flops=2.0 * 82**3)
+    found = [cx.Crossover("pack_flops", "f32", "in place", "packed", 2.0 * 591**3, 2.0 * 215**3, "measured"),
+             cx.Crossover("pack_flops", "f64", "in place", "packed", 2.0 * 418**3, 2.0 * 418**3, "model"),
+             cx.Crossover("thread_flops", "f32", "one thread", "all", 2.0 * 82**3, 2.0 * 152**3, "measured")]
+    alone = each_crossover_alone(model, found)
+    assert list(alone) == ["measured pack_flops f32", "measured thread_flops"]
+    assert alone["measured pack_flops f32"] == model.with_values("f32", {"pack_flops": 2.0 * 215**3})
+    assert alone["measured thread_flops"].thread_flops == 2.0 * 152**3
+    measured = model.with_values("f32", {"pack_flops": 2.0 * 215**3, "thread_flops": 2.0 * 152**3})
+
+    class Host(_Costs):
+        """Packing pays from 215^3 up; a second thread pays from 82^3 (the sweep said 152^3)."""
+
+        def time_shape(self, shape: SuiteShape) -> float:
+            p = self.params
+            side = (shape.flops / 2) ** (1 / 3)
+            packed = shape.flops >= p.get(shape.dtype, "pack_flops")
+            threaded = shape.threads != 1 and shape.flops >= p.thread_flops
+            t = shape.flops * 1e-12 * (0.7 if packed and side >= 215 else 1.0)
+            return t * (0.6 if threaded and side >= 82 else 1.0)
+
+    sets = {"measured": measured, **alone, "model": model}
+    verdict = tn.judge(Host({}), sets, held_out_suite(("f32",)))
+    assert verdict.chosen == "measured pack_flops f32"
+    line = held_out_line({"held_out": {**verdict.to_dict(), "gain_over_model": verdict.gain("model")}})
+    assert "model's parameters with the measured pack_flops f32 crossover kept" in line
+    # One crossover measured: nothing to take apart.
+    assert each_crossover_alone(model, found[:2]) == {}
+
+
 def test_held_out_shapes_cover_every_regime_and_never_meet_the_suite() -> None:
     from autotune.suite import default_suite
 
