@@ -122,14 +122,36 @@ def test_qicount_operands_quantise_exactly(tmp_path):
     path = tmp_path / "data.bin"
     arm_icount.sme2_quant_data(path, m, n, k, 512)
     raw = np.fromfile(path, np.uint8)
-    header = raw[:56].view(np.int64)
-    ours_codes, ours_scales, native = header[4], header[5], header[6]
-    start = 56 + 4 * m * k + ours_codes + 4 * ours_scales
+    header = raw[:72].view(np.int64)
+    assert (header[0], header[1]) == (4, 32)  # bits, A's block
+    ours_codes, ours_scales, native = header[6], header[7], header[8]
+    start = 72 + 4 * m * k + ours_codes + 4 * ours_scales
     blocks = raw[start:start + native].reshape(n, k // 32, 18)
     assert (blocks[:, :, :2].copy().view(np.float16) == 1).all()
     nibbles = blocks[:, :, 2:]
     low, high = (nibbles & 15).astype(int) - 8, (nibbles >> 4).astype(int) - 8
     assert (np.concatenate([low, high], axis=2).reshape(n, k) == codes.T).all()
+
+
+@pytest.mark.parametrize("block", [32, 64])
+def test_qicount_8bit_operands_quantise_exactly(tmp_path, block):
+    """The 8-bit operands: sa = 1 for any block of A, W's column scales 1, KleidiAI's nxk
+    input the same int8 codes followed by those scales."""
+    from benchmarks import arm_icount
+
+    m, k, n = 3, 128, 40
+    A, codes = arm_icount.exact_operands(m, n, k, bits=8)
+    qa, sa = quant.quantize_activations(A, block)
+    assert (sa == 1).all() and (qa == A).all()
+    path = tmp_path / "data.bin"
+    arm_icount.sme2_quant_data(path, m, n, k, 512, bits=8, block=block)
+    raw = np.fromfile(path, np.uint8)
+    header = raw[:72].view(np.int64)
+    assert (header[0], header[1]) == (8, block)
+    start = 72 + 4 * m * k + header[6] + 4 * header[7]
+    native = raw[start:start + header[8]]
+    assert (native[:n * k].view(np.int8).reshape(n, k) == codes.T).all()
+    assert (native[n * k:].view(np.float32) == 1).all()
 
 
 # --------------------------------------------------------------------------- under QEMU
