@@ -14,7 +14,7 @@ library runs one thread: QEMU logs every guest thread, so with the pool's worker
     AUTOTUNE_HOME=/tmp/h autotune install --target sme2 --quick
     AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount [--kleidiai DIR] [MxNxK ...]     # float, SME2
     AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount --isa neon [--kleidiai DIR]      # float, no SME
-    python -m benchmarks.arm_icount --quantised --kleidiai DIR [--svl 512] [--bits 4 8] [--q8-block 32 k] [MxNxK ...]
+    python -m benchmarks.arm_icount --quantised --kleidiai DIR [--svl 512] [--bits 4,8] [--q8-block 32,k] [MxNxK ...]
                                                                                        # 4- and 8-bit, SME2
     python -m benchmarks.arm_icount --quantised --isa neon [--kleidiai DIR] [MxNxK ...]  # 4-bit, NEON
     python -m autotune.benchmarks.arm_icount ...          # the same from an installed autotune
@@ -39,8 +39,8 @@ new shape costs), instructions per FLOP, KleidiAI's count, the ratio cached / Kl
 and the symbols taking most of the cached call.
 
 **--quantised** (``C = A (f32) x W``, W symmetric 4-bit in blocks of 32, A quantised to
-int8 per block at call time; KleidiAI's ``qsi8d32p x qsi4c32p``, its scales f16).  W's
-packing is outside the markers on both sides (done once per model).
+int8 per block at call time; KleidiAI's ``qsi8d32p x qsi4c32p``, its scales f16; on SME2
+also 8-bit W, below).  W's packing is outside the markers on both sides (done once per model).
 
 * SME2 (``icount_sme2_quant.c``, ``--kleidiai`` required): autotune's A quantisation and
   packing (``at_qsme2_quantize_a``) and its kernels called directly (the 1VLx4VL
@@ -459,7 +459,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("shapes", nargs="*", type=icount.parse_shape,
                         help="MxNxK (default: the kind's table; quantised: K a multiple of 32)")
     parser.add_argument("--quantised", action="store_true",
-                        help="count the 4-bit quantised product (f32 A x symmetric 4-bit W) instead of SGEMM")
+                        help="count the quantised product (f32 A x symmetric 4-bit W; SME2: 8-bit W too) instead of SGEMM")
     parser.add_argument("--isa", choices=sorted(CPUS), default="sme2",
                         help="float: count the SME2 library on an SME2 CPU model (default) or without SME (its "
                              "NEON family); quantised: the SME2 or the NEON kernels; each against KleidiAI's "
@@ -470,11 +470,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                        "(default: $AUTOTUNE_HOME)")
     parser.add_argument("--library", help="float: a libautotune.a for aarch64 to count instead of the installed one")
     parser.add_argument("--svl", type=int, default=512, help="SME2: streaming vector length in bits (default 512)")
-    parser.add_argument("--bits", type=int, nargs="+", choices=(4, 8), default=[4, 8],
-                        help="quantised SME2: the weights counted, 4- and/or 8-bit (default both)")
-    parser.add_argument("--q8-block", nargs="+", default=["32", "k"],
-                        help="quantised SME2, 8 bits: A's block(s) for autotune, multiples of 32 or k (one block "
-                             "per row, as KleidiAI's qai8dx); default 32 k")
+    parser.add_argument("--bits", default="4,8",
+                        help="quantised SME2: the weights counted, 4 and/or 8 (bits), comma-separated (default 4,8)")
+    parser.add_argument("--q8-block", default="32,k",
+                        help="quantised SME2, 8 bits: A's blocks for autotune, comma-separated multiples of 32 or k "
+                             "(one block per row, as KleidiAI's qai8dx); default 32,k")
     parser.add_argument("--top", type=int, help="symbols listed per shape (default 4 float, 3 quantised)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows to PATH as JSON")
     args = parser.parse_args(argv)
@@ -484,6 +484,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--quantised --isa sme2 compares with KleidiAI: give --kleidiai DIR")
     if args.quantised and any(k % BLOCK for _, _, k in args.shapes):
         parser.error(f"KleidiAI's quantised kernels need K a multiple of {BLOCK}")
+    try:
+        args.bits = sorted({int(b) for b in args.bits.split(",")})
+    except ValueError:
+        parser.error(f"--bits takes 4 and/or 8, not {args.bits!r}")
+    args.q8_block = [b.strip().lower() for b in args.q8_block.split(",")]
+    if not set(args.bits) <= {4, 8} or any(b != "k" and (not b.isdigit() or int(b) % BLOCK or not int(b))
+                                           for b in args.q8_block):
+        parser.error("--bits takes 4 and/or 8; --q8-block positive multiples of 32 or k")
     args.shapes = args.shapes or list(SHAPES[kind(args)])
     return args
 
