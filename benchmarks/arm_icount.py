@@ -459,7 +459,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("shapes", nargs="*", type=icount.parse_shape,
                         help="MxNxK (default: the kind's table; quantised: K a multiple of 32)")
     parser.add_argument("--quantised", action="store_true",
-                        help="count the quantised product (f32 A x symmetric 4-bit W; SME2: 8-bit W too) instead of SGEMM")
+                        help="count the quantised product (f32 A x symmetric 4-bit W; SME2: 8-bit W too) "
+                             "instead of SGEMM")
     parser.add_argument("--isa", choices=sorted(CPUS), default="sme2",
                         help="float: count the SME2 library on an SME2 CPU model (default) or without SME (its "
                              "NEON family); quantised: the SME2 or the NEON kernels; each against KleidiAI's "
