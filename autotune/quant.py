@@ -265,7 +265,7 @@ SME2_SVLS = (128, 256, 512, 1024, 2048)
 
 @dataclass(frozen=True, eq=False)
 class Sme2Weights:
-    """4-bit W in the format of the SME2 kernels (autotune/codegen/quant_sme2.py).
+    """W in the format of the SME2 kernels (autotune/codegen/quant_sme2.py).
 
     Made for one streaming vector length, ``svl_bits``: a kernel's block is 1VL x 4VL
     (VL = svl_bits / 32 int32 lanes), so a panel holds ``4 * VL`` columns (padded
@@ -278,6 +278,12 @@ class Sme2Weights:
     them.  ``scales`` float32 [panels, blocks, 4 * VL]; for asymmetric weights
     [panels, blocks, 2, 4 * VL]: the scales, then the zero points as floats (the
     kernel loads both with one pointer).  Padded columns hold code 8, zero point 8.
+
+    8-bit weights (``bits`` 8): ``codes`` [panels, Kp / 4 * 16 * VL], per step of 4 rows
+    of K four vectors of ``4 * VL`` bytes, column c's four int8 codes at bytes
+    ``4c .. 4c + 3`` of the step (``smopa``/``sdot`` read them as loaded); ``scales``
+    float32 [panels, 4 * VL], the column's one scale (the kernels load it once per
+    panel, not per block).  Padded columns hold code 0 and scale 0.
     """
 
     codes: np.ndarray
@@ -287,6 +293,7 @@ class Sme2Weights:
     k: int
     block: int
     symmetric: bool
+    bits: int = 4
 
     def __post_init__(self) -> None:
         self.codes.setflags(write=False)
@@ -302,7 +309,7 @@ class Sme2Weights:
 
 
 def pack_sme2(w: QuantizedWeights, svl_bits: int) -> Sme2Weights:
-    """``w`` (4-bit) in the SME2 format of :class:`Sme2Weights` for ``svl_bits``.
+    """``w`` in the SME2 format of :class:`Sme2Weights` for ``svl_bits``.
 
     Parameterised by the SVL, not padded to the widest one: a panel is the kernel's
     4VL columns, so at SVL 128 a 16-column W is not padded to 256 columns (the panel
@@ -310,11 +317,18 @@ def pack_sme2(w: QuantizedWeights, svl_bits: int) -> Sme2Weights:
     """
     if svl_bits not in SME2_SVLS:
         raise QuantizationError(f"svl_bits must be one of {SME2_SVLS}, not {svl_bits!r}")
-    if w.bits != 4:
-        raise QuantizationError("the SME2 format holds 4-bit weights; 8-bit weights have no SME2 kernel yet")
     width = 4 * (svl_bits // 32)
     n, kp, blocks = w.n, w.padded_k, w.blocks
     panels = -(-n // width)
+    if w.bits == 8:
+        codes8 = np.zeros((panels * width, kp), np.int8)
+        codes8[:n] = w.codes
+        # [panel, c, step, t] -> [panel, step, c, t]: the step's 4VL columns of 4 codes.
+        grid8 = codes8.reshape(panels, width, kp // 4, 4).transpose(0, 2, 1, 3)
+        scales8 = np.zeros(panels * width, np.float32)
+        scales8[:n] = w.scales[:, 0]
+        return Sme2Weights(np.ascontiguousarray(grid8).view(np.uint8).reshape(panels, -1),
+                           scales8.reshape(panels, width), svl_bits, n, w.k, w.block, True, 8)
     nibbles = np.full((panels * width, kp), SYMMETRIC_ZERO_POINT, np.uint8)
     nibbles[:n, 0::2] = w.codes & 0x0F
     nibbles[:n, 1::2] = w.codes >> 4

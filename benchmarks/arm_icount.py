@@ -14,7 +14,8 @@ library runs one thread: QEMU logs every guest thread, so with the pool's worker
     AUTOTUNE_HOME=/tmp/h autotune install --target sme2 --quick
     AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount [--kleidiai DIR] [MxNxK ...]     # float, SME2
     AUTOTUNE_HOME=/tmp/h python -m benchmarks.arm_icount --isa neon [--kleidiai DIR]      # float, no SME
-    python -m benchmarks.arm_icount --quantised --kleidiai DIR [--svl 512] [MxNxK ...]   # 4-bit, SME2
+    python -m benchmarks.arm_icount --quantised --kleidiai DIR [--svl 512] [--bits 4,8] [--q8-block 32,k] [MxNxK ...]
+                                                                                       # 4- and 8-bit, SME2
     python -m benchmarks.arm_icount --quantised --isa neon [--kleidiai DIR] [MxNxK ...]  # 4-bit, NEON
     python -m autotune.benchmarks.arm_icount ...          # the same from an installed autotune
 
@@ -38,8 +39,8 @@ new shape costs), instructions per FLOP, KleidiAI's count, the ratio cached / Kl
 and the symbols taking most of the cached call.
 
 **--quantised** (``C = A (f32) x W``, W symmetric 4-bit in blocks of 32, A quantised to
-int8 per block at call time; KleidiAI's ``qsi8d32p x qsi4c32p``, its scales f16).  W's
-packing is outside the markers on both sides (done once per model).
+int8 per block at call time; KleidiAI's ``qsi8d32p x qsi4c32p``, its scales f16; on SME2
+also 8-bit W, below).  W's packing is outside the markers on both sides (done once per model).
 
 * SME2 (``icount_sme2_quant.c``, ``--kleidiai`` required): autotune's A quantisation and
   packing (``at_qsme2_quantize_a``) and its kernels called directly (the 1VLx4VL
@@ -49,7 +50,16 @@ packing is outside the markers on both sides (done once per model).
   ``lhs_quant_pack_qsi8d32p_f32_neon`` + ``..._1x4vl_sme2_sdot`` (M = 1) or
   ``..._1vlx4vl_sme2_mopa``.  The library is built here with the SME2 target's
   generated kernels; the operands quantise exactly, so every C must equal the
-  reference exactly.
+  reference exactly.  ``--bits 8`` (the default counts both): 8-bit W (one scale per
+  column) against KleidiAI's 8-bit counterpart, ``lhs_quant_pack_qai8dxp_f32`` +
+  ``qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot`` (M = 1) or ``qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa``.
+  KleidiAI has no 8-bit SME2 kernel for A quantised per block: qai8dx quantises each row
+  of A once (asymmetric int8, one scale and zero point per row), so its kernel scales
+  once per row and panel where autotune's format scales once per block of A.  Each
+  8-bit shape is counted at each ``--q8-block`` (A's block for autotune: 32, the
+  4-bit format's, and ``k``, one block per row as qai8dx has; K up to 4096).
+  KleidiAI's 8-bit C is checked against the exact one by relative (Frobenius) error
+  (``KAI_TOLERANCE``): its per-row scale (max - min) / 255 is not exact.
 * NEON (``icount_neon_quant.c``, on ``-cpu max``: dotprod and i8mm): the library's own
   choice, the dotprod 4x8 block forced by name, KleidiAI's dotprod kernel
   (``qsi8d32p1x4_qsi4c32p4x4_1x4`` for M = 1, which computes one row only,
@@ -83,6 +93,7 @@ from .icount import Count, checked_count, counted_run, geomean, kleidiai_checkou
 HERE = Path(__file__).resolve().parent
 KAI_MATMUL = "kai/ukernels/matmul/"
 QUANT_DIR = KAI_MATMUL + "matmul_clamp_f32_qsi8d32p_qsi4c32p/"
+QUANT8_DIR = KAI_MATMUL + "matmul_clamp_f32_qai8dxp_qsi8cxp/"
 BLOCK = 32
 
 #: The shapes each kind counts by default, MxNxK: issue 15's table, issue 17's SME2 comparison, and
@@ -90,7 +101,10 @@ BLOCK = 32
 SHAPES = {
     "float": ((256, 256, 256), (128, 128, 128), (64, 64, 64), (8, 128, 128), (1, 512, 512), (100, 10, 1000),
               (33, 65, 129), (512, 512, 64)),
-    "sme2-quant": ((1, 4096, 4096), (16, 1024, 1024), (64, 1024, 1024), (33, 96, 512)),
+    # ... and the prefill shapes, M = 64 to 1024 (K = N = 1024: M = 1024 logs some 30
+    # million instructions per call and side under QEMU, a few minutes per shape).
+    "sme2-quant": ((1, 4096, 4096), (16, 1024, 1024), (64, 1024, 1024), (33, 96, 512), (256, 1024, 1024),
+                   (1024, 1024, 1024)),
     "neon-quant": ((1, 4096, 4096), (16, 1024, 1024), (64, 512, 512), (33, 1000, 512)),
 }
 #: KleidiAI's sources each kind compiles (paths inside a checkout).
@@ -114,6 +128,12 @@ KAI_SOURCES = {
         KAI_MATMUL + "pack/kai_lhs_quant_pack_qsi8d32p_f32_neon.c",
         KAI_MATMUL + "pack/kai_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon.c",
         "kai/kai_common_sme_asm.S",
+        QUANT8_DIR + "kai_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa.c",
+        QUANT8_DIR + "kai_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa_asm.S",
+        QUANT8_DIR + "kai_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot.c",
+        QUANT8_DIR + "kai_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot_asm.S",
+        KAI_MATMUL + "pack/kai_lhs_quant_pack_qai8dxp_f32.c",
+        KAI_MATMUL + "pack/kai_rhs_pack_nxk_qsi8cxp_qsi8cx_neon.c",
     ),
     "neon-quant": (
         KAI_MATMUL + "pack/kai_lhs_quant_pack_qsi8d32p_f32.c",
@@ -221,26 +241,33 @@ def build_sme2_quant(work: Path, kleidiai: Path, svl_bits: int) -> Path:
                         "-march=armv9-a+sme2", [gen, lib.header.parent], lib.archive, kleidiai, KAI_SOURCES["sme2-quant"])
 
 
-def exact_operands(m: int, n: int, k: int, seed: int = 17) -> tuple[np.ndarray, np.ndarray]:
-    """A [M, K] of integers with max |a| = 127 in every block (so sa = 1 exactly, also
-    in f16) and signed 4-bit codes [K, N] in [-7, 7] (with scale 1)."""
+def exact_operands(m: int, n: int, k: int, seed: int = 17, bits: int = 4) -> tuple[np.ndarray, np.ndarray]:
+    """A [M, K] of integers with max |a| = 127 in every block of 32 (so sa = 1 exactly, also
+    in f16, for any block a multiple of 32) and signed codes [K, N] with scale 1: 4 bits in
+    [-7, 7], 8 bits in [-127, 127]."""
     rng = np.random.default_rng(seed)
     A = rng.integers(-127, 128, (m, k)).astype(np.float32)
     A[:, ::BLOCK] = 127
-    codes = rng.integers(-7, 8, (k, n))
-    codes[::BLOCK] = 7  # each block's max |w| = 7: scale exactly 1
+    top = 7 if bits == 4 else 127
+    codes = rng.integers(-top, top + 1, (k, n))
+    codes[::BLOCK] = top  # each block's (8 bits: each column's) max |w| = top: scale exactly 1
     return A, codes
 
 
-def sme2_quant_data(path: Path, m: int, n: int, k: int, svl_bits: int) -> None:
+def sme2_quant_data(path: Path, m: int, n: int, k: int, svl_bits: int, bits: int = 4, block: int = BLOCK) -> None:
     """The SME2 program's operands (its header describes the layout), exact by construction."""
-    A, codes = exact_operands(m, n, k)
-    w = quant.quantize_weights(codes.astype(np.float32), block=BLOCK)
+    A, codes = exact_operands(m, n, k, bits=bits)
+    w = quant.quantize_weights(codes.astype(np.float32), bits=bits, block=block)
     assert (w.scales == 1).all() and (w.signed_codes()[:, :k].T == codes).all()
     ours = quant.pack_sme2(w, svl_bits)
-    native = np.frombuffer(kleidiai_native(w), np.uint8)
+    if bits == 8:  # KleidiAI's nxk int8 codes, then the f32 scale of each column
+        native = np.frombuffer(np.ascontiguousarray(w.codes[:, :k]).tobytes()
+                               + w.scales[:, 0].astype(np.float32).tobytes(), np.uint8)
+    else:
+        native = np.frombuffer(kleidiai_native(w), np.uint8)
     want = (A.astype(np.float64) @ codes.astype(np.float64)).astype(np.float32)
-    header = np.array([svl_bits // 32, m, n, k, ours.codes.size, ours.scales.size, native.size], np.int64)
+    header = np.array([bits, block, svl_bits // 32, m, n, k, ours.codes.size, ours.scales.size, native.size],
+                      np.int64)
     # Then the library's qpanel8 arrays (the weights' own format; the SME2 form rides beside it).
     panels = w.packed
     tail = np.array([panels.codes.size, panels.scales.size], np.int64)
@@ -248,9 +275,21 @@ def sme2_quant_data(path: Path, m: int, n: int, k: int, svl_bits: int) -> None:
                                                     tail, panels.codes, panels.scales)))
 
 
+def sme2_quant_runs(args: argparse.Namespace, k: int) -> list[tuple[int, int]]:
+    """(bits, A's block) of every count of a shape with this K: 4 bits at 32, 8 bits at each
+    ``--q8-block`` (``k``: one block per row) that K allows."""
+    runs = [(4, BLOCK)] if 4 in args.bits else []
+    for block in args.q8_block if 8 in args.bits else ():
+        b = k if block == "k" else int(block)
+        if b <= quant.MAX_BLOCK and k % b == 0 and (8, b) not in runs:
+            runs.append((8, b))
+    return runs
+
+
 def run_sme2_quant(args: argparse.Namespace) -> list[dict]:
     """The quantised SME2 kind: autotune's kernels, its library, KleidiAI's kernels."""
-    kai = kleidiai_checkout(args.kleidiai, KAI_SOURCES["sme2-quant"], "the qsi8d32p x qsi4c32p SME2 kernels")
+    kai = kleidiai_checkout(args.kleidiai, KAI_SOURCES["sme2-quant"], "the qsi8d32p x qsi4c32p and "
+                                                                       "qai8dxp x qsi8cxp SME2 kernels")
     if kai is None:
         raise SystemExit("--quantised --isa sme2 compares with KleidiAI: give --kleidiai DIR")
     work = _work(args)
@@ -260,28 +299,45 @@ def run_sme2_quant(args: argparse.Namespace) -> list[dict]:
     n_top = args.top or 3
     rows = []
     for m, n, k in args.shapes:
-        data = work / f"data_{m}x{n}x{k}_{args.svl}.bin"
-        sme2_quant_data(data, m, n, k, args.svl)
-        env = {**os.environ, "AT_QICOUNT_DATA": str(data)}  # the operands, read outside the markers
-        ours, lib, theirs = (checked_count(qemu, [str(program), who, str(m), str(n), str(k)], env, quiet)
-                             for who in ("autotune", "library", "kleidiai"))
-        row = {"shape": f"{m}x{n}x{k}", "svl": args.svl,
-               "autotune": ours.phases.get("cached"), "autotune_wrong": ours.check.get("wrong"),
-               "library": lib.phases.get("cached"), "library_wrong": lib.check.get("wrong"),
-               "kleidiai": theirs.phases.get("cached"), "kleidiai_wrong": theirs.check.get("wrong"),
-               "autotune_top": ours.symbols.get("cached", Counter()).most_common(n_top),
-               # One more for the library: at_qmatmul_f32's own frame takes a place.
-               "library_top": lib.symbols.get("cached", Counter()).most_common(n_top + 1),
-               "kleidiai_top": theirs.symbols.get("cached", Counter()).most_common(n_top)}
-        row["ratio"] = row["autotune"] / row["kleidiai"] if row["autotune"] and row["kleidiai"] else None
-        row["library_ratio"] = row["library"] / row["kleidiai"] if row["library"] and row["kleidiai"] else None
-        rows.append(row)
-        _print_sme2_quant(row)
-    for key, who in (("ratio", "autotune"), ("library_ratio", "library")):
-        ratios = [r[key] for r in rows if r[key]]
-        if ratios:
-            print(f"geometric mean of {who} / KleidiAI over {len(ratios)} shapes at SVL {args.svl}: "
-                  f"{geomean(ratios):.3f}")
+        theirs_by_bits: dict[int, Count] = {}
+        for bits, block in sme2_quant_runs(args, k):
+            data = work / f"data_{m}x{n}x{k}_{args.svl}_q{bits}b{block}.bin"
+            sme2_quant_data(data, m, n, k, args.svl, bits, block)
+            env = {**os.environ, "AT_QICOUNT_DATA": str(data)}  # the operands, read outside the markers
+
+            def count(who: str) -> Count:
+                return checked_count(qemu, [str(program), who, str(m), str(n), str(k)], env, quiet)
+
+            ours, lib = count("autotune"), count("library")
+            # KleidiAI's count does not depend on autotune's block: once per shape and bits.
+            if bits not in theirs_by_bits:
+                theirs_by_bits[bits] = count("kleidiai")
+            theirs = theirs_by_bits[bits]
+            row = {"shape": f"{m}x{n}x{k}", "svl": args.svl, "bits": bits, "block": block,
+                   "autotune": ours.phases.get("cached"), "autotune_wrong": ours.check.get("wrong"),
+                   "library": lib.phases.get("cached"), "library_wrong": lib.check.get("wrong"),
+                   "kleidiai": theirs.phases.get("cached"), "kleidiai_wrong": theirs.check.get("wrong"),
+                   "kleidiai_relative_error": theirs.check.get("relative_error"),
+                   "autotune_top": ours.symbols.get("cached", Counter()).most_common(n_top),
+                   # One more for the library: at_qmatmul_f32's own frame takes a place.
+                   "library_top": lib.symbols.get("cached", Counter()).most_common(n_top + 1),
+                   "kleidiai_top": theirs.symbols.get("cached", Counter()).most_common(n_top)}
+            row["ratio"] = row["autotune"] / row["kleidiai"] if row["autotune"] and row["kleidiai"] else None
+            row["library_ratio"] = row["library"] / row["kleidiai"] if row["library"] and row["kleidiai"] else None
+            rows.append(row)
+            _print_sme2_quant(row)
+    # Per kind of count: 4 bits, and 8 bits at each block asked (k: the K of each shape).
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        k = int(r["shape"].split("x")[2])
+        label = "q4" if r["bits"] == 4 else "q8 block k" if r["block"] == k else f"q8 block {r['block']}"
+        groups.setdefault(label, []).append(r)
+    for label, mine in groups.items():
+        for key, who in (("ratio", "autotune"), ("library_ratio", "library")):
+            ratios = [r[key] for r in mine if r[key]]
+            if ratios:
+                print(f"geometric mean of {who} / KleidiAI over {len(ratios)} shapes, {label}, SVL {args.svl}: "
+                      f"{geomean(ratios):.3f}")
     _write_json(args, rows)
     return rows
 
@@ -295,7 +351,8 @@ def _print_sme2_quant(r: dict) -> None:
 
     ratio = f"{r['ratio']:.3f}" if r["ratio"] else "-"
     lratio = f"{r['library_ratio']:.3f}" if r["library_ratio"] else "-"
-    print(f"{r['shape']:>14} SVL {r['svl']}: autotune {fmt(r['autotune']):>12}{wrong('autotune')}  "
+    what = f"q{r['bits']} block {r['block']}"
+    print(f"{r['shape']:>14} SVL {r['svl']} {what:>13}: autotune {fmt(r['autotune']):>12}{wrong('autotune')}  "
           f"library {fmt(r['library']):>12}{wrong('library')}  KleidiAI {fmt(r['kleidiai']):>12}{wrong('kleidiai')}"
           f"  autotune/KleidiAI {ratio}  library/KleidiAI {lratio}")
     for side in ("autotune", "library", "kleidiai"):
@@ -402,7 +459,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("shapes", nargs="*", type=icount.parse_shape,
                         help="MxNxK (default: the kind's table; quantised: K a multiple of 32)")
     parser.add_argument("--quantised", action="store_true",
-                        help="count the 4-bit quantised product (f32 A x symmetric 4-bit W) instead of SGEMM")
+                        help="count the quantised product (f32 A x symmetric 4-bit W; SME2: 8-bit W too) "
+                             "instead of SGEMM")
     parser.add_argument("--isa", choices=sorted(CPUS), default="sme2",
                         help="float: count the SME2 library on an SME2 CPU model (default) or without SME (its "
                              "NEON family); quantised: the SME2 or the NEON kernels; each against KleidiAI's "
@@ -413,6 +471,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                        "(default: $AUTOTUNE_HOME)")
     parser.add_argument("--library", help="float: a libautotune.a for aarch64 to count instead of the installed one")
     parser.add_argument("--svl", type=int, default=512, help="SME2: streaming vector length in bits (default 512)")
+    parser.add_argument("--bits", default="4,8",
+                        help="quantised SME2: the weights counted, 4 and/or 8 (bits), comma-separated (default 4,8)")
+    parser.add_argument("--q8-block", default="32,k",
+                        help="quantised SME2, 8 bits: A's blocks for autotune, comma-separated multiples of 32 or k "
+                             "(one block per row, as KleidiAI's qai8dx); default 32,k")
     parser.add_argument("--top", type=int, help="symbols listed per shape (default 4 float, 3 quantised)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows to PATH as JSON")
     args = parser.parse_args(argv)
@@ -422,6 +485,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--quantised --isa sme2 compares with KleidiAI: give --kleidiai DIR")
     if args.quantised and any(k % BLOCK for _, _, k in args.shapes):
         parser.error(f"KleidiAI's quantised kernels need K a multiple of {BLOCK}")
+    try:
+        args.bits = sorted({int(b) for b in args.bits.split(",")})
+    except ValueError:
+        parser.error(f"--bits takes 4 and/or 8, not {args.bits!r}")
+    args.q8_block = [b.strip().lower() for b in args.q8_block.split(",")]
+    if not set(args.bits) <= {4, 8} or any(b != "k" and (not b.isdigit() or int(b) % BLOCK or not int(b))
+                                           for b in args.q8_block):
+        parser.error("--bits takes 4 and/or 8; --q8-block positive multiples of 32 or k")
     args.shapes = args.shapes or list(SHAPES[kind(args)])
     return args
 

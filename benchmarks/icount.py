@@ -112,19 +112,26 @@ def checked_count(runner: Sequence[str], program: Sequence[str], env: Mapping[st
 
 
 def unlogged(exe: Path, prefix: str = "kai_run_rhs_pack_") -> list[str]:
-    """QEMU ``-dfilter`` ranges for everything but the first function named ``prefix...``:
-    KleidiAI's RHS packing runs before the markers, yet would be logged, for 4096 x 4096
-    weights a billion lines nobody counts.  Empty (log everything) without llvm-nm."""
+    """QEMU ``-dfilter`` ranges for everything but the functions named ``prefix...``:
+    KleidiAI's RHS packing (one packer per kind of weights a program compares) runs
+    before the markers, yet would be logged, for 4096 x 4096 weights a billion lines
+    nobody counts.  Empty (log everything) without llvm-nm."""
     nm = shutil.which("llvm-nm-19") or shutil.which("llvm-nm")
     if nm is None:
         return []
     listing = subprocess.run([nm, "-S", "--defined-only", str(exe)], capture_output=True, text=True).stdout
-    for line in listing.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and parts[3].startswith(prefix):
-            start, size = int(parts[0], 16), int(parts[1], 16)
-            return ["-dfilter", f"0x0..0x{start - 1:x},0x{start + size:x}..0xffffffffffff"]
-    return []
+    symbols = [line.split() for line in listing.splitlines()]
+    skipped = sorted({(int(p[0], 16), int(p[0], 16) + int(p[1], 16)) for p in symbols
+                      if len(p) == 4 and p[3].startswith(prefix)})
+    if not skipped:
+        return []
+    ranges, start = [], 0
+    for begin, end in skipped:
+        if begin > start:
+            ranges.append(f"0x{start:x}..0x{begin - 1:x}")
+        start = max(start, end)
+    ranges.append(f"0x{start:x}..0xffffffffffff")
+    return ["-dfilter", ",".join(ranges)]
 
 
 def kleidiai_checkout(path: str | None, sources: Sequence[str], what: str) -> Path | None:

@@ -1,15 +1,19 @@
 /* icount_sme2_quant.c: the program `python -m benchmarks.arm_icount --quantised` runs
  * under qemu-aarch64 to count guest instructions of one quantised product
- * C[M, N] = A[M, K] (f32) x W[K, N] (symmetric 4-bit weights, blocks of 32) on SME2.
+ * C[M, N] = A[M, K] (f32) x W[K, N] on SME2: symmetric 4-bit weights in blocks of 32, or
+ * 8-bit weights (one scale per column; A quantised per row and block of `block` values).
  *
  *   icount_sme2_quant autotune|library|kleidiai M N K count|check      (data: $AT_QICOUNT_DATA)
  *
- * The data file (written by benchmarks/arm_icount.py) holds A, W packed for autotune's SME2
- * kernels (autotune.quant.pack_sme2), W in the nxk layout KleidiAI's RHS packer
- * reads, the exact C, then W in the library's qpanel8 format (autotune.quant.pack_panels),
- * its int64 code bytes and scale count first.  A's blocks have max |a| = 127 and integer values and W's
- * scales are 1, so both libraries' quantisations are exact (their f16 scales too) and
- * a right C equals the reference exactly.
+ * The data file (written by benchmarks/arm_icount.py) holds the bits and A's block, A, W
+ * packed for autotune's SME2 kernels (autotune.quant.pack_sme2), W in the nxk layout
+ * KleidiAI's RHS packer reads (8 bits: int8 codes [N][K], then N f32 scales), the exact C,
+ * then W in the library's qpanel8 format (autotune.quant.pack_panels), its int64 code bytes
+ * and scale count first.  A's blocks have max |a| = 127 and integer values and W's
+ * scales are 1, so autotune's quantisation is exact and a right C equals the reference
+ * exactly; so is KleidiAI's for 4 bits (its f16 scales too).  KleidiAI's 8-bit path
+ * quantises A per row, asymmetrically (qai8dx: scale (max - min) / 255, here 254 / 255),
+ * so its C is checked against the exact one by relative (Frobenius) error instead.
  *
  * Measured, between the markers (icount.h) icount_begin(2) and icount_end(2) (the first call,
  * phase 1, warms nothing up but is counted too):
@@ -19,9 +23,12 @@
  *   library: the same through libautotune's at_qmatmul_f32 (its own choice, the
  *     weights carrying their SME2 form), so the wiring's overhead shows;
  *   kleidiai: kai_run_lhs_quant_pack_qsi8d32p_f32_neon, then for M = 1 its
- *     1x4VL sdot kernel, else its 1VLx4VL mopa kernel.
+ *     1x4VL sdot kernel, else its 1VLx4VL mopa kernel; 8 bits: kai_run_lhs_quant_pack_qai8dxp_f32,
+ *     then ..._qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot (M = 1) or ..._qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa.
+ *   The 8-bit kernels of autotune are at_q8_sme2_1vlx4vl and at_q8_sme2_1x4vl.
  * W's packing is outside the markers on both sides: it is done once per model. */
 #include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,11 +42,18 @@
 #include "kai/ukernels/matmul/matmul_clamp_f32_qsi8d32p_qsi4c32p/kai_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot.h"
 #include "kai/ukernels/matmul/pack/kai_lhs_quant_pack_qsi8d32p_f32_neon.h"
 #include "kai/ukernels/matmul/pack/kai_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon.h"
+#include "kai/ukernels/matmul/matmul_clamp_f32_qai8dxp_qsi8cxp/kai_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa.h"
+#include "kai/ukernels/matmul/matmul_clamp_f32_qai8dxp_qsi8cxp/kai_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot.h"
+#include "kai/ukernels/matmul/pack/kai_lhs_quant_pack_qai8dxp_f32.h"
+#include "kai/ukernels/matmul/pack/kai_rhs_pack_nxk_qsi8cxp_qsi8cx_neon.h"
 
-#define BL 32
+#define BL 32 /* KleidiAI's 4-bit block, and autotune's for 4 bits */
+/* KleidiAI's 8-bit C may differ from the exact one by this relative (Frobenius) error
+ * (arm_icount.KAI_TOLERANCE, the NEON kind's check). */
+#define KAI_TOLERANCE 0.05
 
 typedef struct {
-    int64_t vl, M, N, K, ours_codes, ours_scales, kai_rhs, panel_codes, panel_scales;
+    int64_t bits, block, vl, M, N, K, ours_codes, ours_scales, kai_rhs, panel_codes, panel_scales;
     float *A, *ours_ws, *want, *panel_ws;
     uint8_t *ours_wq, *kai_native, *panel_wq;
 } data;
@@ -51,9 +65,9 @@ static void load(const char *path, data *d)
         perror(path);
         exit(2);
     }
-    int64_t *h = icount_read(f, 7 * sizeof(int64_t));
-    d->vl = h[0], d->M = h[1], d->N = h[2], d->K = h[3], d->ours_codes = h[4], d->ours_scales = h[5];
-    d->kai_rhs = h[6];
+    int64_t *h = icount_read(f, 9 * sizeof(int64_t));
+    d->bits = h[0], d->block = h[1], d->vl = h[2], d->M = h[3], d->N = h[4], d->K = h[5], d->ours_codes = h[6];
+    d->ours_scales = h[7], d->kai_rhs = h[8];
     d->A = icount_read(f, sizeof(float) * (size_t)(d->M * d->K));
     d->ours_wq = icount_read(f, (size_t)d->ours_codes);
     d->ours_ws = icount_read(f, sizeof(float) * (size_t)d->ours_scales);
@@ -75,21 +89,23 @@ typedef struct {
 
 static void ours(const data *d, ours_buffers *b, float *C)
 {
-    const int64_t vl = d->vl, blocks = d->K / BL, whole = d->M % vl == 1 ? d->M - 1 : d->M;
+    const int64_t vl = d->vl, bl = d->block, blocks = d->K / bl, sub = bl / 32;
+    const int64_t whole = d->M % vl == 1 ? d->M - 1 : d->M;
+    const at_qsme2_fn block = d->bits == 8 ? at_q8_sme2_1vlx4vl : at_q4s_sme2_1vlx4vl;
+    const at_qsme2_fn gemv = d->bits == 8 ? at_q8_sme2_1x4vl : at_q4s_sme2_1x4vl;
     if (whole) {
-        at_qsme2_quantize_a(whole, d->K, d->A, d->K, BL, blocks, vl, 0, b->qa, b->sa);
-        at_q4s_sme2_1vlx4vl(blocks, 1, b->qa, whole, b->sa, d->N, d->ours_wq, d->ours_ws, C, d->N, 0);
+        at_qsme2_quantize_a(whole, d->K, d->A, d->K, bl, blocks, vl, 0, b->qa, b->sa);
+        block(blocks, sub, b->qa, whole, b->sa, d->N, d->ours_wq, d->ours_ws, C, d->N, 0);
     }
     if (whole < d->M) {
-        at_qsme2_quantize_a(1, d->K, d->A + whole * d->K, d->K, BL, blocks, 1, 0, b->qa_tail, b->sa_tail);
-        at_q4s_sme2_1x4vl(blocks, 1, b->qa_tail, 1, b->sa_tail, d->N, d->ours_wq, d->ours_ws, C + whole * d->N,
-                          d->N, 0);
+        at_qsme2_quantize_a(1, d->K, d->A + whole * d->K, d->K, bl, blocks, 1, 0, b->qa_tail, b->sa_tail);
+        gemv(blocks, sub, b->qa_tail, 1, b->sa_tail, d->N, d->ours_wq, d->ours_ws, C + whole * d->N, d->N, 0);
     }
 }
 
 static void library(const data *d, float *C)
 {
-    const at_qweights w = {4, 1, d->K, d->N, BL, d->panel_wq, d->panel_ws, NULL,
+    const at_qweights w = {(int32_t)d->bits, 1, d->K, d->N, d->block, d->panel_wq, d->panel_ws, NULL,
                            d->ours_wq, d->ours_ws, d->vl * 32};
     if (at_qmatmul_f32(d->M, d->A, d->K, &w, NULL, NULL, C, d->N) != AT_OK) {
         fprintf(stderr, "at_qmatmul_f32: %s\n", at_last_error());
@@ -109,13 +125,51 @@ static void library(const data *d, float *C)
                                           sizeof(float), -FLT_MAX, FLT_MAX);                                   \
     } while (0)
 
+/* The same for the 8-bit kernels, whose LHS packer (per row, no block) takes no block length. */
+#define KAI_QMATMUL8(KERNEL)                                                                                    \
+    do {                                                                                                       \
+        kai_run_lhs_quant_pack_qai8dxp_f32(M, K, kai_get_mr_matmul_clamp_f32_##KERNEL(),                       \
+                                           kai_get_kr_matmul_clamp_f32_##KERNEL(),                            \
+                                           kai_get_sr_matmul_clamp_f32_##KERNEL(), 0, d->A, K * sizeof(float), \
+                                           lhs_packed);                                                        \
+        kai_run_matmul_clamp_f32_##KERNEL(M, N, K, lhs_packed, rhs_packed, C, N * sizeof(float), sizeof(float), \
+                                          -FLT_MAX, FLT_MAX);                                                  \
+    } while (0)
+
 static void kleidiai(const data *d, void *lhs_packed, const void *rhs_packed, float *C)
 {
     const size_t M = (size_t)d->M, N = (size_t)d->N, K = (size_t)d->K;
-    if (M == 1)
+    if (d->bits == 8) {
+        if (M == 1)
+            KAI_QMATMUL8(qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot);
+        else
+            KAI_QMATMUL8(qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa);
+    } else if (M == 1) {
         KAI_QMATMUL(qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot);
-    else
+    } else {
         KAI_QMATMUL(qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa);
+    }
+}
+
+/* KleidiAI's 8-bit LHS and RHS, packed for the kernel M selects: (lhs_packed, rhs_packed). */
+static void kleidiai8_buffers(const data *d, void **lhs_packed, void **rhs_packed)
+{
+    const size_t M = (size_t)d->M, N = (size_t)d->N, K = (size_t)d->K;
+    const int gemv = M == 1;
+    const size_t mr = gemv ? kai_get_mr_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot()
+                           : kai_get_mr_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa();
+    const size_t nr = gemv ? kai_get_nr_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot()
+                           : kai_get_nr_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa();
+    const size_t kr = gemv ? kai_get_kr_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot()
+                           : kai_get_kr_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa();
+    const size_t sr = gemv ? kai_get_sr_matmul_clamp_f32_qai8dxp1x4_qsi8cxp4vlx4_1x4vl_sme2_dot()
+                           : kai_get_sr_matmul_clamp_f32_qai8dxp1vlx4_qsi8cxp4vlx4_1vlx4vl_sme2_mopa();
+    *lhs_packed = malloc(kai_get_lhs_packed_size_lhs_quant_pack_qai8dxp_f32(M, K, mr, kr, sr));
+    *rhs_packed = malloc(kai_get_rhs_packed_size_rhs_pack_nxk_qsi8cxp_qsi8cx_neon(N, K, nr, kr, sr));
+    const int8_t *codes = (const int8_t *)d->kai_native;
+    const float *scales = (const float *)(const void *)(d->kai_native + N * K);
+    const struct kai_rhs_pack_qsi8cx_params params = {.lhs_zero_point = 1, .scale_multiplier = 1.0f};
+    kai_run_rhs_pack_nxk_qsi8cxp_qsi8cx_neon(1, N, K, nr, kr, sr, codes, NULL, scales, *rhs_packed, 0, &params);
 }
 
 int main(int argc, char **argv)
@@ -140,7 +194,9 @@ int main(int argc, char **argv)
     const size_t M = (size_t)d.M, N = (size_t)d.N, K = (size_t)d.K;
     ours_buffers ob = {0};
     void *lhs_packed = NULL, *rhs_packed = NULL;
-    if (kai) {
+    if (kai && d.bits == 8) {
+        kleidiai8_buffers(&d, &lhs_packed, &rhs_packed);
+    } else if (kai) {
         const int gemv = M == 1;
         const size_t mr = gemv ? kai_get_mr_matmul_clamp_f32_qsi8d32p1x4_qsi4c32p4vlx4_1x4vl_sme2_sdot()
                                : kai_get_mr_matmul_clamp_f32_qsi8d32p1vlx4_qsi4c32p4vlx4_1vlx4vl_sme2_mopa();
@@ -154,7 +210,7 @@ int main(int argc, char **argv)
         kai_run_rhs_pack_nxk_qsi4c32ps1s0scalef16_qsu4c32s16s0_neon(1, N, K, nr, kr, sr, BL, d.kai_native, NULL,
                                                                     rhs_packed, 0, &params);
     } else if (!lib) {
-        const int64_t blocks = d.K / BL;
+        const int64_t blocks = d.K / d.block;
         ob.qa = malloc((size_t)at_qsme2_qa_bytes(d.M, d.K, d.vl));
         ob.sa = malloc(sizeof(float) * (size_t)at_qsme2_sa_count(d.M, blocks, d.vl, 0));
         ob.qa_tail = malloc((size_t)d.K);
@@ -171,8 +227,15 @@ int main(int argc, char **argv)
     }
     if (phases == 1) {
         long wrong = 0;
-        for (size_t i = 0; i < M * N; ++i) wrong += C[i] != d.want[i];
-        printf("{\"wrong\": %ld}\n", wrong);
+        double err = 0, norm = 0;
+        for (size_t i = 0; i < M * N; ++i) {
+            wrong += C[i] != d.want[i];
+            err += ((double)C[i] - d.want[i]) * ((double)C[i] - d.want[i]);
+            norm += (double)d.want[i] * d.want[i];
+        }
+        const double relative = sqrt(err / (norm > 0 ? norm : 1));
+        if (kai && d.bits == 8) wrong = !(relative <= KAI_TOLERANCE); /* NaN too */
+        printf("{\"wrong\": %ld, \"relative_error\": %.3g}\n", wrong, relative);
         return wrong != 0;
     }
     return 0;

@@ -338,7 +338,7 @@ def test_neon_library_has_no_sme2_path(qharness, tmp_path):
                         ("names", lambda out: out.split() and not any("_sme2_" in n for n in out.split()))):
         done = subprocess.run([*runner, str(exe), mode], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and check(done.stdout), (mode, done.stdout, done.stderr)
-    calls = [("", A, w, {"sme2": quant.pack_sme2(w, 512)}) for kind in ("q4s", "q4a") for _, A, w in _cases(kind)]
+    calls = [("", A, w, {"sme2": quant.pack_sme2(w, 512)}) for kind in ("q4s", "q4a", "q8") for _, A, w in _cases(kind)]
     for (_, A, w, _), (status, C) in zip(calls, _run(target, exe, cpu, calls, tmp_path)):
         assert status == AT_OK and _check(C, A, w) is None, f"M={A.shape[0]} K={A.shape[1]}"
 

@@ -1,4 +1,4 @@
-"""The SME2 quantised kernels (autotune/codegen/quant_sme2.py) and their weight format
+"""The SME2 quantised kernels (autotune/codegen/quant_sme2.py: 4- and 8-bit weights) and their weight format
 (autotune.quant.pack_sme2), validated under QEMU at every SVL the Arm library supports.
 
 The format test is pure numpy.  The ``arm`` tests cross-build tests/qsme2_driver/
@@ -66,21 +66,47 @@ def test_pack_sme2_element_by_element(svl, symmetric):
                     assert packed.scales[p, b, 1, c] == (w.zero_points[col, b] if col < n else 8)
 
 
-def test_pack_sme2_refuses_what_has_no_kernel():
+@pytest.mark.parametrize("svl", quant.SME2_SVLS)
+def test_pack_sme2_8bit_element_by_element(svl):
+    rng = np.random.default_rng(svl + 8)
+    k, n = 70, 37
+    w = quant.quantize_weights(rng.standard_normal((k, n)), bits=8, block=32)
+    packed = quant.pack_sme2(w, svl)
+    assert packed.bits == 8 and packed.symmetric
+    width = 4 * (svl // 32)
+    kp = w.padded_k
+    assert packed.panel_columns == width and packed.panels == -(-n // width)
+    assert packed.codes.shape == (packed.panels, kp // 4 * 4 * width) and packed.scales.shape == (packed.panels, width)
+    codes = packed.codes.view(np.int8).reshape(packed.panels, kp // 4, width, 4)
+    for p in range(packed.panels):
+        for c in range(width):
+            col = p * width + c
+            for k4 in range(kp // 4):
+                for t in range(4):  # byte 4c + t of the step: what smopa/sdot take for column c
+                    want = w.codes[col, 4 * k4 + t] if col < n else 0
+                    assert codes[p, k4, c, t] == want, (p, c, k4, t)
+            assert packed.scales[p, c] == (w.scales[col, 0] if col < n else 0)
+
+
+def test_pack_sme2_refuses_an_unknown_svl():
     rng = np.random.default_rng(1)
     W = rng.standard_normal((40, 9))
-    with pytest.raises(quant.QuantizationError, match="4-bit"):
-        quant.pack_sme2(quant.quantize_weights(W, bits=8), 512)
-    with pytest.raises(quant.QuantizationError, match="svl_bits"):
-        quant.pack_sme2(quant.quantize_weights(W), 384)
+    for bits in (4, 8):
+        with pytest.raises(quant.QuantizationError, match="svl_bits"):
+            quant.pack_sme2(quant.quantize_weights(W, bits=bits), 384)
 
 
 def test_kernel_text_names_the_instructions():
     text = quant_sme2.kernels_source().text
     for needle in ("luti4 {z4.b-z5.b}, zt0, z0[0]", "smopa za3.s", "sdot za.s[w8, 0, vgx4]",
                    "mova {z28.b-z31.b}, za0h.b[w12, 0:3]", "scvtf {z28.s-z31.s}", "ldr zt0",
-                   "AT_FUNC_BEGIN(at_q4s_sme2_1vlx4vl_s)", "AT_ENTRY(at_q4s_sme2_1x4vl)"):
+                   "AT_FUNC_BEGIN(at_q4s_sme2_1vlx4vl_s)", "AT_ENTRY(at_q4s_sme2_1x4vl)",
+                   "AT_ENTRY(at_q8_sme2_1vlx4vl)", "smopa za3.s, p0/m, p0/m, z23.b, z15.b",
+                   "sdot za.s[w8, 0, vgx4], {z16.b-z19.b}, z9.b[3]"):
         assert needle in text, needle
+    # The 8-bit kernels expand nothing: no luti4 and no ZT0 between their entries and their end.
+    q8 = text[text.index("AT_FUNC_BEGIN(at_q8_sme2_1vlx4vl_s)"):text.index("AT_FUNC_END(at_q8_sme2_1x4vl_s)")]
+    assert "luti4" not in q8 and "zt0" not in q8
 
 
 def test_qicount_operands_quantise_exactly(tmp_path):
@@ -96,14 +122,36 @@ def test_qicount_operands_quantise_exactly(tmp_path):
     path = tmp_path / "data.bin"
     arm_icount.sme2_quant_data(path, m, n, k, 512)
     raw = np.fromfile(path, np.uint8)
-    header = raw[:56].view(np.int64)
-    ours_codes, ours_scales, native = header[4], header[5], header[6]
-    start = 56 + 4 * m * k + ours_codes + 4 * ours_scales
+    header = raw[:72].view(np.int64)
+    assert (header[0], header[1]) == (4, 32)  # bits, A's block
+    ours_codes, ours_scales, native = header[6], header[7], header[8]
+    start = 72 + 4 * m * k + ours_codes + 4 * ours_scales
     blocks = raw[start:start + native].reshape(n, k // 32, 18)
     assert (blocks[:, :, :2].copy().view(np.float16) == 1).all()
     nibbles = blocks[:, :, 2:]
     low, high = (nibbles & 15).astype(int) - 8, (nibbles >> 4).astype(int) - 8
     assert (np.concatenate([low, high], axis=2).reshape(n, k) == codes.T).all()
+
+
+@pytest.mark.parametrize("block", [32, 64])
+def test_qicount_8bit_operands_quantise_exactly(tmp_path, block):
+    """The 8-bit operands: sa = 1 for any block of A, W's column scales 1, KleidiAI's nxk
+    input the same int8 codes followed by those scales."""
+    from benchmarks import arm_icount
+
+    m, k, n = 3, 128, 40
+    A, codes = arm_icount.exact_operands(m, n, k, bits=8)
+    qa, sa = quant.quantize_activations(A, block)
+    assert (sa == 1).all() and (qa == A).all()
+    path = tmp_path / "data.bin"
+    arm_icount.sme2_quant_data(path, m, n, k, 512, bits=8, block=block)
+    raw = np.fromfile(path, np.uint8)
+    header = raw[:72].view(np.int64)
+    assert (header[0], header[1]) == (8, block)
+    start = 72 + 4 * m * k + header[6] + 4 * header[7]
+    native = raw[start:start + header[8]]
+    assert (native[:n * k].view(np.int8).reshape(n, k) == codes.T).all()
+    assert (native[n * k:].view(np.float32) == 1).all()
 
 
 # --------------------------------------------------------------------------- under QEMU
@@ -136,20 +184,23 @@ def driver(tmp_path_factory) -> Path:
 
 
 def _case(rng, m: int, k: int, n: int, svl: int, form: int, block: int = 32, scales: str = "normal",
-          nan_a: bool = False, load_c: bool = False, symmetric: bool = True):
+          nan_a: bool = False, load_c: bool = False, symmetric: bool = True, bits: int = 4):
     """A case: (w, A, C0, header, payload)."""
     W = rng.standard_normal((k, n)).astype(np.float32)
     A = rng.standard_normal((m, k)).astype(np.float32)
     if scales == "zero_block":
-        W[:min(block, k)] = 0  # the first block of every column: scale 0
+        if bits == 8:
+            W[:, ::3] = 0  # 8 bits have one scale per column: every third column's is 0
+        else:
+            W[:min(block, k)] = 0  # the first block of every column: scale 0
     if not symmetric:
         W += rng.uniform(-1, 2, n).astype(np.float32)  # off-centre columns: zero points away from 8
-    w = quant.quantize_weights(W, block=block, symmetric=symmetric)
+    w = quant.quantize_weights(W, bits=bits, block=block, symmetric=symmetric)
     if scales in ("subnormal", "large", "huge"):
         # subnormal products sa * sw; terms near float32's top; terms beyond it.
         factor, a_factor = {"subnormal": (1e-41, 1e-3), "large": (1e30, 1e3), "huge": (3e37, 1e3)}[scales]
         w = quant.QuantizedWeights(w.codes, (w.scales * np.float32(factor)).astype(np.float32), w.zero_points,
-                                   w.k, 4, w.block)
+                                   w.k, bits, w.block)
         A *= np.float32(a_factor)
     if scales == "tiny_a":
         A *= np.float32(1e-41)  # subnormal A and sa: a / sa may pass 127 and must be clipped
@@ -164,7 +215,8 @@ def _case(rng, m: int, k: int, n: int, svl: int, form: int, block: int = 32, sca
     ldc = n + 3
     C0 = rng.standard_normal((m, ldc)).astype(np.float32) if load_c else np.full((m, ldc), np.nan, np.float32)
     C0[:, n:] = 12345.0  # past N: must come back as it was
-    header = np.array([svl // 32, form + (0 if symmetric else 2), m, k, n, block, w.blocks, ldc, int(load_c),
+    kind = 2 if bits == 8 else 0 if symmetric else 1
+    header = np.array([svl // 32, form + 2 * kind, m, k, n, block, w.blocks, ldc, int(load_c),
                        packed.codes.size,
                        packed.scales.size], np.int64)
     payload = b"".join(x.tobytes() for x in (header, A, packed.codes, packed.scales, C0))
@@ -235,6 +287,8 @@ def _shapes(svl: int, forms=(BLOCK, GEMV)):
         # Asymmetric weights (an identity table, z * sum(qa) subtracted per block) on a sample.
         cases += [(m, k, n, form, {**kw, "symmetric": False}) for m, k, n, f, kw in list(cases)
                   if f == form and (m, n) in {(1, 5), (3, 33), (ms[-1], 70), (ms[-1], width + 1), (ms[-1], 33)}]
+    # 8-bit weights on every symmetric case: the same shapes and adversarial scales.
+    cases += [(m, k, n, f, {**kw, "bits": 8}) for m, k, n, f, kw in list(cases) if kw.get("symmetric", True)]
     return cases
 
 
@@ -262,22 +316,18 @@ def test_kernels_validate_larger(driver, svl, tmp_path):
              for m, k, n, kw in ((70 if form == BLOCK else 2, 1000, 3 * width + 7, {}),
                                  (5, 4100, 2 * width - 3, {"block": 4096}),
                                  (1, 2048, 300, {"load_c": True}),
-                                 (33 if form == BLOCK else 1, 1000, 2 * width + 3, {"symmetric": False}))]
+                                 (33 if form == BLOCK else 1, 1000, 2 * width + 3, {"symmetric": False}),
+                                 (70 if form == BLOCK else 2, 1000, 3 * width + 7, {"bits": 8}),
+                                 (5, 4100, 2 * width - 3, {"block": 4096, "bits": 8}))]
     _run_cases(driver, svl, cases, tmp_path)
 
 
-@pytest.mark.arm
-def test_a_wrong_table_is_noticed(driver, tmp_path):
-    """The validation can fail: the same kernels with ZT0 mapping codes to code - 7."""
+def _broken_driver(work: Path, change) -> Path:
+    """The driver built with the generated kernels' text passed through ``change``."""
     target = _target(512)
-    work = tmp_path / "broken"
     work.mkdir()
     for source in quant_sme2.generate():
-        text = source.text
-        if source.filename.endswith(".S"):
-            text = text.replace(".word " + ", ".join(str(c - 8) for c in range(16)),
-                                ".word " + ", ".join(str(c - 7) for c in range(16)))
-        (work / source.filename).write_text(text)
+        (work / source.filename).write_text(change(source.text) if source.filename.endswith(".S") else source.text)
     objects = []
     for source in (work / "at_qsme2_kernels.S", work / "at_qsme2_quant.c", DRIVER):
         obj = work / (source.stem + ".o")
@@ -286,6 +336,33 @@ def test_a_wrong_table_is_noticed(driver, tmp_path):
         objects.append(str(obj))
     exe = work / "broken_driver"
     subprocess.run([*target.cc, *target.cflags, *target.ldflags, *objects, "-lm", "-o", str(exe)], check=True)
+    assert shutil.which(target.runner[0])
+    return exe
+
+
+@pytest.mark.arm
+def test_a_wrong_table_is_noticed(tmp_path):
+    """The validation can fail: the same kernels with ZT0 mapping codes to code - 7."""
+    exe = _broken_driver(tmp_path / "broken", lambda text: text.replace(
+        ".word " + ", ".join(str(c - 8) for c in range(16)), ".word " + ", ".join(str(c - 7) for c in range(16))))
     with pytest.raises(AssertionError, match="elements off"):
         _run_cases(exe, 512, [(3, 64, 9, BLOCK, {})], tmp_path)
-    assert shutil.which(target.runner[0])
+
+
+@pytest.mark.arm
+@pytest.mark.parametrize("form", [BLOCK, GEMV])
+def test_a_wrong_8bit_step_is_noticed(tmp_path, form):
+    """The validation can fail for the 8-bit kernels: step 1's outer products (block) or
+    dot products (GEMV) given step 0's codes of A."""
+    if form == BLOCK:
+        wrong, right = "smopa za0.s, p0/m, p0/m, z20.b, z4.b", "smopa za0.s, p0/m, p0/m, z21.b, z4.b"
+    else:
+        wrong, right = "sdot za.s[w8, 0, vgx4], {z4.b-z7.b}, z8.b[0]", "sdot za.s[w8, 0, vgx4], {z4.b-z7.b}, z8.b[1]"
+
+    def change(text: str) -> str:
+        assert text.count(right) == 1, right
+        return text.replace(right, wrong)
+
+    exe = _broken_driver(tmp_path / "broken", change)
+    with pytest.raises(AssertionError, match="elements off"):
+        _run_cases(exe, 512, [(3 if form == GEMV else 17, 64, 9, form, {"bits": 8})], tmp_path)

@@ -1,7 +1,7 @@
 """The SME2 quantised kernels wired into the aarch64 library's ``at_qmatmul_f32``, under QEMU.
 
 An SME2 target's library (autotune.link.build_arm_runtime) links the kernels of
-autotune/codegen/quant_sme2.py and runs them on 4-bit weights that carry an SME2
+autotune/codegen/quant_sme2.py and runs them on weights (4- and 8-bit) that carry an SME2
 form (``at_qweights.sme2_*``) packed for the thread's streaming vector length
 (``at_qsme2_svl()``).  kernels_src/harness/qharness.c runs the library on cases
 written here; C is compared with :func:`autotune.quant.reference_qmatmul` within
@@ -42,8 +42,9 @@ from autotune.toolchain import Target, arm_target
 from .test_quant_arm import AT_ENOKERNEL, AT_OK, _check, _run, arm_or_skip, harness_with_library
 
 X86 = HostInfo(arch="x86_64", os="linux", cpu="AMD EPYC", features=())
-KINDS = {"q4s": True, "q4a": False}
-SME2_KERNELS = ("at_q4s_sme2_1vlx4vl", "at_q4s_sme2_1x4vl", "at_q4a_sme2_1vlx4vl", "at_q4a_sme2_1x4vl")
+#: Kinds of weights: (bits, symmetric).
+KINDS = {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}
+SME2_KERNELS = tuple(f"at_{kind}_sme2_{form}" for kind in KINDS for form in ("1vlx4vl", "1x4vl"))
 
 
 def _sme_cpu(svl: int) -> str:
@@ -74,7 +75,9 @@ def test_weights_struct_fills_the_sme2_form_only_for_a_reported_svl():
     assert ws.sme2_svl == 256 and ws.sme2_codes == w4.sme2(256).codes.ctypes.data
     assert ws.sme2_scales == w4.sme2(256).scales.ctypes.data
     w8 = quant.quantize_weights(rng.standard_normal((64, 5)).astype(np.float32), 8, 32, True)
-    assert qapi.weights_struct(w8, 256).sme2_svl == 0  # 8 bits have no SME2 form
+    ws8 = qapi.weights_struct(w8, 256)
+    assert ws8.sme2_svl == 256 and ws8.sme2_codes == w8.sme2(256).codes.ctypes.data
+    assert w8.sme2(256).bits == 8 and w8.sme2(256).scales.shape == (1, 32)  # one scale per column
 
 
 def test_ctypes_struct_matches_autotune_h(tmp_path):
@@ -130,7 +133,7 @@ def _cases(kind: str, svl: int) -> list[tuple[str, np.ndarray, quant.QuantizedWe
         n, (k, block) = ns[i % len(ns)], ks[i % len(ks)]
         A = rng.standard_normal((m, k)).astype(np.float32)
         W = rng.standard_normal((k, n)).astype(np.float32)
-        if not KINDS[kind]:
+        if not KINDS[kind][1]:
             W[:, ::2] += 1.5  # off-centre columns: zero points away from 8
         opts: dict = {}
         if i % 3 == 1:
@@ -141,7 +144,7 @@ def _cases(kind: str, svl: int) -> list[tuple[str, np.ndarray, quant.QuantizedWe
             opts["clamp"] = (-2.0, 1.5)
         if i % 3 == 0:
             opts["ldc"] = n + 3
-        w = quant.quantize_weights(W, 4, block, KINDS[kind])
+        w = quant.quantize_weights(W, KINDS[kind][0], block, KINDS[kind][1])
         cases.append((f"{kind} M={m} K={k} N={n} block={block} {sorted(opts)}", A, w, opts))
     return cases
 
@@ -217,9 +220,9 @@ def _thread_cases(svl: int) -> list[tuple[str, np.ndarray, quant.QuantizedWeight
                                           (33, 200, 1800, 32))):
         assert n % width, n
         w_f = rng.standard_normal((k, n)).astype(np.float32)
-        for kind, symmetric in KINDS.items():
+        for kind, (bits, symmetric) in KINDS.items():
             W = w_f if symmetric else w_f + np.float32(1.5) * (np.arange(n) % 2 == 0)
-            w = quant.quantize_weights(W.astype(np.float32), 4, block, symmetric)
+            w = quant.quantize_weights(W.astype(np.float32), bits, block, symmetric)
             macs = m * w.padded_k * -(-n // width) * width
             assert macs >= max(THREADS) * MACS_PER_THREAD, (m, k, n)  # every count splits the columns
             opts: dict = {}
@@ -344,7 +347,7 @@ def test_kernel_names_list_the_sme2_kernels_after_the_registry(sme2_qharness):
 def test_forced_sme2_kernels_and_every_fallback(sme2_qharness, tmp_path):
     """Forced by name: right answers with a usable form (the block kernel over every row,
     partial tiles included; the GEMV row by row); refused (AT_ENOKERNEL) for weights
-    without a form, packed for another SVL, or 8-bit.  The library's choice with a form
+    without a form, packed for another SVL, or of another kind.  The library's choice with a form
     for another SVL, or on cortex-a76 (no SME2) with the right form: the NEON path."""
     target, exe = sme2_qharness
     svl, other = 512, 256
@@ -360,14 +363,9 @@ def test_forced_sme2_kernels_and_every_fallback(sme2_qharness, tmp_path):
         expected.append(AT_ENOKERNEL)
         calls.append((f"at_{kind}_sme2_1x4vl", A, w, {**opts, "sme2": w.sme2(other)}))
         expected.append(AT_ENOKERNEL)
-        wrong = "q4a" if kind == "q4s" else "q4s"
+        wrong = {"q4s": "q4a", "q4a": "q8", "q8": "q4s"}[kind]
         calls.append((f"at_{wrong}_sme2_1vlx4vl", A, w, {**opts, "sme2": w.sme2(svl)}))
         expected.append(AT_ENOKERNEL)
-    rng = np.random.default_rng(2)
-    A8 = rng.standard_normal((3, 64)).astype(np.float32)
-    w8 = quant.quantize_weights(rng.standard_normal((64, 7)).astype(np.float32), 8, 32, True)
-    calls.append(("at_q4s_sme2_1vlx4vl", A8, w8, {}))
-    expected.append(AT_ENOKERNEL)
     results = _run(target, exe, cpu, calls, tmp_path)
     assert [s for s, _ in results] == expected
     for (name, A, w, opts), (status, C) in zip(calls, results):

@@ -1,6 +1,7 @@
-"""SME2 quantised kernels (f32 activations quantised to int8 x 4-bit weights), generated.
+"""SME2 quantised kernels (f32 activations quantised to int8 x 4- or 8-bit weights), generated.
 
-Two kernels per kind of weights (``q4s`` symmetric, ``q4a`` asymmetric), in one
+Two kernels per kind of weights (``q4s`` symmetric 4-bit, ``q4a`` asymmetric 4-bit,
+``q8`` symmetric 8-bit), in one
 AArch64 assembly file, written for every streaming vector length at once (they
 read VL with ``cntw`` and step with ``addvl``/``incb``: one object
 serves any SME2 CPU, unlike the float kernels of :mod:`autotune.codegen.sme2`,
@@ -22,6 +23,11 @@ see :func:`autotune.quant.pack_sme2`):
   in every 128-bit segment (``ld1rqb``); per block the four ZA vectors go through
   the same ``scvtf`` and ``fmla`` into C's accumulators, which stay in Z registers
   across the whole of K.
+* ``at_q8_sme2_1vlx4vl`` and ``at_q8_sme2_1x4vl``: the same two kernels on 8-bit
+  codes, which ``smopa``/``sdot`` take as loaded (no ``luti4``, no ZT0): per step of
+  4 rows of K four vectors of weights (the 4-bit kernels' two vectors of nibbles).
+  The column's one scale is loaded once per panel and kept in registers for every
+  block; the per-block step ``C += isum * (sa * sw)`` is the 4-bit kernels' own.
 
 The C signature of all (``at_qsme2_fn``) adapts ``at_qkernel_fn``
 (kernels_src/runtime/at_qkernel.h) to whole matrices, so one call (one ``smstart``)
@@ -39,7 +45,8 @@ arrays (panel strides follow from blocks, sub and the SVL).  ``lda``, ``asum``, 
 ``wstride``, ``wz`` and ``sstride`` are gone.  Each kernel has a second entry
 ``<name>_s`` for a caller already in streaming mode with ZA on (as the float kernels).
 ``at_qsme2_vl()`` returns VL (int32 lanes), callable outside streaming mode.  For ``q4a``
-``sa`` carries A's code sums behind its scales and ``ws`` the zero points behind the scales.
+``sa`` carries A's code sums behind its scales and ``ws`` the zero points behind the scales;
+for ``q8`` ``ws`` holds one scale per column (4VL floats a panel), not one per block.
 """
 
 from __future__ import annotations
@@ -47,17 +54,18 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import contract
-from ..families.sme2 import QUANT_KINDS, quant_family
+from ..families.sme2 import quant_family
 from ..qformat import SYMMETRIC_ZERO_POINT
 from ..specs import QKernelSpec
 from . import QuantUnit
 from .sme2 import Asm, commit_lazy_za_save
 
 #: The kernels (autotune.families.sme2.quant_family), in the order the header lists them.
-#: Kinds of weights: symmetric 4-bit (ZT0 maps a code to code - 8) and asymmetric
-#: 4-bit (ZT0 keeps the code; the zero point times A's code sum is subtracted per block).
+#: Kinds of weights: symmetric 4-bit (ZT0 maps a code to code - 8), asymmetric
+#: 4-bit (ZT0 keeps the code; the zero point times A's code sum is subtracted per block)
+#: and symmetric 8-bit (codes used as loaded).
 KERNELS = quant_family()
-#: ZT0's table per kind (luti4 of bytes keeps each entry's low byte).
+#: ZT0's table per 4-bit kind (luti4 of bytes keeps each entry's low byte); q8 has none.
 TABLES = {"q4s": tuple(c - SYMMETRIC_ZERO_POINT for c in range(16)), "q4a": tuple(range(16))}
 #: Steps of 4 rows of K per iteration of either K loop (16 rows: one ld1rqb of A in the GEMV).
 UNROLL = 4
@@ -114,8 +122,9 @@ def _entries(asm: Asm, name: str, kind: str) -> None:
     asm("ptrue p0.b")
     asm("ptrue pn8.b", "all lanes, for the multi-vector byte loads")
     asm("ptrue pn10.s", "all lanes, for the multi-vector word loads")
-    asm(f"adr x16, AT_L(at_qsme2_lut_{kind})")
-    asm("ldr zt0, [x16]", "code -> code - 8, for luti4" if kind == "q4s" else "code -> code, for luti4")
+    if kind in TABLES:
+        asm(f"adr x16, AT_L(at_qsme2_lut_{kind})")
+        asm("ldr zt0, [x16]", "code -> code - 8, for luti4" if kind == "q4s" else "code -> code, for luti4")
     asm("lsl x9, x9, #2", "ldc in bytes")
 
 
@@ -125,32 +134,21 @@ def _begin(asm: Asm, k: QKernelSpec) -> tuple:
     return k.name, (lambda tail: _local(k.name, tail)), k.kind, k.kind == "q4a"
 
 
-def _mopa(asm: Asm, k: QKernelSpec) -> None:
-    name, L, kind, asym = _begin(asm, k)
-    asm("lsl x1, x1, #1", "K-loop iterations per block: 2 per 32 rows (16 rows each)")
-    asm("mov x14, #0", "the panel's first column")
-    asm.label(L("panel"))
-    asm("whilelt pn9.s, x14, x5, vlx4", "the panel's columns of C")
-    asm(f"b.none {L('done')}")
-    asm("mov x19, x3", "rows left")
-    asm("mov x20, x2", "the row tile's codes")
-    asm("mov x21, x4", "its scales")
-    asm("mov x22, x8", "C at the tile's first row and the panel's first column")
-    asm.label(L("tile"))
-    asm("cmp x19, x13")
-    asm("csel x15, x19, x13, lo", "rows of this tile")
-    asm("lsl x15, x15, #2", "... as byte-tile slices: row i is slices 4i..4i+3")
-    asm("and x30, x15, #0xfffffffffffffff0", "... the slices of whole groups of 4 rows (x30 is saved)")
-    asm("mov x23, x6", "the panel's codes, read again by every row tile")
-    asm("mov x24, x7", "the panel's scales")
-    asm("mov x25, x20")
-    asm("mov x26, x21")
-    asm("mov x27, x0", "blocks left")
-    asm("mov x28, x10", "whether C holds a sum to continue: load_c, then 1")
-    asm.label(L("block"))
-    asm("zero {za}")
-    asm("mov x16, x1")
-    asm.label(L("k"))
+def _mopa_k_step(asm: Asm, kind: str) -> None:
+    """16 rows of K into za0.s-za3.s: 4 steps of 4 rows, each 4 ``smopa`` of A's vector
+    (VL rows x 4 codes) by 4 vectors of weights (4VL columns x 4 codes)."""
+    if kind == "q8":
+        asm.note("16 rows of K: 4 steps, each 4 vectors of int8 weights -> 4 smopa.")
+        for step in range(4):
+            at = "[x23]" if step == 0 else f"[x23, #{4 * step}, mul vl]"
+            asm(f"ld1b {{z{4 * step}.b-z{4 * step + 3}.b}}, pn8/z, {at}", f"weights, step {step}")
+        asm("ld1b {z20.b-z23.b}, pn8/z, [x25]", "A, steps 0-3: row i's 4 codes at bytes 4i..4i+3")
+        asm("addvl x23, x23, #16")
+        asm("addvl x25, x25, #4")
+        for step in range(4):
+            for tile in range(4):
+                asm(f"smopa za{tile}.s, p0/m, p0/m, z{20 + step}.b, z{4 * step + tile}.b")
+        return
     asm.note("16 rows of K: 4 steps, each 2 vectors of nibbles -> 4 of int8 -> 4 smopa.")
     asm("ld1b {z0.b-z3.b}, pn8/z, [x23]", "weights, steps 0 and 1")
     asm("ld1b {z16.b-z19.b}, pn8/z, [x23, #4, mul vl]", "steps 2 and 3")
@@ -164,13 +162,50 @@ def _mopa(asm: Asm, k: QKernelSpec) -> None:
         asm(f"luti4 {{z{out + 2}.b-z{out + 3}.b}}, zt0, z{first + 1}[0]", "2VL..4VL-1")
         for tile in range(4):
             asm(f"smopa za{tile}.s, p0/m, p0/m, {a}.b, z{out + tile}.b")
+
+
+def _mopa(asm: Asm, k: QKernelSpec) -> None:
+    name, L, kind, asym = _begin(asm, k)
+    # 8-bit weights have one scale per column, loaded once per panel into z16-z19 (the
+    # K loop leaves them alone); 4-bit ones a scale per block, loaded after each block.
+    per_column = kind == "q8"
+    asm("lsl x1, x1, #1", "K-loop iterations per block: 2 per 32 rows (16 rows each)")
+    asm("mov x14, #0", "the panel's first column")
+    asm.label(L("panel"))
+    asm("whilelt pn9.s, x14, x5, vlx4", "the panel's columns of C")
+    asm(f"b.none {L('done')}")
+    if per_column:
+        asm("ld1w {z16.s-z19.s}, pn10/z, [x7]", "sw: one scale per column, the same in every block")
+        asm("addvl x7, x7, #4", "the next panel's scales")
+    asm("mov x19, x3", "rows left")
+    asm("mov x20, x2", "the row tile's codes")
+    asm("mov x21, x4", "its scales")
+    asm("mov x22, x8", "C at the tile's first row and the panel's first column")
+    asm.label(L("tile"))
+    asm("cmp x19, x13")
+    asm("csel x15, x19, x13, lo", "rows of this tile")
+    asm("lsl x15, x15, #2", "... as byte-tile slices: row i is slices 4i..4i+3")
+    asm("and x30, x15, #0xfffffffffffffff0", "... the slices of whole groups of 4 rows (x30 is saved)")
+    asm("mov x23, x6", "the panel's codes, read again by every row tile")
+    if not per_column:
+        asm("mov x24, x7", "the panel's scales")
+    asm("mov x25, x20")
+    asm("mov x26, x21")
+    asm("mov x27, x0", "blocks left")
+    asm("mov x28, x10", "whether C holds a sum to continue: load_c, then 1")
+    asm.label(L("block"))
+    asm("zero {za}")
+    asm("mov x16, x1")
+    asm.label(L("k"))
+    _mopa_k_step(asm, kind)
     asm("subs x16, x16, #1")
     asm(f"b.ne {L('k')}")
     asm.note("The block's isum is in za0.s-za3.s: C += float(isum) * (sa * sw), row by row.")
-    asm("ld1w {z16.s-z19.s}, pn10/z, [x24]", "sw: the block's 4VL column scales")
-    if asym:
-        asm("ld1w {z20.s-z23.s}, pn10/z, [x24, #4, mul vl]", "their zero points, as floats")
-    asm(f"addvl x24, x24, #{8 if asym else 4}")
+    if not per_column:
+        asm("ld1w {z16.s-z19.s}, pn10/z, [x24]", "sw: the block's 4VL column scales")
+        if asym:
+            asm("ld1w {z20.s-z23.s}, pn10/z, [x24, #4, mul vl]", "their zero points, as floats")
+        asm(f"addvl x24, x24, #{8 if asym else 4}")
     asm("mov x17, x26", "sa of the tile's row 0 in this block")
     asm(f"addvl x26, x26, #{2 if asym else 1}", "VL scales per block" + (", then VL code sums" if asym else ""))
     asm("mov x16, x22")
@@ -214,8 +249,9 @@ def _mopa(asm: Asm, k: QKernelSpec) -> None:
     asm("madd x22, x13, x9, x22", "VL rows down")
     asm("subs x19, x19, x13")
     asm(f"b.gt {L('tile')}")
-    asm("mov x6, x23", "the next panel's codes and scales follow")
-    asm("mov x7, x24")
+    asm("mov x6, x23", "the next panel's codes" + ("" if per_column else " and scales") + " follow")
+    if not per_column:
+        asm("mov x7, x24")
     asm("incb x8, all, mul #4", "4VL columns of C to the right")
     asm("incw x14, all, mul #4")
     asm(f"b {L('panel')}")
@@ -247,6 +283,7 @@ def _dequantise_row(asm: Asm, form: str, slices: str, sa: str, r: int, asum: str
 
 def _gemv(asm: Asm, k: QKernelSpec) -> None:
     name, L, kind, asym = _begin(asm, k)
+    per_column = kind == "q8"  # one scale per column: z20-z23, loaded once per panel
     asm("mov x21, x8", "C: w8 selects the ZA vector group of the isum")
     asm("mov w8, #0")
     asm("mul x15, x0, x1")
@@ -259,6 +296,9 @@ def _gemv(asm: Asm, k: QKernelSpec) -> None:
     asm.label(L("panel"))
     asm("whilelt pn9.s, x14, x5, vlx4", "the panel's columns of C")
     asm(f"b.none {L('row_done')}")
+    if per_column:
+        asm("ld1w {z20.s-z23.s}, pn10/z, [x24]", "sw, the same in every block")
+        asm("addvl x24, x24, #4")
     asm("zero {za}")
     asm(f"cbz x10, {L('from_zero')}")
     asm("ld1w {z24.s-z27.s}, pn9/z, [x22]", "C so far: the accumulators, for the whole of K")
@@ -277,7 +317,9 @@ def _gemv(asm: Asm, k: QKernelSpec) -> None:
     asm("ld1rqb z8.b, p0/z, [x25]", "k 0..15")
     asm("ld1rqb z9.b, p0/z, [x25, #16]", "k 16..31")
     asm("add x25, x25, #32")
-    for half, a in ((0, "z8"), (1, "z9")):
+    if per_column:
+        _gemv_q8_steps(asm)
+    for half, a in () if per_column else ((0, "z8"), (1, "z9")):
         at = "[x23]" if half == 0 else f"[x23, #{8 * half}, mul vl]"
         asm(f"ld1b {{z0.b-z3.b}}, pn8/z, {at}", f"weights, steps {4 * half} and {4 * half + 1}")
         asm(f"ld1b {{z16.b-z19.b}}, pn8/z, [x23, #{8 * half + 4}, mul vl]", f"steps {4 * half + 2} and {4 * half + 3}")
@@ -286,23 +328,26 @@ def _gemv(asm: Asm, k: QKernelSpec) -> None:
             asm(f"luti4 {{z{out}.b-z{out + 1}.b}}, zt0, z{src}[0]", f"step {4 * half + step}")
             asm(f"luti4 {{z{out + 2}.b-z{out + 3}.b}}, zt0, z{src + 1}[0]")
             asm(f"sdot za.s[w8, 0, vgx4], {{z{out}.b-z{out + 3}.b}}, {a}.b[{step}]")
-    asm("addvl x23, x23, #16")
+    if not per_column:
+        asm("addvl x23, x23, #16")
     asm("subs x16, x16, #1", "sub iterations per block")
     asm(f"b.ne {L('k')}")
     asm.note("C += float(isum) * (sa * sw), in order of K.")
     asm("mova {z28.d-z31.d}, za.d[w8, 0, vgx4]", "the block's isum, 4VL columns")
     asm("scvtf {z28.s-z31.s}, {z28.s-z31.s}", "exact: |isum| < 2^24")
-    asm("ld1w {z16.s-z19.s}, pn10/z, [x24]", "sw")
+    if not per_column:
+        asm("ld1w {z16.s-z19.s}, pn10/z, [x24]", "sw")
     if asym:
         asm("ld1w {z20.s-z23.s}, pn10/z, [x24, #4, mul vl]", "zero points, as floats")
         asm("ld1rw z6.s, p0/z, [x26, #4]", "the block's code sum of A")
         for j in range(4):
             asm(f"fmls z{28 + j}.s, p0/m, z{20 + j}.s, z6.s", "isum -= z * sum(qa): exact integers" if j == 0 else "")
-    asm(f"addvl x24, x24, #{8 if asym else 4}")
+    if not per_column:
+        asm(f"addvl x24, x24, #{8 if asym else 4}")
     asm("ld1rw z7.s, p0/z, [x26]", "sa")
     asm(f"add x26, x26, #{8 if asym else 4}")
     for j in range(4):
-        asm(f"fmul z{16 + j}.s, z7.s, z{16 + j}.s", "sa * sw" if j == 0 else "")
+        asm(f"fmul z{16 + j}.s, z7.s, z{(20 if per_column else 16) + j}.s", "sa * sw" if j == 0 else "")
     for j in range(4):
         asm(f"fmla z{24 + j}.s, p0/m, z{28 + j}.s, z{16 + j}.s", "one rounding per block" if j == 0 else "")
     asm("zero {za}")
@@ -323,13 +368,28 @@ def _gemv(asm: Asm, k: QKernelSpec) -> None:
     asm.lines.append(f"AT_FUNC_END({name}{contract.STREAMING_SUFFIX})")
 
 
+def _gemv_q8_steps(asm: Asm) -> None:
+    """32 rows of K of the 8-bit GEMV: per step of 4 rows one load of 4VL columns' codes
+    and one ``sdot``; four register groups in turn, so a load runs ahead of the sdot
+    before it.  The weights of 32 rows (32 vectors) pass ``ld1b``'s offset range
+    (-32..28 vectors), hence two pointer steps."""
+    groups = (0, 4, 12, 16)  # z8/z9 hold A, z20-z23 the scales, z24-z31 C and the isum
+    for step in range(8):
+        reg, offset = groups[step % 4], 4 * (step % 4)
+        at = "[x23]" if offset == 0 else f"[x23, #{offset}, mul vl]"
+        asm(f"ld1b {{z{reg}.b-z{reg + 3}.b}}, pn8/z, {at}", f"weights, step {step}")
+        asm(f"sdot za.s[w8, 0, vgx4], {{z{reg}.b-z{reg + 3}.b}}, z{8 + step // 4}.b[{step % 4}]")
+        if step % 4 == 3:
+            asm("addvl x23, x23, #16")
+
+
 def kernels_source() -> QuantUnit:
     """Both kernels, ``at_qsme2_vl`` and the luti4 table, as one assembly file."""
     asm = Asm(width=50)
     asm.lines += [
         f"// Generated by {__name__}.",
         "// Do not edit: change the generator.",
-        "// Symmetric 4-bit weights x int8 activations, any SVL (VL read at run time).",
+        "// 4- and 8-bit weights x int8 activations, any SVL (VL read at run time).",
         "// Arguments: x0 blocks, x1 sub, x2 qa, x3 rows, x4 sa, x5 cols, x6 wq, x7 ws;",
         "// on the stack C, ldc, load_c (to x8, x9, x10).  x11: smstop at the end.",
         "#if !defined(__aarch64__)",
@@ -346,7 +406,7 @@ def kernels_source() -> QuantUnit:
     asm.lines.append("AT_FUNC_END(at_qsme2_vl)")
     for k in KERNELS:
         (_gemv if k.gemv else _mopa)(asm, k)
-    for kind in QUANT_KINDS:
+    for kind in TABLES:
         asm.lines += ["    .p2align 6", f"AT_L(at_qsme2_lut_{kind}):"]
         asm.note(f"ZT0 for {kind}: code c -> " + ("c - 8" if kind == "q4s" else "c"))
         asm(".word " + ", ".join(map(str, TABLES[kind])))

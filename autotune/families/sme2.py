@@ -358,12 +358,13 @@ def allocate_wide(fmt: KernelFormat, za_rows: int, nr: int) -> WideRegisters | N
                          placed["a"], placed["b"])
 
 
-# -- quantised kernels (int8 activations x 4-bit weights, autotune.qformat) -----------------
+# -- quantised kernels (int8 activations x 4- or 8-bit weights, autotune.qformat) -----------
 # Written by autotune.codegen.quant_sme2 for every SVL at once (VL read at run time):
 # per kind, a ZA kernel of 1VL x 4VL (four smopa into za0-za3.s) and a GEMV of
 # 1 x 4VL (multi-vector sdot into ZA).  They take whole matrices (at_qsme2_fn).
+# The 4-bit kinds expand their nibbles with luti4; 8-bit codes go to smopa/sdot as loaded.
 
-QUANT_KINDS = ("q4s", "q4a")
+QUANT_KINDS = ("q4s", "q4a", "q8")
 
 
 def quant_family() -> list[QKernelSpec]:

@@ -68,12 +68,12 @@ def sme2_svl(lib: ctypes.CDLL) -> int:
 
 def weights_struct(w: QuantizedWeights, svl_bits: int = 0) -> at_qweights:
     """The C view of ``w``'s packed arrays (``w`` must outlive it); with ``svl_bits``
-    (a library's :func:`sme2_svl`) and 4-bit weights also their SME2 form for it,
-    packed on first use and kept by ``w``."""
+    (a library's :func:`sme2_svl`) also their SME2 form for it, packed on first use
+    and kept by ``w``."""
     p = w.packed
     ws = at_qweights(w.bits, int(w.symmetric), w.k, w.n, w.block, p.codes.ctypes.data, p.scales.ctypes.data,
                      p.zeros.ctypes.data if p.zeros is not None else None)
-    if svl_bits in SME2_SVLS and w.bits == 4:
+    if svl_bits in SME2_SVLS:
         form = w.sme2(svl_bits)
         ws.sme2_codes, ws.sme2_scales, ws.sme2_svl = form.codes.ctypes.data, form.scales.ctypes.data, svl_bits
     return ws

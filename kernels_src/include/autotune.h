@@ -177,13 +177,14 @@ typedef struct {
     const uint8_t *codes;  /* ceil(n/32)*4 panels of 8 columns; 128 (4 bits) or 256 bytes per 32 rows of K */
     const float *scales;   /* [panels][ceil(k/block)][8] */
     const float *zeros;    /* asymmetric 4 bits: zero points as floats, laid out as scales; else NULL */
-    /* 4 bits only, optional: the same weights in the SME2 kernels' format
+    /* Optional: the same weights in the SME2 kernels' format
      * (autotune.quant.pack_sme2), which depends on the streaming vector length it was
      * packed for.  A library with SME2 quantised kernels uses them when sme2_svl equals
      * at_qsme2_svl() (on the calling thread); otherwise these fields are ignored and the
      * arrays above are used.  NULL, NULL, 0 (what an initialiser without them gives): none. */
-    const uint8_t *sme2_codes;  /* [panels of 4VL columns][Kp/4 * 8VL bytes], VL = sme2_svl / 32 */
-    const float *sme2_scales;   /* [panels][blocks][4VL]; asymmetric [panels][blocks][2][4VL]: scales, zero points */
+    const uint8_t *sme2_codes;  /* [panels of 4VL columns][Kp/4 * 8VL bytes (16VL: 8 bits)], VL = sme2_svl / 32 */
+    const float *sme2_scales;   /* [panels][blocks][4VL]; asymmetric [panels][blocks][2][4VL]: scales, zero points;
+                                 * 8 bits [panels][4VL]: the column's one scale */
     int64_t sme2_svl;           /* the SVL in bits the SME2 form was packed for, 0 for none */
 } at_qweights;
 int at_qmatmul_f32(int64_t M, const float *A, int64_t lda, const at_qweights *w,
@@ -196,7 +197,8 @@ int at_qmatmul_f32_using(const char *kernel, int64_t M, const float *A, int64_t 
                          int64_t ldc);
 /* The library's quantised kernels, preferred first: the name of number `index`, NULL past the end.
  * The registry's kernels come first, then (aarch64 libraries built for SME2) the SME2 kernels
- * at_q4{s,a}_sme2_1vlx4vl and at_q4{s,a}_sme2_1x4vl, which run only on weights with an SME2 form. */
+ * at_{q4s,q4a,q8}_sme2_1vlx4vl and at_{q4s,q4a,q8}_sme2_1x4vl, which run only on weights with an SME2
+ * form. */
 const char *at_qkernel_name(int index);
 /* The streaming vector length in bits for which this library, on this CPU and thread, would use
  * the weights' SME2 form (at_qweights.sme2_svl); 0 when the library has no SME2 quantised kernels

@@ -8,8 +8,8 @@
  * the CPU features it needs; the first entry of a kind this CPU can run is used.
  * Where the library has no such kernel, the portable code
  * below computes with the same arithmetic: never a wrong answer, never SIGILL.
- * In an aarch64 library built for SME2 (AT_QSME2), 4-bit weights that carry an
- * SME2 form packed for this thread's vector length go to the SME2 kernels instead
+ * In an aarch64 library built for SME2 (AT_QSME2), weights that carry an SME2
+ * form packed for this thread's vector length go to the SME2 kernels instead
  * (run_sme2), on a CPU with SME2 only.
  * Compiled with the baseline flags, like the rest of the runtime.
  */
@@ -580,7 +580,7 @@ static const at_qkernel_entry *preferred(int kind, int rows)
     return known > 0 ? &at_qkernel_table[known - 1] : NULL;
 }
 
-/* The SME2 kernels (4-bit weights in their own format, at_qweights.sme2_*), listed by
+/* The SME2 kernels (weights in their own format, at_qweights.sme2_*), listed by
  * at_qkernel_name after the registry: they take whole matrices (at_qsme2_fn), not the
  * registry's tiles, so they are not registry entries. */
 #ifdef AT_QSME2
@@ -630,8 +630,7 @@ int at_qsme2_svl(void)
  * packed for another SVL (or none) take the registry's path. */
 static int sme2_usable(const at_qweights *w)
 {
-    const int kind = kind_of(w);
-    return (kind == AT_Q4S || kind == AT_Q4A) && w->sme2_codes && w->sme2_scales && w->sme2_svl > 0 &&
+    return qsme2_form(kind_of(w), 0) && w->sme2_codes && w->sme2_scales && w->sme2_svl > 0 &&
            w->sme2_svl == at_qsme2_svl();
 }
 
@@ -720,15 +719,17 @@ static int run_sme2(const qsme2_kernel *block, const qsme2_kernel *gemv, int64_t
                             sa + sa_block);
 
     /* The panel strides of autotune.quant.Sme2Weights: Kp / 4 steps of 8VL bytes of
-     * codes; 4VL scales per block, and as many zero points for q4a. */
-    const int64_t width = 4 * vl, panels = (w->n + width - 1) / width;
+     * codes (16VL for 8 bits); 4VL scales per block, and as many zero points for q4a
+     * (8 bits: 4VL scales in all, one per column). */
+    const int64_t width = 4 * vl, panels = (w->n + width - 1) / width, q8 = kind_of(w) == AT_Q8;
     const double macs = (double)M * (double)kp * (double)(panels * width);
     int64_t threads = at__num_threads();
     if (threads > panels) threads = panels;
     if (threads > macs / MACS_PER_THREAD) threads = (int64_t)(macs / MACS_PER_THREAD);
     if (threads < 1) threads = 1;
-    qsme2_job job = {block, gemv, rows_block, rows_gemv, vl, blocks, sub, panels, threads, ldc, kp * width / 2,
-                     blocks * width * (sums ? 2 : 1), qa, qa + qa_block, sa, sa + sa_block, w, C, {0}};
+    qsme2_job job = {block, gemv, rows_block, rows_gemv, vl, blocks, sub, panels, threads, ldc,
+                     q8 ? kp * width : kp * width / 2, q8 ? width : blocks * width * (sums ? 2 : 1), qa,
+                     qa + qa_block, sa, sa + sa_block, w, C, {0}};
     if (threads > 1) {
         at__parallel((int)threads, qsme2_part, &job);
         for (int64_t t = 0; t < threads; ++t)

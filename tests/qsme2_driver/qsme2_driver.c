@@ -4,7 +4,8 @@
  *   qsme2_driver vl                 prints VL (int32 lanes of the SVL)
  *   qsme2_driver run CASE OUT ...   per pair: reads CASE, writes C to OUT
  *
- * A case: int64 header {vl, form (0 block kernel, 1 GEMV; plus 2 for asymmetric weights), M, K, N, block, blocks,
+ * A case: int64 header {vl, form (0 block kernel, 1 GEMV; plus 2 for asymmetric 4-bit weights, 4 for 8-bit
+ * ones), M, K, N, block, blocks,
  * ldc, load_c, code bytes, scale count}, then A (M x K f32, row-major), the weights'
  * codes and scales (autotune.quant.pack_sme2 for that vl) and C's initial M x ldc
  * values.  A is quantised and packed by at_qsme2_quantize_a and the kernel computes
@@ -47,13 +48,19 @@ static int run_case(const char *in_path, const char *out_path)
     float *ws = read_exact(f, sizeof(float) * (size_t)h[H_SCALES]);
     float *C = read_exact(f, sizeof(float) * (size_t)(M * ldc));
     fclose(f);
-    const int64_t gemv = h[H_FORM] & 1, asym = h[H_FORM] >> 1, mr = gemv ? 1 : vl, kp = blocks * block;
+    const int64_t gemv = h[H_FORM] & 1, kind = h[H_FORM] >> 1, asym = kind == 1, mr = gemv ? 1 : vl;
+    const int64_t kp = blocks * block;
     int8_t *qa = malloc((size_t)at_qsme2_qa_bytes(M, kp, mr));
     float *sa = malloc(sizeof(float) * (size_t)at_qsme2_sa_count(M, blocks, mr, asym));
     at_qsme2_quantize_a(M, K, A, K, block, blocks, mr, asym, qa, sa);
-    static const at_qsme2_fn kernels[2][2] = {{at_q4s_sme2_1vlx4vl, at_q4s_sme2_1x4vl},
-                                              {at_q4a_sme2_1vlx4vl, at_q4a_sme2_1x4vl}};
-    const at_qsme2_fn fn = kernels[asym][gemv];
+    static const at_qsme2_fn kernels[3][2] = {{at_q4s_sme2_1vlx4vl, at_q4s_sme2_1x4vl},
+                                              {at_q4a_sme2_1vlx4vl, at_q4a_sme2_1x4vl},
+                                              {at_q8_sme2_1vlx4vl, at_q8_sme2_1x4vl}};
+    if (kind > 2) {
+        fprintf(stderr, "unknown form %lld\n", (long long)h[H_FORM]);
+        return 2;
+    }
+    const at_qsme2_fn fn = kernels[kind][gemv];
     fn(blocks, block / 32, qa, M, sa, N, wq, ws, C, ldc, h[H_LOADC]);
     FILE *o = fopen(out_path, "wb");
     if (!o || fwrite(C, sizeof(float), (size_t)(M * ldc), o) != (size_t)(M * ldc)) {
