@@ -25,13 +25,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autotune import build, contract, host, link, quant, qsuite, toolchain
+from autotune import build, contract, host, quant, qsuite, toolchain
 from autotune.codegen import quant_amx, quant_generator
 from autotune.families import qkernel, x86
 from autotune.qformat import KINDS
 from autotune.runtime import qapi
 
 from .isa import requires_isa
+from .qlib import assert_within_bound, validation_library
 
 pytestmark = requires_isa("avx2")
 
@@ -46,20 +47,6 @@ AVX2 = [x86.qkernel(kind, "avx2", mr, nr) for kind in KINDS for mr, nr in ((4, 1
 
 def _amx_missing() -> list[str]:
     return [f for f in x86.AMX_FEATURES if f not in host.detect().features]
-
-
-def _library(tmp_path, kernels, emulate: bool) -> ctypes.CDLL:
-    """qgemm.c with ``kernels`` registered in this order (install's validation library)."""
-    target = toolchain.target_for("avx2", host.detect())
-    obj = build.compile_qkernels(target, kernels, tmp_path, emulate_vnni=emulate)
-    assert obj.ok, obj.error
-    # Emulated tiles need only AVX2: the registry says so, or qgemm.c would not run them here.
-    features = x86.QUANT_FEATURES["avx2"] if emulate else None
-    path = link.build_qlibrary(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)
-    lib = ctypes.CDLL(str(path))
-    assert qapi.prototypes(lib)
-    lib.at_set_num_threads.argtypes, lib.at_set_num_threads.restype = [ctypes.c_int], None
-    return lib
 
 
 def _fault(lib) -> str | None:
@@ -91,16 +78,12 @@ def _odd_cases(kind: str):
 
 def _validate(lib, kernels) -> None:
     for k in kernels:
-        for description, A, w in qsuite._cases(k.kind) + _odd_cases(k.kind):
-            C = qapi.call(lib, A, w, None, None, k.name)
-            bound = quant.scaling_error_bound(A, w).astype(np.float64)
-            problem = qsuite._check(C, quant.reference_qmatmul(A, w), bound)
-            assert problem is None, f"{k.name} at {description}: {problem}"
+        assert_within_bound(lib, k, qsuite._cases(k.kind) + _odd_cases(k.kind))
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    return _library(tmp_path_factory.mktemp("amx-emulated"), FORMS, emulate=True)
+    return validation_library(tmp_path_factory.mktemp("amx-emulated"), FORMS, emulate=True)
 
 
 def test_family_records_follow_the_tile_model():
@@ -128,7 +111,7 @@ def test_the_librarys_choice_covers_rows_with_the_tile_then_the_gemv(tmp_path):
     """Registered AMX 16x32 then AMX 1x32 (install's order: block kernel, GEMV), the
     library's own choice takes both: whole 16-row groups, then one row at a time."""
     kernels = [x86.amx_qkernel(kind, mr, 32) for kind in KINDS for mr in (16, 1)]
-    lib = _library(tmp_path, kernels, emulate=True)
+    lib = validation_library(tmp_path, kernels, emulate=True)
     rng = np.random.default_rng(3)
     for kind, (bits, symmetric) in BITS.items():
         w = quant.quantize_weights(rng.standard_normal((100, 50)).astype(np.float32), bits, 32, symmetric)
@@ -164,7 +147,7 @@ def test_the_emulation_refuses_tiles_that_do_not_multiply(tmp_path, monkeypatch)
 
     monkeypatch.setattr(quant_amx, "generate", broken)
     k = x86.amx_qkernel("q8", 16, 16)
-    lib = _library(tmp_path, [k], emulate=True)
+    lib = validation_library(tmp_path, [k], emulate=True)
     rng = np.random.default_rng(1)
     w = quant.quantize_weights(rng.standard_normal((64, 16)).astype(np.float32), 8, 32, True)
     A = rng.standard_normal((16, 64)).astype(np.float32)
@@ -223,7 +206,7 @@ def test_real_amx_kernels_are_refused_where_the_cpu_cannot_run_them(tmp_path):
     if not _amx_missing():
         pytest.skip("this CPU has AMX: the real kernels run in the next test")
     amx = [x86.amx_qkernel(kind, mr, 32) for kind in KINDS for mr in (16, 1)]
-    lib = _library(tmp_path, amx + AVX2, emulate=False)
+    lib = validation_library(tmp_path, amx + AVX2, emulate=False)
     rng = np.random.default_rng(9)
     A = rng.standard_normal((37, 200)).astype(np.float32)
     for kind, (bits, symmetric) in BITS.items():
@@ -248,7 +231,7 @@ def test_real_amx_kernels_on_a_cpu_that_has_them(tmp_path):
         cap = os.environ.get(host.ISA_CAP_VARIABLE)
         pytest.skip(f"needs {', '.join(missing)} (amx), which this CPU does not have"
                     + (f" under {host.ISA_CAP_VARIABLE}={cap}" if cap else ""))
-    lib = _library(tmp_path, FORMS, emulate=False)
+    lib = validation_library(tmp_path, FORMS, emulate=False)
     try:
         qapi.call(lib, np.ones((16, 32), np.float32), quant.quantize_weights(np.ones((32, 32), np.float32)),
                   None, None, x86.amx_qkernel("q4s", 16, 32).name)
@@ -278,7 +261,7 @@ def test_one_object_holds_kernels_of_both_generators(tmp_path):
     each generator's unit into one source, and the registry lists them in the given order."""
     mixed = [AVX2[0], x86.amx_qkernel("q4s", 16, 32)]
     assert [quant_generator(k).__name__ for k in mixed] == ["autotune.codegen.quant_x86", "autotune.codegen.quant_amx"]
-    lib = _library(tmp_path, mixed, emulate=True)
+    lib = validation_library(tmp_path, mixed, emulate=True)
     assert qapi.kernel_names(lib) == [k.name for k in mixed]
     assert '"at_q4s_amx_16x32", 0, 16, 32, at_q4s_amx_16x32, "amx_int8 amx_tile avx2 fma"' in contract.qregistry(mixed)
 
@@ -311,7 +294,7 @@ def test_the_librarys_choice_gives_the_rows_left_to_smaller_tiles(tmp_path, monk
 
     monkeypatch.setattr(quant_amx, "_kernel", doubled_4x32)
     kernels = [x86.amx_qkernel("q4a", mr, 32) for mr in (16, 4, 1)]
-    lib = _library(tmp_path, kernels, emulate=True)
+    lib = validation_library(tmp_path, kernels, emulate=True)
     rng = np.random.default_rng(4)
     w = quant.quantize_weights(rng.standard_normal((96, 40)).astype(np.float32), 4, 32, False)
     A = rng.standard_normal((21, 96)).astype(np.float32)

@@ -10,7 +10,6 @@ the real kernels run the same cases (skipped elsewhere, naming the feature).
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import shutil
@@ -19,12 +18,13 @@ import subprocess
 import numpy as np
 import pytest
 
-from autotune import build, host, link, quant, qsuite, toolchain
+from autotune import build, host, quant, qsuite, toolchain
 from autotune.families import x86
 from autotune.qformat import KINDS
 from autotune.runtime import qapi
 
 from .isa import requires_isa
+from .qlib import assert_within_bound, validation_library
 
 pytestmark = requires_isa("avx2")
 
@@ -33,32 +33,14 @@ FORMS = [x86.qkernel(kind, isa, mr, nr) for isa, tiles in TILES.items() for kind
          for mr, nr in tiles]
 
 
-def _library(tmp_path, kernels, emulate: bool) -> ctypes.CDLL:
-    """qgemm.c with ``kernels`` registered (install's validation library, as qsuite links it)."""
-    target = toolchain.target_for("avx2", host.detect())
-    obj = build.compile_qkernels(target, kernels, tmp_path, emulate_vnni=emulate)
-    assert obj.ok, obj.error
-    # Emulated kernels need only AVX2: the registry says so, or qgemm.c would not run them here.
-    features = x86.QUANT_FEATURES["avx2"] if emulate else None
-    path = link.build_qlibrary(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)
-    lib = ctypes.CDLL(str(path))
-    assert qapi.prototypes(lib)
-    lib.at_set_num_threads.argtypes, lib.at_set_num_threads.restype = [ctypes.c_int], None
-    return lib
-
-
 def _validate(lib, kernels) -> None:
     for k in kernels:
-        for description, A, w in qsuite._cases(k.kind):
-            C = qapi.call(lib, A, w, None, None, k.name)
-            bound = quant.scaling_error_bound(A, w).astype(np.float64)
-            problem = qsuite._check(C, quant.reference_qmatmul(A, w), bound)
-            assert problem is None, f"{k.name} at {description}: {problem}"
+        assert_within_bound(lib, k, qsuite._cases(k.kind))
 
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    return _library(tmp_path_factory.mktemp("vnni-emulated"), FORMS, emulate=True)
+    return validation_library(tmp_path_factory.mktemp("vnni-emulated"), FORMS, emulate=True)
 
 
 def test_emulated_vnni_kernels_match_the_reference(emulated):
@@ -107,7 +89,7 @@ def test_real_vnni_kernels_on_a_cpu_that_has_them(tmp_path, isa):
         pytest.skip(f"needs {', '.join(missing)} ({isa}), which this CPU does not have"
                     + (f" under {host.ISA_CAP_VARIABLE}={cap}" if cap else ""))
     kernels = [k for k in FORMS if k.isa == isa]
-    _validate(_library(tmp_path, kernels, emulate=False), kernels)
+    _validate(validation_library(tmp_path, kernels, emulate=False), kernels)
 
 
 def test_install_builds_only_the_isas_the_capped_host_has():

@@ -18,7 +18,6 @@ checks split as in test_quant_vnni.py:
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import re
@@ -37,6 +36,7 @@ from autotune.runtime import qapi
 from autotune.specs import QKernelSpec
 
 from .isa import requires_isa
+from .qlib import validation_library
 
 pytestmark = requires_isa("avx2")
 
@@ -61,20 +61,6 @@ def _skip_reason(features) -> str:
             + (f" under {host.ISA_CAP_VARIABLE}={cap}" if cap else ""))
 
 
-def _library(tmp_path: Path, kernels, emulate: bool) -> ctypes.CDLL:
-    """qgemm.c with ``kernels`` registered, as install's validation library links it
-    (``lib.kernels_object``: the kernels' object)."""
-    target = toolchain.target_for("avx2", host.detect())
-    obj = build.compile_qkernels(target, kernels, tmp_path, emulate_vnni=emulate)
-    assert obj.ok, obj.error
-    features = x86.QUANT_FEATURES["avx2"] if emulate else None  # emulated: AVX2 is all they need
-    lib = ctypes.CDLL(str(link.build_qlibrary(target, kernels, obj.path, tmp_path / "lib" / "libq.so", features)))
-    assert qapi.prototypes(lib)
-    lib.at_set_num_threads.argtypes, lib.at_set_num_threads.restype = [ctypes.c_int], None
-    lib.kernels_object = obj.path
-    return lib
-
-
 def _shape_cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeights]]:
     """Around the zmm tiles: M of 1, primes and mr +- 1; N below, at and above 16 and 32; K
     not a multiple of the block; rows and columns scaled far apart (seeded)."""
@@ -97,7 +83,7 @@ def _shape_cases(kind: str) -> list[tuple[str, np.ndarray, quant.QuantizedWeight
 
 @pytest.fixture(scope="module")
 def emulated(tmp_path_factory):
-    return _library(tmp_path_factory.mktemp("zmm-emulated"), FAMILY + PARTNERS, emulate=True)
+    return validation_library(tmp_path_factory.mktemp("zmm-emulated"), FAMILY + PARTNERS, emulate=True)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -185,7 +171,7 @@ def test_the_zmm_unit_compiles_unoptimised_with_every_compiler(compiler, tmp_pat
 def test_real_zmm_kernels_on_a_cpu_that_has_them(tmp_path):
     if FEATURES_MISSING:
         pytest.skip(_skip_reason(FEATURES_MISSING) + f" (AVX-512 VNNI on zmm, {ZMM})")
-    lib = _library(tmp_path, FAMILY + PARTNERS, emulate=False)
+    lib = validation_library(tmp_path, FAMILY + PARTNERS, emulate=False)
     for kind in KINDS:
         for description, A, w in qsuite._cases(kind) + _shape_cases(kind):
             want, bound = quant.reference_qmatmul(A, w), quant.scaling_error_bound(A, w).astype(np.float64)
@@ -203,7 +189,7 @@ def test_qgemm_never_runs_a_zmm_kernel_on_a_cpu_without_its_features(tmp_path):
     if os.environ.get(host.ISA_CAP_VARIABLE):  # qgemm.c asks the CPU, which the cap does not change
         pytest.skip(f"{host.ISA_CAP_VARIABLE} may hide AVX-512 that qgemm.c would find on this CPU")
     zmm, ymm = [x86.qkernel(kind, ZMM, 4, 32) for kind in KINDS], [x86.qkernel(kind, "avx2", 4, 16) for kind in KINDS]
-    lib = _library(tmp_path, zmm + ymm, emulate=False)
+    lib = validation_library(tmp_path, zmm + ymm, emulate=False)
     rng = np.random.default_rng(2)
     A = rng.standard_normal((9, 100)).astype(np.float32)
     for k, fallback in zip(zmm, ymm):
