@@ -40,3 +40,17 @@ def assert_within_bound(lib: ctypes.CDLL, kernel: QKernelSpec,
         bound = quant.scaling_error_bound(A, w).astype(np.float64)
         problem = qsuite._check(C, quant.reference_qmatmul(A, w), bound)
         assert problem is None, f"{kernel.name} at {description}: {problem}"
+
+
+def assert_same_bits_on_threads(lib: ctypes.CDLL, name_of_kind, block: int, seed: int = 12) -> None:
+    """Kernel ``name_of_kind(kind)`` of every weight kind gives one thread's bits on 2 and 3."""
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((37, 1000)).astype(np.float32)
+    for kind, (bits, symmetric) in {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}.items():
+        w = quant.quantize_weights(rng.standard_normal((1000, 333)).astype(np.float32), bits, block, symmetric)
+        results = []
+        for count in (1, 2, 3):
+            lib.at_set_num_threads(count)
+            results.append(qapi.call(lib, A, w, None, None, name_of_kind(kind)))
+        lib.at_set_num_threads(0)
+        assert all(np.array_equal(r, results[0]) for r in results[1:]), kind

@@ -32,7 +32,7 @@ from autotune.qformat import KINDS
 from autotune.runtime import qapi
 
 from .isa import requires_isa
-from .qlib import assert_within_bound, validation_library
+from .qlib import assert_same_bits_on_threads, assert_within_bound, validation_library
 
 pytestmark = requires_isa("avx2")
 
@@ -124,17 +124,7 @@ def test_the_librarys_choice_covers_rows_with_the_tile_then_the_gemv(tmp_path):
 
 
 def test_emulated_amx_kernels_on_threads_give_one_threads_bits(emulated):
-    rng = np.random.default_rng(12)
-    A = rng.standard_normal((37, 1000)).astype(np.float32)
-    for kind, (bits, symmetric) in BITS.items():
-        w = quant.quantize_weights(rng.standard_normal((1000, 333)).astype(np.float32), bits, 64, symmetric)
-        name = x86.amx_qkernel(kind, 16, 32).name
-        results = []
-        for count in (1, 2, 3):
-            emulated.at_set_num_threads(count)
-            results.append(qapi.call(emulated, A, w, None, None, name))
-        emulated.at_set_num_threads(0)
-        assert all(np.array_equal(r, results[0]) for r in results[1:])
+    assert_same_bits_on_threads(emulated, lambda kind: x86.amx_qkernel(kind, 16, 32).name, block=64)
 
 
 def test_the_emulation_refuses_tiles_that_do_not_multiply(tmp_path, monkeypatch):

@@ -15,16 +15,14 @@ import os
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 
-from autotune import build, host, quant, qsuite, toolchain
+from autotune import build, host, qsuite, toolchain
 from autotune.families import x86
 from autotune.qformat import KINDS
-from autotune.runtime import qapi
 
 from .isa import requires_isa
-from .qlib import assert_within_bound, validation_library
+from .qlib import assert_same_bits_on_threads, assert_within_bound, validation_library
 
 pytestmark = requires_isa("avx2")
 
@@ -48,17 +46,7 @@ def test_emulated_vnni_kernels_match_the_reference(emulated):
 
 
 def test_emulated_vnni_kernels_on_threads_give_one_threads_bits(emulated):
-    rng = np.random.default_rng(12)
-    A = rng.standard_normal((37, 1000)).astype(np.float32)
-    for kind, (bits, symmetric) in {"q4s": (4, True), "q4a": (4, False), "q8": (8, True)}.items():
-        w = quant.quantize_weights(rng.standard_normal((1000, 333)).astype(np.float32), bits, 32, symmetric)
-        name = x86.qkernel(kind, "avx512vnni", 6, 16).name
-        results = []
-        for count in (1, 2, 3):
-            emulated.at_set_num_threads(count)
-            results.append(qapi.call(emulated, A, w, None, None, name))
-        emulated.at_set_num_threads(0)
-        assert all(np.array_equal(r, results[0]) for r in results[1:])
+    assert_same_bits_on_threads(emulated, lambda kind: x86.qkernel(kind, "avx512vnni", 6, 16).name, block=32)
 
 
 def test_real_vnni_kernels_compile_to_vpdpbusd(tmp_path):
