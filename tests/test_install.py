@@ -46,12 +46,17 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     crossovers = table.settings["crossovers"]
     assert {c["param"] for c in crossovers} >= {"pack_flops"}
     held = table.tuning["held_out"]
-    assert held["chosen"] in ("tuned", "measured", "model") and held["shapes"] > 0
+    alone = {f"measured {c['param']}" + (f" {c['dtype']}" if c["param"] == "pack_flops" else ""): c
+             for c in crossovers}
+    assert held["chosen"] in ("tuned", "measured", "model", *alone) and held["shapes"] > 0
     measured = {(c["param"], c["dtype"]): c["flops"] for c in crossovers}
     stored = PlannerParams.from_mapping(table.params)
     if held["chosen"] == "measured":
         for (param, dtype), flops in measured.items():
             assert stored.get(dtype, param) == flops
+    if held["chosen"] in alone:  # the model's set with that one crossover
+        c = alone[held["chosen"]]
+        assert stored.get(c["dtype"], c["param"]) == c["flops"]
     assert set(table.measurements["kernel"]) == {k.name for k in table.validated}
     assert set(table.selection) <= {k.name for k in table.validated}
     # The plans the report draws are recorded beside the table: a report loads no library.

@@ -428,9 +428,9 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
     families(dtype, -1, fam);
     if (!(fam[0].count || fam[1].count || fam[2].count || fam[3].count)) return 0;
     if (!fam[p->ta * 2 + p->tb].count) return 1;
-    double cross = at__tp->pack_flops[dtype];
-    double side = cbrt(cross / 2.0);
-    return flops >= cross && (double)p->M * (double)p->K >= side * side;
+    /* A of s^2 elements or more: (M K)^3 >= s^6 = (pack_flops / 2)^2, without a root. */
+    double cross = at__tp->pack_flops[dtype], a = (double)p->M * (double)p->K;
+    return flops >= cross && a * a * a >= (cross / 2.0) * (cross / 2.0);
 }
 
 /* ---- chunks: plans whose size does not grow with M x N ------------------------
