@@ -331,6 +331,29 @@ def wait_for_quiet(max_wait_s: float = QUIET_WAIT_S, load: Callable[[], float | 
     return now
 
 
+def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf) -> tuple[SuiteShape, ...]:
+    """Squares between each measured threshold and the model's, for the held-out check.
+
+    Where the two thresholds are far apart, the held-out shapes may have none
+    between them, and the check cannot tell one value from the other: an install
+    measured f64 packing from 215^3 against the model's 418^3, no held-out shape
+    lay in between, and the measured value was dropped for want of evidence.  The
+    square at the geometric mean of the two sides is planned differently by the
+    two values, on each thread count the sweep timed.
+    """
+    shapes: dict[SuiteShape, None] = {}
+    for c in found:
+        if c.source not in ("measured", "beyond") or not (0 < c.flops < NEVER and 0 < c.model_flops < NEVER):
+            continue
+        low, high = sorted((c.side, c.model_side))
+        if high < 1.1 * low:
+            continue
+        side = round(math.sqrt(low * high))
+        for threads in ((1, 0) if c.param == "pack_flops" else (0,)):
+            shapes[SuiteShape("probe", c.dtype, "nn", side, side, side, threads=threads)] = None
+    return tuple(s for s in shapes if s.flops <= max_flops)
+
+
 def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequence[SweepSpec],
                        advance: Callable[[], None] = lambda: None, busy: bool = False,
                        effort: Effort = FULL) -> tuple[PlannerParams, tuple[Crossover, ...]]:

@@ -41,7 +41,8 @@ from .toolchain import Target, native_isas, target_for
 if TYPE_CHECKING:
     from .crossovers import Crossover
     from .params import PlannerParams
-    from .suite import SuiteShape
+    from .suite import SuiteRunner, SuiteShape
+    from .tune import HeldOutVerdict
 
 #: How kernels are timed. `quick` keeps the whole install near a minute on 2 cores.
 #: K = 4 is where tiny products live: a kernel's call and set-up cost, not its
@@ -678,11 +679,11 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     skips the search, not the measurements.  ``extra``: a program's recorded shapes,
     which join the search's suite.
     """
-    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, quiet_wait_s, specs_for,
-                             wait_for_quiet)
+    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, probe_shapes, quiet_wait_s,
+                             specs_for, wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
-    from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, judge, tune
+    from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, tune
 
     if stored.provenance == "emulated":
         # A whole userland under a user-mode emulator: every time is the emulator's, so
@@ -724,20 +725,84 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         candidates = {**({"tuned": tuned} if result.kept else {}), "measured": measured,
                       **each_crossover_alone(model, found), "model": model}
         # A quick install judges on one round and without the 1024^3 products.
-        shapes = held_out_suite(dtypes, 2.0 * 768**3 if options.quick else math.inf)
-        verdict = judge(runner, candidates, shapes, rounds=1 if options.quick else 2)
+        limit = 2.0 * 768**3 if options.quick else math.inf
+        shapes = held_out_suite(dtypes, limit) + probe_shapes(found, limit)
+        final, held_out = held_out_check(runner, candidates, found, shapes, 1 if options.quick else 2)
     finally:
         runner.close()
     record = dict(result.record)
-    record["held_out"] = {**verdict.to_dict(), "gain_over_model": verdict.gain("model")}
-    if result.kept and verdict.chosen != "tuned":
+    record["held_out"] = held_out
+    if result.kept and held_out["chosen"] != "tuned":
         # Faster on its own suite, not on shapes it never saw: fitted to the suite or to noise.
         record.update(kept=False, held_out_rejected=True, tuned_params=None, source="analytic")
-    final = candidates[verdict.chosen]
     stored = replace(stored, params=final.to_mapping(stored.params), tuning=record)
     if final != model:
         library = build_table_library(stored, targets, objects, root, library.library.parent)
     return stored, library
+
+
+#: The held-out check's name for the model's set with every measured crossover that held alone.
+HELD = "measured crossovers that held"
+
+
+def _held(verdict: HeldOutVerdict, name: str) -> bool:
+    """Whether the set ``name`` ran the held-out shapes at least as fast as the model's."""
+    gain = verdict.speedup(name, "model")
+    return gain is not None and gain >= 1.0
+
+
+def held_out_check(runner: SuiteRunner, candidates: Mapping[str, PlannerParams],
+                   found: Sequence[Crossover], shapes: Sequence[SuiteShape],
+                   rounds: int) -> tuple[PlannerParams, dict[str, Any]]:
+    """The parameter set the held-out shapes keep, and the record of how they chose.
+
+    ``candidates`` run from most measured to the model's (named ``model``), as
+    :func:`autotune.tune.judge` takes them.  Where its winner is the model's set or
+    one crossover alone, the crossovers that held alone join
+    (:func:`crossovers_that_held`) and meet that winner and the model's again: two
+    crossovers of one dtype may interact.
+    """
+    from .tune import judge
+
+    model = candidates["model"]
+    verdict = judge(runner, candidates, shapes, rounds)
+    together = crossovers_that_held(verdict, model, found)
+    extra: dict[str, Any] = {}
+    if together is not None and verdict.chosen not in ("tuned", "measured") \
+            and all(together != params for params in candidates.values()):
+        extra = {"alone": verdict.to_dict(),
+                 "held": [name for name in _alone_names(model, found) if _held(verdict, name)]}
+        candidates = {HELD: together, verdict.chosen: candidates[verdict.chosen], "model": model}
+        verdict = judge(runner, candidates, shapes, rounds)
+    record = {**verdict.to_dict(), "gain_over_model": verdict.gain("model"), **extra}
+    return candidates[verdict.chosen], record
+
+
+def crossovers_that_held(verdict: HeldOutVerdict, model: PlannerParams,
+                         found: Sequence[Crossover]) -> PlannerParams | None:
+    """The model's set with each measured crossover whose set alone (:func:`each_crossover_alone`)
+    did not lose to the model's on the held-out shapes; None unless that is two or more.
+
+    The check picks one set, and a set with one crossover wins at most one: an
+    install kept its measured f32 packing threshold and dropped the f64 one, which
+    no held-out shape had contradicted.  Each crossover stands on its own evidence.
+    """
+    params, held = model, 0
+    for name, c in _alone_names(model, found).items():
+        if _held(verdict, name):
+            params, held = params.with_values(c.dtype, {c.param: c.flops}), held + 1
+    return params if held > 1 else None
+
+
+def _alone_names(model: PlannerParams, found: Sequence[Crossover]) -> dict[str, Crossover]:
+    """The measured crossovers that change the model's set, by their held-out names."""
+    from .params import BY_NAME
+
+    named = {}
+    for c in found:
+        if c.source in ("measured", "beyond") and model.with_values(c.dtype, {c.param: c.flops}) != model:
+            named[f"measured {c.param}" + (f" {c.dtype}" if BY_NAME[c.param].per_dtype else "")] = c
+    return named
 
 
 def each_crossover_alone(model: PlannerParams, found: Sequence[Crossover]) -> dict[str, PlannerParams]:
@@ -748,16 +813,8 @@ def each_crossover_alone(model: PlannerParams, found: Sequence[Crossover]) -> di
     768x512x384 ran 1.5x and 1.2x faster) and threads from 152^3 (128^3 ran 1.5x slower
     on one thread), and the whole measured set lost to the model's.
     """
-    from .params import BY_NAME
-
-    sets: dict[str, PlannerParams] = {}
-    for c in found:
-        if c.source not in ("measured", "beyond"):
-            continue
-        alone = model.with_values(c.dtype, {c.param: c.flops})
-        if alone != model:
-            per_dtype = BY_NAME[c.param].per_dtype
-            sets[f"measured {c.param}" + (f" {c.dtype}" if per_dtype else "")] = alone
+    sets = {name: model.with_values(c.dtype, {c.param: c.flops})
+            for name, c in _alone_names(model, found).items()}
     return sets if len(sets) > 1 else {}
 
 

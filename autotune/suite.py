@@ -44,7 +44,7 @@ class TuningError(RuntimeError):
 class SuiteShape:
     """One problem of the representative suite: column-major, ``op(A)`` is m x k."""
 
-    kind: str  # small | irregular | tall-skinny | batched | large
+    kind: str  # small | irregular | tall-skinny | batched | large | probe (crossovers.probe_shapes)
     dtype: str
     trans: str
     m: int

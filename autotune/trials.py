@@ -178,9 +178,14 @@ def held_out_line(tuning: Mapping[str, Any] | None) -> str | None:
              "model": "model's parameters (nothing measured beat them)"}
     gain = held.get("gain_over_model")
     chosen = str(held.get("chosen"))
-    # "measured pack_flops f32": the model's set with that one measured crossover.
-    said = words.get(chosen) or (f"the model's parameters with the {chosen} crossover"
-                                 if chosen.startswith("measured ") else chosen)
+    held_alone = [str(name).removeprefix("measured ") for name in held.get("held") or ()]
+    if chosen == "measured crossovers that held":
+        # Each crossover judged alone first; those that did not lose joined (install.crossovers_that_held).
+        said = f"the model's parameters with the measured {', '.join(held_alone)} crossovers"
+    else:
+        # "measured pack_flops f32": the model's set with that one measured crossover.
+        said = words.get(chosen) or (f"the model's parameters with the {chosen} crossover"
+                                     if chosen.startswith("measured ") else chosen)
     text = f"held-out check ({held.get('shapes', '?')} shapes the tuner never saw): {said} kept"
     if _finite(gain) and held.get("chosen") != "model":
         text += f", {float(gain):.2f}x the model's speed there"

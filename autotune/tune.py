@@ -248,12 +248,16 @@ class HeldOutVerdict:
     labels: tuple[str, ...] = ()  # the shapes' labels, in that order
 
     def gain(self, over: str) -> float | None:
-        """How much faster the chosen set ran the held-out shapes than ``over`` did: the
+        """How much faster the chosen set ran the held-out shapes than ``over`` did."""
+        return self.speedup(self.chosen, over)
+
+    def speedup(self, name: str, over: str) -> float | None:
+        """How much faster set ``name`` ran the held-out shapes than ``over`` did: the
         geometric mean of the shapes' time ratios (each shape counts once, whatever
         its size), or the workload's where the shapes' times were not kept."""
-        if over in self.per_shape and self.chosen in self.per_shape:
-            return _speedup(self.per_shape[over], self.per_shape[self.chosen])
-        base, mine = self.times.get(over), self.times.get(self.chosen)
+        if over in self.per_shape and name in self.per_shape:
+            return _speedup(self.per_shape[over], self.per_shape[name])
+        base, mine = self.times.get(over), self.times.get(name)
         return base / mine if base and mine else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -272,24 +276,24 @@ def _speedup(slow: Sequence[float], fast: Sequence[float]) -> float:
     return math.exp(sum(logs) / len(logs)) if logs else 1.0
 
 
-def _alike_plans(runner: SuiteRunner, sets: Mapping[str, PlannerParams],
+def _plan_groups(runner: SuiteRunner, sets: Mapping[str, PlannerParams],
                  shapes: Sequence[SuiteShape]) -> list[list[list[str]]]:
-    """Per shape, the groups of sets whose plans of it are the same (none without
-    the runner's ``plan_signature``)."""
+    """Per shape, the sets partitioned by their plan of it: each set alone where the
+    runner has no ``plan_signature``."""
     signature = getattr(runner, "plan_signature", None)
     if signature is None or len(sets) < 2:
-        return [[] for _ in shapes]
+        return [[[name] for name in sets] for _ in shapes]
     plans: dict[str, list[bytes]] = {}
     for name, params in sets.items():
         runner.set_params(params)
         plans[name] = [signature(shape) for shape in shapes]
-    alike = []
+    partition = []
     for i in range(len(shapes)):
         groups: dict[bytes, list[str]] = {}
         for name in sets:
             groups.setdefault(plans[name][i], []).append(name)
-        alike.append([g for g in groups.values() if len(g) > 1])
-    return alike
+        partition.append(list(groups.values()))
+    return partition
 
 
 def judge(runner: SuiteRunner, candidates: Mapping[str, PlannerParams], shapes: Sequence[SuiteShape],
@@ -313,20 +317,21 @@ def judge(runner: SuiteRunner, candidates: Mapping[str, PlannerParams], shapes: 
     best = {name: [math.inf] * len(shapes) for name in names}
     # Sets that plan a shape alike run the same code there: their times differ by
     # noise alone, which decided verdicts (a 12^3 product timed 1.6x apart under
-    # two sets with one plan).  Such sets share their best time of the shape.
-    alike = _alike_plans(runner, unique, shapes)
-    for _ in range(max(1, rounds) if len(names) > 1 else 1):
-        # Shape by shape, every set in turn: the sets of one shape see the same
+    # two sets with one plan).  Each plan of a shape is timed once, under its
+    # first set, and every set with that plan has its time; a shape all sets plan
+    # alike decides nothing and is timed in one round only.
+    partition = _plan_groups(runner, unique, shapes)
+    for r in range(max(1, rounds) if len(names) > 1 else 1):
+        # Shape by shape, every plan in turn: the plans of one shape see the same
         # few seconds of a drifting machine.
         for i, shape in enumerate(shapes):
-            for name in names:
-                runner.set_params(unique[name])
-                best[name][i] = min(best[name][i], runner.time_shape(shape))
-    for i, groups in enumerate(alike):
-        for group in groups:
-            shared = min(best[name][i] for name in group)
-            for name in group:
-                best[name][i] = shared
+            if r and len(partition[i]) == 1:
+                continue
+            for group in partition[i]:
+                runner.set_params(unique[group[0]])
+                t = min(best[group[0]][i], runner.time_shape(shape))
+                for name in group:
+                    best[name][i] = t
     per_shape = {name: tuple(times) for name, times in best.items()}
     workload = {name: sum(s.calls * t for s, t in zip(shapes, times)) for name, times in per_shape.items()}
     chosen = next(n for i, n in enumerate(names)

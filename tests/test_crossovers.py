@@ -290,6 +290,30 @@ def test_judge_counts_sets_that_plan_a_shape_alike_as_equally_fast_there() -> No
     assert tn.judge(NoisyTimes({}), sets, shapes).chosen == "model"
 
 
+def test_judge_times_each_plan_once_per_round_and_a_shape_all_plan_alike_once() -> None:
+    class Counting(_Costs):
+        def __init__(self) -> None:
+            super().__init__({1.0: 1.0, 2.0: 1.0, 3.0: 1.0})
+            self.calls: list[tuple[str, float]] = []
+
+        def plan_signature(self, shape: SuiteShape) -> bytes:
+            # Only the tuned set plans the largest shapes its own way.
+            own = shape.flops >= 2.0 * 768 * 512 * 384 and self.params.thread_flops == 1.0
+            return b"tuned" if own else b"one plan"
+
+        def time_shape(self, shape: SuiteShape) -> float:
+            self.calls.append((shape.label, self.params.thread_flops))
+            return super().time_shape(shape)
+
+    runner, shapes = Counting(), held_out_suite(("f32",))
+    tn.judge(runner, _sets(), shapes, rounds=3)
+    differ = [s.label for s in shapes if s.flops >= 2.0 * 768 * 512 * 384]
+    assert len(differ) == 2
+    for shape in shapes:
+        timed = [flops for label, flops in runner.calls if label == shape.label]
+        assert timed == ([1.0, 2.0] * 3 if shape.label in differ else [1.0])
+
+
 def test_a_right_crossover_is_kept_though_another_measured_with_it_is_wrong() -> None:
     from autotune.install import each_crossover_alone
 
@@ -321,6 +345,85 @@ def test_a_right_crossover_is_kept_though_another_measured_with_it_is_wrong() ->
     assert "model's parameters with the measured pack_flops f32 crossover kept" in line
     # One crossover measured: nothing to take apart.
     assert each_crossover_alone(model, found[:2]) == {}
+
+
+def test_probe_shapes_lie_between_the_measured_and_the_model_thresholds() -> None:
+    found = [cx.Crossover("pack_flops", "f64", "in place", "packed", 2.0 * 418**3, 2.0 * 215**3, "measured"),
+             cx.Crossover("pack_flops", "f32", "in place", "packed", 2.0 * 591**3, 2.0 * 591**3, "model"),
+             cx.Crossover("pack_flops", "f32", "in place", "packed", 2.0 * 400**3, 2.0 * 420**3, "measured"),
+             cx.Crossover("thread_flops", "f32", "one thread", "all", 2.0 * 82**3, 2.0 * 152**3, "beyond")]
+    probes = cx.probe_shapes(found)
+    # f64 packing on one thread and on all, at the geometric mean of 215 and 418; threads
+    # on all; nothing where the model's value stayed or the two are within 10 %.
+    assert [(s.dtype, s.m, s.threads) for s in probes] == [("f64", 300, 1), ("f64", 300, 0), ("f32", 112, 0)]
+    assert all(s.m == s.n == s.k and s.kind == "probe" for s in probes)
+    assert cx.probe_shapes(found, max_flops=2.0 * 200**3) == (probes[2],)
+
+
+class PackingHost(_Costs):
+    """Packing pays from ``pack_side[dtype]``^3 up and costs below it; a second thread
+    pays from 82^3 up."""
+
+    def __init__(self, pack_side: dict[str, float]) -> None:
+        super().__init__({})
+        self.pack_side = pack_side
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        p = self.params
+        side = (shape.flops / 2) ** (1 / 3)
+        t = shape.flops * 1e-12
+        if shape.flops >= p.get(shape.dtype, "pack_flops"):
+            t *= 0.7 if side >= self.pack_side[shape.dtype] else 1.3
+        if shape.threads != 1 and shape.flops >= p.thread_flops:
+            t *= 0.6 if side >= 82 else 1.4
+        return t
+
+
+def _three_crossovers() -> tuple[PlannerParams, list[cx.Crossover]]:
+    model = PlannerParams(pack_flops=(2.0 * 591**3, 2.0 * 418**3), thread_flops=2.0 * 82**3)
+    return model, [
+        cx.Crossover("pack_flops", "f32", "in place", "packed", 2.0 * 591**3, 2.0 * 215**3, "measured"),
+        cx.Crossover("pack_flops", "f64", "in place", "packed", 2.0 * 418**3, 2.0 * 215**3, "measured"),
+        cx.Crossover("thread_flops", "f32", "one thread", "all", 2.0 * 82**3, 2.0 * 152**3, "measured")]
+
+
+def _held_out(host: _Costs, model: PlannerParams, found: list[cx.Crossover],
+              probes: bool = True) -> tuple[PlannerParams, dict]:
+    from autotune.install import each_crossover_alone, held_out_check
+
+    measured = model
+    for c in found:
+        measured = measured.with_values(c.dtype, {c.param: c.flops})
+    shapes = held_out_suite() + (cx.probe_shapes(found) if probes else ())
+    return held_out_check(host, {"measured": measured, **each_crossover_alone(model, found), "model": model},
+                          found, shapes, rounds=1)
+
+
+def test_every_crossover_that_holds_alone_is_kept_together() -> None:
+    # Both packing thresholds measured right, the thread threshold wrong: the check
+    # picks one set, and each set alone carries one crossover.
+    model, found = _three_crossovers()
+    kept, record = _held_out(PackingHost({"f32": 215, "f64": 215}), model, found)
+    both = model.with_values("f32", {"pack_flops": 2.0 * 215**3}).with_values("f64", {"pack_flops": 2.0 * 215**3})
+    assert kept == both
+    assert record["chosen"] == "measured crossovers that held" and record["gain_over_model"] > 1.0
+    assert record["held"] == ["measured pack_flops f32", "measured pack_flops f64"]
+    assert record["alone"]["chosen"] in ("measured pack_flops f32", "measured pack_flops f64")
+    line = held_out_line({"held_out": record})
+    assert "with the measured pack_flops f32, pack_flops f64 crossovers kept" in line
+
+
+def test_a_crossover_no_held_out_shape_tests_is_judged_on_its_probe() -> None:
+    # f64 packing really pays from the model's 418^3: the measured 215^3 is wrong, and only
+    # the probe at 300^3 (no held-out f64 shape lies between) shows it.
+    model, found = _three_crossovers()
+    host = PackingHost({"f32": 215, "f64": 418})
+    kept, record = _held_out(host, model, found)
+    assert kept == model.with_values("f32", {"pack_flops": 2.0 * 215**3})
+    assert record["chosen"] == "measured pack_flops f32" and "held" not in record
+    # Without the probe nothing contradicts it, and it would have been kept.
+    kept, _ = _held_out(host, model, found, probes=False)
+    assert kept.get("f64", "pack_flops") == 2.0 * 215**3
 
 
 def test_held_out_shapes_cover_every_regime_and_never_meet_the_suite() -> None:
