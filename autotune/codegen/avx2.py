@@ -1,4 +1,4 @@
-"""AVX2 + FMA kernels: 16 ymm registers, 8 fp32 / 4 fp64 lanes, maskload/maskstore tails."""
+"""AVX2 + FMA kernels: 16 ymm registers, 8 fp32 / 4 fp64 lanes, maskload tails, C tails stored in pieces."""
 
 from __future__ import annotations
 
