@@ -116,6 +116,8 @@ class Crossover:
     flops: float
     source: str
     points: tuple[Point, ...] = field(default_factory=tuple)
+    #: Cores' worth of other work while the sweep ran (host.load_meter), where it was metered.
+    other_load: float | None = None
 
     @property
     def side(self) -> float:
@@ -356,7 +358,8 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf) -> tup
 
 def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequence[SweepSpec],
                        advance: Callable[[], None] = lambda: None, busy: bool = False,
-                       effort: Effort = FULL) -> tuple[PlannerParams, tuple[Crossover, ...]]:
+                       effort: Effort = FULL, meter: Callable[[], Callable[[], float | None]] | None = None
+                       ) -> tuple[PlannerParams, tuple[Crossover, ...]]:
     """Run ``specs`` in turn, each on the parameters the ones before it set.
 
     Returns the parameters with every measured threshold in place, and what
@@ -366,6 +369,14 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
     threads, waits the same way (an install beside two busy cores found "in place
     wins up to 1708^3" where a quiet run of the same host packs from 429^3).  The
     runner is left on the returned parameters.
+
+    ``meter`` (:func:`autotune.host.load_meter`) watches each sweep as it runs: one
+    during which other work took BUSY_LOAD cores or more is run again, and if
+    that run is no quieter, the model's value stays (``busy``, with the load).
+    On a 2-vCPU VM one install's every two-thread call of the thread sweep took
+    120-260 us from 32^3 up (one thread: 3-66 us) while another, minutes later,
+    timed 2-8 us there, and the stored threshold (152^3) was that window's (likeliest:
+    the second vCPU ran someone else's work, which a VM sees as steal time).
     """
     found: list[Crossover] = []
     for spec in specs:
@@ -373,12 +384,24 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
         if busy:
             found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy"))
             continue
-        points = sweep(runner, spec, params, advance, effort)
+        other = None
+        for _ in range(2):
+            since = meter() if meter else None
+            points = sweep(runner, spec, params, advance, effort)
+            other = since() if since else None
+            if other is None or other < BUSY_LOAD:
+                break
+        loaded = None if other is None else round(other, 2)
+        if loaded is not None and other >= BUSY_LOAD:
+            found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy", points,
+                                   loaded))
+            continue
         flops, source = crossing(points, prior=model)
         if flops is None:
             flops = model
         flops = float(f"{flops:.4g}")
         params = params.with_values(spec.dtype, {spec.param: flops})
-        found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, flops, source, points))
+        found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, flops, source, points,
+                               loaded))
     runner.set_params(params)
     return params, tuple(found)

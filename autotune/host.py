@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -794,6 +794,34 @@ def _cpu_times() -> tuple[float, float] | None:
     values = [float(v) for v in fields[1:]]
     idle = values[3] + (values[4] if len(values) > 4 else 0.0)  # idle + iowait
     return idle, sum(values[:8])  # guest time is already counted in user
+
+
+def load_meter(cores: int | None = None) -> Callable[[], float | None]:
+    """Start counting; the function returned gives the cores' worth of work done since
+    by anything but this process: other processes, and in a virtual machine the
+    hypervisor's steal time (/proc/stat counts both as busy).
+
+    :func:`other_load` looks before a measurement; this covers the measurement
+    itself, which can take seconds in which a neighbour wakes up.  This process's
+    own CPU time (all its threads) is taken out, so its own timings do not count.
+    None where /proc/stat cannot be read.
+    """
+    import time
+
+    start, wall0, own0 = _cpu_times(), time.monotonic(), _own_cpu_s()
+
+    def since() -> float | None:
+        end, wall = _cpu_times(), time.monotonic() - wall0
+        if start is None or end is None or end[1] <= start[1] or wall <= 0:
+            return None
+        busy = (1.0 - (end[0] - start[0]) / (end[1] - start[1])) * (cores or os.cpu_count() or 1)
+        return max(0.0, busy - (_own_cpu_s() - own0) / wall)
+    return since
+
+
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def other_load(seconds: float = 0.5, cores: int | None = None) -> float | None:

@@ -31,7 +31,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 from . import build, codegen, families, measure, qsuite, table
 from . import files as files_mod
 from .home import ensure_writable, home as default_home, install_lock
-from .host import HostInfo, detect
+from .host import HostInfo, detect, load_meter
 from .specs import KernelSpec
 from .table import KernelRecord, TunedTable, library_dir
 from .link import LibraryBuild, build_table_library, default_params
@@ -706,7 +706,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
             task = progress.add_task("measure crossovers", total=sum(len(s.sides) for s in sweeps)) \
                 if progress else None
             measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy,
-                                                 QUICK if options.quick else FULL)
+                                                 QUICK if options.quick else FULL, meter=load_meter)
             if progress:
                 progress.update(task, completed=sum(len(s.sides) for s in sweeps))
         stored = replace(stored, params=measured.to_mapping(stored.params),

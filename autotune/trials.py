@@ -211,5 +211,10 @@ def crossover_lines(crossovers: Any) -> list[str]:
                "model": "the noise decided nothing: the model's value",
                "busy": "not measured, other processes kept the cores busy: the model's value; "
                        "run the install again on a quiet machine"}.get(c.get("source"), c.get("source"))
+        if c.get("source") == "busy" and points:
+            # Metered while it ran (host.load_meter): steal time counts, a VM's vCPU taken away.
+            how = (f"timed twice while other work took {float(c.get('other_load') or 0):.1f} cores "
+                   "(other processes, or the hypervisor): the model's value; run the install again "
+                   "on a quiet machine")
         lines.append(f"{name}: {c.get('alt')} from {side:.0f}^3 ({how}; the model said {model_side:.0f}^3)")
     return lines

@@ -9,6 +9,7 @@ ones must not move with them.
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -457,6 +458,56 @@ def test_a_busy_machine_keeps_the_models_thresholds() -> None:
     assert all(c.source == "busy" and not c.points for c in found)
     assert params == model and not machine.timed
     assert all("quiet machine" in line for line in crossover_lines([c.to_dict() for c in found]))
+
+
+def _meter(loads: list[float]):
+    """A load meter whose sweeps see ``loads`` in turn."""
+    def start():
+        return lambda: loads.pop(0)
+    return start
+
+
+def test_a_sweep_other_work_disturbed_is_run_again() -> None:
+    machine = FakeMachine(pack_side=300.0)
+    _, (found,) = cx.measure_crossovers(machine, PlannerParams(), [cx.pack_sweep("f32")],
+                                        meter=_meter([1.4, 0.1]))
+    assert found.source == "measured" and found.other_load == 0.1
+    timed = len(machine.timed)
+    _, (again,) = cx.measure_crossovers(FakeMachine(pack_side=300.0), PlannerParams(), [cx.pack_sweep("f32")])
+    assert again.flops == found.flops and again.other_load is None
+    # The first, disturbed, run was timed too: twice the calls of an undisturbed one.
+    assert timed == 2 * len(_timed(300.0))
+
+
+def _timed(pack_side: float) -> list[SuiteShape]:
+    machine = FakeMachine(pack_side=pack_side)
+    cx.measure_crossovers(machine, PlannerParams(), [cx.pack_sweep("f32")])
+    return machine.timed
+
+
+def test_a_sweep_disturbed_twice_keeps_the_model_value_and_says_why() -> None:
+    model = PlannerParams(pack_flops=(2.0 * 591**3, 2.0 * 418**3))
+    params, (found,) = cx.measure_crossovers(FakeMachine(pack_side=300.0), model, [cx.pack_sweep("f32")],
+                                             meter=_meter([1.4, 0.9]))
+    assert found.source == "busy" and found.flops == found.model_flops == 2.0 * 591**3
+    assert params == model and found.other_load == 0.9 and found.points
+    (line,) = crossover_lines([found.to_dict()])
+    assert "timed twice while other work took 0.9 cores" in line and "the model's value" in line
+    assert cx.Crossover.from_dict(found.to_dict()) == found
+
+
+def test_the_load_meter_counts_the_machine_less_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune import host
+
+    # /proc/stat: 200 jiffies pass on 2 CPUs, half of them busy (one core's worth, steal
+    # included); this process used half a core of its own over the second.
+    readings = iter([(1000.0, 2000.0), (1100.0, 2200.0)])
+    own = iter([10.0, 10.5])
+    clock = iter([100.0, 101.0])
+    monkeypatch.setattr(host, "_cpu_times", lambda: next(readings))
+    monkeypatch.setattr(host, "_own_cpu_s", lambda: next(own))
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    assert host.load_meter(cores=2)() == pytest.approx(0.5)
 
 
 def test_wait_for_quiet_waits_until_the_load_falls_or_the_time_is_up() -> None:
