@@ -219,3 +219,46 @@ def test_under_a_user_mode_emulator_nothing_timed_decides(tmp_path):
     assert table.provenance == "emulated" and result.library is not None
     assert "crossovers" not in table.settings and "held_out" not in (table.tuning or {})
     assert table.params["provenance"] == "emulated"
+
+
+def test_the_deep_k_leaders_are_timed_again_in_rounds_and_the_median_decides(monkeypatch):
+    """The grid caught 16x3 in a fast second (100 GFLOPS) and 24x4 in a slow one (80): timed
+    in turns, 24x4 is the faster, and the packed path's workhorse follows the rounds."""
+    from autotune.specs import KernelSpec
+    from autotune.table import KernelRecord
+    import pandas as pd
+
+    def record(mr, nr, deep, dtype="f32", trans=(False, False)):
+        spec = KernelSpec("avx2", dtype, mr, nr, *trans, "", 1)
+        return KernelRecord(spec, "validated", object_hash=spec.name, best_gflops=deep,
+                            gflops_by_k=((64, 50.0), (256, deep)))
+
+    records = {r.spec.name: r for r in (record(16, 3, 100.0), record(24, 4, 80.0), record(8, 8, 60.0),
+                                        record(4, 4, 30.0), record(16, 2, 20.0),
+                                        record(8, 4, 40.0, "f64"),
+                                        record(16, 3, 99.0, trans=(True, False)))}
+    truth = {"16x3": [85.0, 70.0, 90.0], "24x4": [95.0, 75.0, 96.0], "8x8": [60.0, 55.0, 61.0],
+             "4x4": [30.0, 31.0, 29.0], "16x2": [20.0] * 3}
+    calls = []
+
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats):
+        calls.append((tuple(names), tuple(ks)))
+        rnd = sum(1 for c in calls if c[0] == tuple(names)) - 1
+        rows = [{"kernel": n, "median_gflops": truth[n.split("_")[4]][rnd]} for n in names]
+        return pd.DataFrame(rows)
+
+    class Timer:
+        harness, target = "harness", "target"
+
+    timer = Timer()
+    monkeypatch.setattr(measure, "bench", bench)
+    confirmed = install_mod.confirm_deep(records, {name: timer for name in records}, per_dtype=4, rounds=3)
+    # The four fastest fp32 NN kernels, three rounds of one harness run each, at K = 256;
+    # fp64 has one NN kernel (nothing to compare) and TN kernels are not the workhorse.
+    assert len(calls) == 3 and all(ks == (256,) for _, ks in calls)
+    assert set(calls[0][0]) == {"at_sgemm_avx2_nn_16x3_u1", "at_sgemm_avx2_nn_24x4_u1",
+                                "at_sgemm_avx2_nn_8x8_u1", "at_sgemm_avx2_nn_4x4_u1"}
+    assert dict(confirmed["at_sgemm_avx2_nn_24x4_u1"].gflops_by_k) == {64: 50.0, 256: 95.0}
+    assert dict(confirmed["at_sgemm_avx2_nn_16x3_u1"].gflops_by_k)[256] == 85.0
+    assert install_mod.main_kernels(list({**records, **confirmed}.values()))["f32"] == (24, 4)
+    assert install_mod.main_kernels(list(records.values()))["f32"] == (16, 3)
