@@ -157,3 +157,33 @@ def test_first_call_imports_nothing_heavy(built, tmp_path, where):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity to share one CPU")
+def test_the_caller_runs_a_share_its_worker_has_not_started(built):
+    """Two threads on one CPU (a worker woken onto its caller's CPU, or a VM whose
+    other vCPU is elsewhere): the caller runs the worker's share itself when it gets
+    there first (pool.c, region), and the bits are one thread's."""
+    code = (
+        "import os, ctypes, numpy as np, autotune.runtime as rt\n"
+        "os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+        f"lib = rt.use_library({str(built.library)!r})\n"
+        "rng = np.random.default_rng(3)\n"
+        "A = rng.standard_normal((97, 61)); B = rng.standard_normal((61, 83))\n"
+        "rt.set_num_threads(1); one = rt.gemm(A, B)\n"
+        "from autotune.runtime import loader\n"
+        "params = loader.at_tune_params(); lib.lib.at_params_get(ctypes.byref(params))\n"
+        "params.thread_flops = 1.0; lib.lib.at_params_set(ctypes.byref(params))\n"
+        "rt.set_num_threads(2)\n"
+        "regions, taken = ctypes.c_int64(), ctypes.c_int64()\n"
+        "for _ in range(200):\n"
+        "    assert rt.gemm(A, B).tobytes() == one.tobytes()\n"
+        "lib.lib.at_pool_stats(ctypes.byref(regions), ctypes.byref(taken))\n"
+        "print(regions.value, taken.value)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    regions, taken = map(int, out.stdout.split())
+    # Each call is a two-share region; on one CPU the worker rarely starts first.
+    assert regions >= 200 and taken > 0, (regions, taken)

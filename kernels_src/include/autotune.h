@@ -126,6 +126,11 @@ void at_plan_cache_stats(int64_t *created, int64_t *hits);
  * or memory short): for tests and benchmarks. */
 void at_team_stats(int64_t *teams, int64_t *declined);
 
+/* Parallel regions the pool has run since load, and the workers' shares the
+ * calling thread ran itself because their worker had not started them when it
+ * finished its own (asleep, or waiting for a CPU): for tests and benchmarks. */
+void at_pool_stats(int64_t *regions, int64_t *taken);
+
 /* The planner's parameters, replaceable at run time so that a tuner can try a
  * setting without rebuilding the library.  Index [0] is f32, [1] f64.  Zero in a
  * cost weight selects the built-in value.  Declared, with defaults and search
