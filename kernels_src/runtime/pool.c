@@ -99,9 +99,6 @@ static int spin_while_positive(_Atomic int *value)
     }
 }
 
-/* Share k of the region of generation gen, for the first thread to ask: a worker
- * of an older region that wakes late finds a newer generation there and leaves
- * it alone (its region's task and context may be gone). */
 static _Atomic int64_t regions_run, shares_taken;
 
 void at_pool_stats(int64_t *regions, int64_t *taken)
@@ -110,6 +107,9 @@ void at_pool_stats(int64_t *regions, int64_t *taken)
     if (taken) *taken = atomic_load(&shares_taken);
 }
 
+/* Share k of the region of generation gen, for the first thread to ask: a worker
+ * of an older region that wakes late finds a newer generation there and leaves
+ * it alone (its region's task and context may be gone). */
 static int claim(int k, uint64_t gen)
 {
     uint64_t cur = atomic_load_explicit(&share_claim[k], memory_order_acquire);
