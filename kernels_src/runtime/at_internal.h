@@ -124,7 +124,7 @@ void at__parallel(int n, at_task_fn fn, void *ctx);
  * (the pool busy with another region, or workers that cannot be started). */
 int at__parallel_team(int n, at_task_fn fn, void *ctx);
 /* A barrier for the n threads of a team region: each returns once all have
- * arrived.  Spins, then yields the CPU: a region is short. */
+ * arrived.  Spins, yielding the CPU every 64 polls: a region is short. */
 typedef struct {
     _Atomic int arrived;
     _Atomic unsigned phase;
