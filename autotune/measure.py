@@ -38,7 +38,7 @@ ProgressFn = Callable[..., object]
 
 BENCH_COLUMNS = (
     "kernel", "K", "pad", "lda", "ldb", "ldc", "iters",
-    "best_gflops", "median_gflops", "ns_per_call", "median_ns_per_call",
+    "best_gflops", "median_gflops", "ns_per_call", "median_ns_per_call", "pace_gflops",
 )
 
 
@@ -389,7 +389,7 @@ def bench(
     drive(harness, target, args, names, handler, limit, progress)
     frame = pd.DataFrame(handler.rows, columns=list(BENCH_COLUMNS))
     ints = ["K", "pad", "lda", "ldb", "ldc", "iters"]
-    floats = ["best_gflops", "median_gflops", "ns_per_call", "median_ns_per_call"]
+    floats = ["best_gflops", "median_gflops", "ns_per_call", "median_ns_per_call", "pace_gflops"]
     frame = frame.astype({**{c: "int64" for c in ints}, **{c: "float64" for c in floats}})
     frame.attrs["failures"] = dict(handler.failures)
     return frame

@@ -140,6 +140,7 @@ def test_bench_reports_each_grid_point(kit):
         assert p["best_gflops"] >= p["median_gflops"] > 0
         assert 0 < p["ns_per_call"] <= p["median_ns_per_call"]
         assert p["iters"] >= 1
+        assert p["pace_gflops"] > 0  # the core's speed beside the samples (at_pace)
 
 
 def test_deep_calls_read_b_from_copies_larger_than_l1(kit):

@@ -239,16 +239,20 @@ def test_the_deep_k_leaders_are_timed_again_in_rounds_and_the_median_decides(mon
                                         record(16, 3, 99.0, trans=(True, False)))}
     truth = {"16x3": [85.0, 70.0, 90.0], "24x4": [95.0, 75.0, 96.0], "8x8": [60.0, 55.0, 61.0],
              "4x4": [30.0, 31.0, 29.0], "16x2": [20.0] * 3}
+    # The core's pace in each round: in the second the core ran slow (half its peak of
+    # 100): 16x3 and 24x4 keep the median of rounds one and three.
+    pace = [99.0, 50.0, 98.0]
     calls = []
 
     def bench(harness, target, names, ks, pads, min_time_ms, repeats):
         calls.append((tuple(names), tuple(ks)))
         rnd = sum(1 for c in calls if c[0] == tuple(names)) - 1
-        rows = [{"kernel": n, "median_gflops": truth[n.split("_")[4]][rnd]} for n in names]
+        rows = [{"kernel": n, "median_gflops": truth[n.split("_")[4]][rnd], "pace_gflops": pace[rnd]}
+                for n in names]
         return pd.DataFrame(rows)
 
     class Timer:
-        harness, target = "harness", "target"
+        harness, target, peak = "harness", "target", 100.0
 
     timer = Timer()
     monkeypatch.setattr(measure, "bench", bench)
@@ -258,7 +262,116 @@ def test_the_deep_k_leaders_are_timed_again_in_rounds_and_the_median_decides(mon
     assert len(calls) == 3 and all(ks == (256,) for _, ks in calls)
     assert set(calls[0][0]) == {"at_sgemm_avx2_nn_16x3_u1", "at_sgemm_avx2_nn_24x4_u1",
                                 "at_sgemm_avx2_nn_8x8_u1", "at_sgemm_avx2_nn_4x4_u1"}
-    assert dict(confirmed["at_sgemm_avx2_nn_24x4_u1"].gflops_by_k) == {64: 50.0, 256: 95.0}
-    assert dict(confirmed["at_sgemm_avx2_nn_16x3_u1"].gflops_by_k)[256] == 85.0
+    assert dict(confirmed["at_sgemm_avx2_nn_24x4_u1"].gflops_by_k) == {64: 50.0, 256: 95.5}
+    assert dict(confirmed["at_sgemm_avx2_nn_16x3_u1"].gflops_by_k)[256] == 87.5
     assert install_mod.main_kernels(list({**records, **confirmed}.values()))["f32"] == (24, 4)
     assert install_mod.main_kernels(list(records.values()))["f32"] == (16, 3)
+
+
+def test_points_timed_on_a_slowed_core_or_with_spread_repeats_are_timed_again(monkeypatch, tmp_path):
+    """The harness reports the core's pace beside every grid point; a point timed
+    while the core ran the peak loop under STEADY of its peak, or whose median
+    repeat fell that far under its best, is timed again, and the steadier sample
+    of each point is kept, in the journal too."""
+    import types
+
+    import pandas as pd
+
+    from autotune.specs import KernelSpec
+
+    specs = [KernelSpec("avx2", "f64", mr, 4) for mr in (4, 8, 12, 16)]
+    steady, slowed_once, spread_once, always_slow = (s.name for s in specs)
+    # Per kernel and run: (median GFLOPS, best, pace) at K = 16 and 64; the peak loop's peak is 100.
+    runs = {steady: [((30, 31, 99), (40, 40, 98))],
+            slowed_once: [((20, 20, 90), (21, 21, 50)), ((30, 30, 95), (42, 43, 97))],
+            spread_once: [((20, 30, 99), (40, 41, 99)), ((29, 30, 99), (35, 41, 99))],
+            always_slow: [((10, 10, 40), (12, 12, 45)), ((14, 14, 60), (11, 11, 30)),
+                          ((9, 9, 35), (13, 13, 55))]}
+    calls = []
+
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None):
+        calls.append(tuple(names))
+        rows = []
+        for name in names:
+            attempt = sum(1 for c in calls if name in c) - 1
+            for k, (median, best, pace) in zip(ks, runs[name][attempt]):
+                rows.append({"kernel": name, "K": k, "pad": 0, "median_gflops": float(median),
+                             "best_gflops": float(best), "pace_gflops": float(pace)})
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr(measure, "bench", bench)
+    objects = {s.name: types.SimpleNamespace(hash=s.name) for s in specs}
+    settings = {"ks": [16, 64], "pads": [0], "min_time_ms": 1.0, "repeats": 3}
+    path = tmp_path / "journal.jsonl"
+    timer = install_mod.KernelTimer("harness", "target", objects, install_mod.Journal(path), None, "avx2",
+                                    peak=100.0)
+    assert timer.time(specs, settings) == 4
+    # Every kernel once; the three disturbed ones again; the one still slow a third time.
+    assert calls == [(steady, slowed_once, spread_once, always_slow), (slowed_once, spread_once, always_slow),
+                     (always_slow,)]
+    assert timer.retimed == {slowed_once, spread_once, always_slow} and timer.unsteady == {always_slow}
+
+    def by_k(journal, spec):
+        key = (spec.name, install_mod.settings_key(settings))
+        return {r["K"]: (r["median_gflops"], r["pace_gflops"]) for r in journal.benches[key]}
+
+    reread = install_mod.Journal(path)  # the next install resumes from the kept samples
+    for journal in (timer.journal, reread):
+        assert by_k(journal, specs[0]) == {16: (30.0, 99.0), 64: (40.0, 98.0)}
+        assert by_k(journal, specs[1]) == {16: (30.0, 95.0), 64: (42.0, 97.0)}
+        assert by_k(journal, specs[2]) == {16: (29.0, 99.0), 64: (40.0, 99.0)}  # per point
+        assert by_k(journal, specs[3]) == {16: (14.0, 60.0), 64: (13.0, 55.0)}
+
+    # Without a peak (an unknown core) only the repeats' spread is judged.
+    calls.clear()
+    plain = install_mod.KernelTimer("harness", "target", {steady: objects[steady]},
+                                    install_mod.Journal(tmp_path / "other.jsonl"), None, "avx2")
+    runs[steady] = [((5, 5, 1), (5, 5, 1))]
+    assert plain.time(specs[:1], settings) == 1 and calls == [(steady,)] and not plain.retimed
+
+
+def test_a_grid_of_passes_keeps_each_points_median_pass(monkeypatch, tmp_path):
+    """Every kernel once per pass, all kernels in turn; each point keeps its median
+    pass among those the core kept its pace through, and a kernel that crashed is
+    not run again."""
+    import types
+
+    import pandas as pd
+
+    from autotune.specs import KernelSpec
+
+    specs = [KernelSpec("avx2", "f32", mr, 4) for mr in (8, 16, 24)]
+    drifting, slowed, crashed = (s.name for s in specs)
+    # Per kernel, per pass: (GFLOPS, pace) at K = 16 and 64; the peak loop's peak is 100.
+    runs = {drifting: [((50, 99), (80, 99)), ((70, 98), (60, 99)), ((60, 99), (90, 97))],
+            slowed: [((90, 99), (90, 99)), ((30, 40), (30, 40)), ((10, 45), (20, 45))],
+            crashed: [None]}
+    calls = []
+
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None):
+        calls.append(tuple(names))
+        rows = []
+        for name in names:
+            attempt = sum(1 for c in calls if name in c) - 1
+            if runs[name][attempt] is None:
+                continue
+            for k, (gflops, pace) in zip(ks, runs[name][attempt]):
+                rows.append({"kernel": name, "K": k, "pad": 0, "median_gflops": float(gflops),
+                             "best_gflops": float(gflops), "pace_gflops": float(pace)})
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr(measure, "bench", bench)
+    objects = {s.name: types.SimpleNamespace(hash=s.name) for s in specs}
+    settings = {"ks": [16, 64], "pads": [0], "min_time_ms": 0.7, "repeats": 1, "passes": 3}
+    timer = install_mod.KernelTimer("harness", "target", objects, install_mod.Journal(tmp_path / "j.jsonl"),
+                                    None, "avx2", peak=100.0)
+    assert timer.time(specs, settings) == 2
+    assert calls == [(drifting, slowed, crashed), (drifting, slowed), (drifting, slowed)]
+    key = install_mod.settings_key(settings)
+
+    def by_k(name):
+        return {r["K"]: r["median_gflops"] for r in timer.journal.benches[(name, key)]}
+
+    assert by_k(drifting) == {16: 60.0, 64: 80.0}  # the median of three, point by point
+    assert by_k(slowed) == {16: 90.0, 64: 90.0}  # the one pass the core kept its pace through
+    assert (crashed, key) not in timer.journal.benches and not timer.retimed

@@ -174,7 +174,7 @@ def _peak_rows(table: TunedTable) -> list[tuple[str, str, float]]:
 
 def _settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
     labels = {"mode": "mode", "ks": "K grid", "pads": "leading-dim pads", "min_time_ms": "min time per point (ms)",
-              "repeats": "repeats", "isas": "ISAs"}
+              "repeats": "repeats per pass", "passes": "passes over the grid (median kept)", "isas": "ISAs"}
     rows = []
     for key, value in settings.items():
         if key in ("peak_by_isa", "quant", "quant_library"):

@@ -647,8 +647,13 @@ static int bench_point(const at_kernel *e, const at_bench_opts *o, int64_t K, in
     time_calls(e, 1, K, kA, klda, kB, kldb, b_stride, b_copies, C, sc.ld, c_stride);
     while (time_calls(e, iters, K, kA, klda, kB, kldb, b_stride, b_copies, C, sc.ld, c_stride) < min_ns && iters < (1LL << 40))
         iters *= 2;
+    /* The core's pace on both sides of the samples: the slower of the two says
+     * whether they were taken at the core's full speed. */
+    double pace = at_pace();
     for (int r = 0; r < o->repeats; ++r)
         samples[r] = time_calls(e, iters, K, kA, klda, kB, kldb, b_stride, b_copies, C, sc.ld, c_stride) / (double)iters;
+    double pace_after = at_pace();
+    pace = pace_after < pace ? pace_after : pace;
     qsort(samples, (size_t)o->repeats, sizeof(double), cmp_double);
     double best = samples[0];
     double median = o->repeats % 2 ? samples[o->repeats / 2]
@@ -668,6 +673,7 @@ static int bench_point(const at_kernel *e, const at_bench_opts *o, int64_t K, in
     kv_num("ns_per_call", best);
     kv_num("median_ns_per_call", median);
     kv_int("b_copies", b_copies);
+    kv_num("pace_gflops", pace);
     emit_end();
     free(A);
     free(B);

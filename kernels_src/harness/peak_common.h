@@ -32,7 +32,33 @@ static double at_peak_measure(void (*run)(long long iters), double flops_per_ite
     return flops_per_iter * (double)iters / best;
 }
 
-/* The at_peak of a file with run_f32 and run_f64 whose iteration is AT_NCHAINS
+/* Best of three runs of about 20 us each, the count found once per process: short
+ * enough to take beside every bench point, long enough that the clock's
+ * granularity does not matter. */
+static double at_pace_measure(void (*run)(long long iters), double flops_per_iter)
+{
+    static long long iters = 0;
+    if (!iters) {
+        iters = 64;
+        for (;;) {
+            double t0 = at_now_ns();
+            run(iters);
+            if (at_now_ns() - t0 >= 2e4 || iters >= (1LL << 30))
+                break;
+            iters *= 2;
+        }
+    }
+    double best = 0;
+    for (int r = 0; r < 3; ++r) {
+        double t0 = at_now_ns();
+        run(iters);
+        double t = at_now_ns() - t0;
+        best = r == 0 || t < best ? t : best;
+    }
+    return flops_per_iter * (double)iters / (best > 0 ? best : 1);
+}
+
+/* The at_peak and at_pace of a file with run_f32 and run_f64 whose iteration is AT_NCHAINS
  * multiply-adds on vectors of lanes_f32 or lanes_f64 lanes, 2 flops a lane (all
  * but peak_sme2.c).  A NULL pointer skips that dtype. */
 #define AT_PEAK_OF_CHAINS(lanes_f32, lanes_f64)                                          \
@@ -42,6 +68,7 @@ static double at_peak_measure(void (*run)(long long iters), double flops_per_ite
             *gflops_f32 = at_peak_measure(run_f32, AT_NCHAINS * (lanes_f32) * 2.0);    \
         if (gflops_f64)                                                                \
             *gflops_f64 = at_peak_measure(run_f64, AT_NCHAINS * (lanes_f64) * 2.0);    \
-    }
+    }                                                                                  \
+    double at_pace(void) { return at_pace_measure(run_f32, AT_NCHAINS * (lanes_f32) * 2.0); }
 
 #endif
