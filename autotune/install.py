@@ -958,55 +958,86 @@ def recorded_shapes(path: Path | None) -> tuple["SuiteShape", ...]:
         raise InstallError(str(exc)) from None
 
 
-#: NN kernels per dtype re-timed at the deepest K (confirm_deep), and the rounds they take.
-CONFIRM_KERNELS = 4
+#: Kernels per dtype and transposition re-timed at the deepest K (confirm_deep), the
+#: rounds they take, and how many times the leaders are confirmed over.
+CONFIRM_KERNELS = 3
 CONFIRM_ROUNDS = 5
+CONFIRM_ITERATIONS = 3
 
 
 def confirm_deep(records: Mapping[str, KernelRecord], timers: Mapping[str, KernelTimer],
-                 per_dtype: int = CONFIRM_KERNELS, rounds: int = CONFIRM_ROUNDS) -> dict[str, KernelRecord]:
-    """The fastest NN kernels at the deepest K, re-timed there in interleaved rounds.
+                 per_trans: int = CONFIRM_KERNELS, rounds: int = CONFIRM_ROUNDS,
+                 iterations: int = CONFIRM_ITERATIONS) -> dict[str, KernelRecord]:
+    """The fastest kernels of each transposition at the deepest K, re-timed there in
+    interleaved rounds.
 
-    The packed path runs one kernel for nearly all of a large product
-    (:func:`main_kernels`, and the tiler's choice at depth blk_k), and the grid
-    times each kernel once, in its own second of a drifting machine: on a 2-vCPU
-    VM one install's grid had fp32 16x3 at 100 GFLOPS and 24x4 at 90 (K = 256),
-    and four rounds in turns had them at 75-82 and 79-83.  Each round times every
-    contender once, so all of them meet the same slow and fast moments; the median
-    of the rounds replaces the grid's figure at that depth (of the rounds the core
-    kept its pace through, when there are any).  Returns the records it changed.
+    The packed path runs one kernel for nearly all of a large product, chosen by
+    its speed at depth blk_k among the four transpositions' best (plan.c, whose
+    formats the packing then writes; :func:`main_kernels` sets the blocking from
+    the NN one), and the grid times each kernel in its own moments of a drifting
+    machine.  On a 2-vCPU VM one install's grid had fp32 16x3 at 100 GFLOPS and
+    24x4 at 90 (K = 256), and four rounds in turns had them at 75-82 and 79-83;
+    another had fp64 TT 4x8 at 47 GFLOPS (the packed path took it: fp64 1024^3 ran
+    at 0.84x the speed of an install that took NT 8x6), and five rounds had it at
+    34 against 41 for NT 8x6.  Each round times every contender once, so all of
+    them meet the same slow and fast moments; the median of the rounds the core
+    kept its pace through replaces the grid's figure at that depth.  The top
+    ``per_trans`` of each transposition are confirmed, and again while a
+    transposition's leader is one the rounds have not timed (a kernel confirmed
+    lower hands the lead to the next), ``iterations`` times at most.  Returns
+    the records it changed.
     """
-    deepest = {}
+    deepest: dict[str, list[KernelRecord]] = {}
     for name, r in records.items():
-        if r.status == "validated" and r.gflops_by_k and r.spec.trans == "nn" and name in timers:
+        if r.status == "validated" and r.gflops_by_k and name in timers:
             deepest.setdefault(r.spec.dtype, []).append(r)
     confirmed: dict[str, KernelRecord] = {}
     for dtype, candidates in deepest.items():
         k = max(max(r.gflops_by_k)[0] for r in candidates)
-        ranked = sorted((r for r in candidates if max(r.gflops_by_k)[0] == k),
-                        key=lambda r: -max(r.gflops_by_k)[1])[:per_dtype]
-        if len(ranked) < 2:
-            continue
-        by_timer: dict[int, list[KernelRecord]] = {}
-        for r in ranked:
-            by_timer.setdefault(id(timers[r.spec.name]), []).append(r)
-        speeds: dict[str, list[float]] = {r.spec.name: [] for r in ranked}
-        for _ in range(rounds):
-            for group in by_timer.values():
-                timer = timers[group[0].spec.name]
-                frame = measure.bench(timer.harness, timer.target, [r.spec.name for r in group], ks=(k,),
-                                      pads=(0,), min_time_ms=0.5, repeats=1)
-                for row in frame.to_dict("records"):
-                    speeds[row["kernel"]].append((float(row["median_gflops"]), steadiness(row, timer.peak)))
-        for r in ranked:
-            # Rounds the core ran slow through say nothing about the kernel.
-            samples = [g for g, steady in speeds[r.spec.name] if steady >= STEADY] or \
-                [g for g, _ in speeds[r.spec.name]]
-            if samples:
-                median = round(statistics.median(samples), 3)
-                by_k = tuple((kk, median if kk == k else g) for kk, g in r.gflops_by_k)
-                confirmed[r.spec.name] = replace(r, gflops_by_k=by_k)
-    return confirmed
+        at_k = [r for r in candidates if max(r.gflops_by_k)[0] == k]
+        if len(at_k) < 2:
+            continue  # nothing to choose between
+
+        def figure(r: KernelRecord) -> float:
+            return max((confirmed.get(r.spec.name) or r).gflops_by_k)[1]
+
+        for _ in range(iterations):
+            contenders = []
+            for trans in sorted({r.spec.trans for r in at_k}):
+                ranked = sorted((r for r in at_k if r.spec.trans == trans), key=lambda r: -figure(r))
+                if ranked[0].spec.name not in confirmed:
+                    contenders += [r for r in ranked[:per_trans] if r.spec.name not in confirmed]
+            if not contenders:
+                break
+            speeds = _rounds(contenders, timers, k, rounds)
+            for r in contenders:
+                if speeds[r.spec.name]:
+                    median = round(statistics.median(speeds[r.spec.name]), 3)
+                    by_k = tuple((kk, median if kk == k else g) for kk, g in r.gflops_by_k)
+                    confirmed[r.spec.name] = replace(r, gflops_by_k=by_k)
+                else:  # crashed in every round: keeps its grid figure, not confirmed again
+                    confirmed[r.spec.name] = r
+    return {name: r for name, r in confirmed.items() if r is not records[name]}
+
+
+def _rounds(contenders: Sequence[KernelRecord], timers: Mapping[str, KernelTimer], k: int,
+            rounds: int) -> dict[str, list[float]]:
+    """Each contender's speeds at depth k over ``rounds`` rounds, every round timing
+    each once (one harness run per harness), those the core ran slow through left
+    out unless no other round is left."""
+    by_timer: dict[int, list[KernelRecord]] = {}
+    for r in contenders:
+        by_timer.setdefault(id(timers[r.spec.name]), []).append(r)
+    samples: dict[str, list[tuple[float, float]]] = {r.spec.name: [] for r in contenders}
+    for _ in range(rounds):
+        for group in by_timer.values():
+            timer = timers[group[0].spec.name]
+            frame = measure.bench(timer.harness, timer.target, [r.spec.name for r in group], ks=(k,),
+                                  pads=(0,), min_time_ms=0.5, repeats=1)
+            for row in frame.to_dict("records"):
+                samples[row["kernel"]].append((float(row["median_gflops"]), steadiness(row, timer.peak)))
+    return {name: [g for g, steady in got if steady >= STEADY] or [g for g, _ in got]
+            for name, got in samples.items()}
 
 
 def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:

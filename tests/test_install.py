@@ -222,33 +222,40 @@ def test_under_a_user_mode_emulator_nothing_timed_decides(tmp_path):
 
 
 def test_the_deep_k_leaders_are_timed_again_in_rounds_and_the_median_decides(monkeypatch):
-    """The grid caught 16x3 in a fast second (100 GFLOPS) and 24x4 in a slow one (80): timed
-    in turns, 24x4 is the faster, and the packed path's workhorse follows the rounds."""
+    """The grid caught NN 16x3 in a fast second (100 GFLOPS) and 24x4 in a slow one (80):
+    timed in turns, 24x4 is the faster, and the packed path's workhorse follows the
+    rounds.  TT 4x8 and 6x8 looked fastest of all and confirm low, handing their
+    transposition's lead to 3x12, which is confirmed in a second iteration."""
     from autotune.specs import KernelSpec
     from autotune.table import KernelRecord
     import pandas as pd
 
-    def record(mr, nr, deep, dtype="f32", trans=(False, False)):
-        spec = KernelSpec("avx2", dtype, mr, nr, *trans, "", 1)
+    def record(mr, nr, deep, dtype="f32", trans="nn"):
+        spec = KernelSpec("avx2", dtype, mr, nr, trans[0] == "t", trans[1] == "t", "", 1)
         return KernelRecord(spec, "validated", object_hash=spec.name, best_gflops=deep,
                             gflops_by_k=((64, 50.0), (256, deep)))
 
-    records = {r.spec.name: r for r in (record(16, 3, 100.0), record(24, 4, 80.0), record(8, 8, 60.0),
-                                        record(4, 4, 30.0), record(16, 2, 20.0),
-                                        record(8, 4, 40.0, "f64"),
-                                        record(16, 3, 99.0, trans=(True, False)))}
-    truth = {"16x3": [85.0, 70.0, 90.0], "24x4": [95.0, 75.0, 96.0], "8x8": [60.0, 55.0, 61.0],
-             "4x4": [30.0, 31.0, 29.0], "16x2": [20.0] * 3}
+    records = {r.spec.name: r for r in (
+        record(16, 3, 100.0), record(24, 4, 80.0), record(8, 8, 60.0), record(16, 2, 20.0),
+        record(4, 8, 110.0, trans="tt"), record(6, 8, 105.0, trans="tt"), record(3, 12, 70.0, trans="tt"),
+        record(5, 8, 65.0, trans="tt"), record(2, 8, 10.0, trans="tt"),
+        record(16, 3, 50.0, trans="tn"),
+        record(8, 4, 40.0, "f64"))}
+    truth = {"nn_16x3": [85.0, 70.0, 90.0], "nn_24x4": [95.0, 75.0, 96.0], "nn_8x8": [60.0, 55.0, 61.0],
+             "tt_4x8": [40.0] * 3, "tt_6x8": [45.0] * 3, "tt_3x12": [66.0, 30.0, 64.0],
+             "tt_5x8": [50.0] * 3, "tn_16x3": [52.0] * 3}
     # The core's pace in each round: in the second the core ran slow (half its peak of
-    # 100): 16x3 and 24x4 keep the median of rounds one and three.
+    # 100), and those rounds are left out of the medians.
     pace = [99.0, 50.0, 98.0]
     calls = []
 
     def bench(harness, target, names, ks, pads, min_time_ms, repeats):
         calls.append((tuple(names), tuple(ks)))
-        rnd = sum(1 for c in calls if c[0] == tuple(names)) - 1
-        rows = [{"kernel": n, "median_gflops": truth[n.split("_")[4]][rnd], "pace_gflops": pace[rnd]}
-                for n in names]
+        rows = []
+        for n in names:
+            rnd = sum(1 for c in calls if n in c[0]) - 1
+            key = "_".join(n.split("_")[3:5])
+            rows.append({"kernel": n, "median_gflops": truth[key][rnd], "pace_gflops": pace[rnd]})
         return pd.DataFrame(rows)
 
     class Timer:
@@ -256,14 +263,20 @@ def test_the_deep_k_leaders_are_timed_again_in_rounds_and_the_median_decides(mon
 
     timer = Timer()
     monkeypatch.setattr(measure, "bench", bench)
-    confirmed = install_mod.confirm_deep(records, {name: timer for name in records}, per_dtype=4, rounds=3)
-    # The four fastest fp32 NN kernels, three rounds of one harness run each, at K = 256;
-    # fp64 has one NN kernel (nothing to compare) and TN kernels are not the workhorse.
-    assert len(calls) == 3 and all(ks == (256,) for _, ks in calls)
+    confirmed = install_mod.confirm_deep(records, {name: timer for name in records}, per_trans=2, rounds=3)
+    # Three rounds of the two fastest of each transposition, then three of TT's new
+    # leaders; all at K = 256.  fp64 has one kernel: nothing to choose between.
+    assert len(calls) == 6 and all(ks == (256,) for _, ks in calls)
     assert set(calls[0][0]) == {"at_sgemm_avx2_nn_16x3_u1", "at_sgemm_avx2_nn_24x4_u1",
-                                "at_sgemm_avx2_nn_8x8_u1", "at_sgemm_avx2_nn_4x4_u1"}
-    assert dict(confirmed["at_sgemm_avx2_nn_24x4_u1"].gflops_by_k) == {64: 50.0, 256: 95.5}
-    assert dict(confirmed["at_sgemm_avx2_nn_16x3_u1"].gflops_by_k)[256] == 87.5
+                                "at_sgemm_avx2_tt_4x8_u1", "at_sgemm_avx2_tt_6x8_u1",
+                                "at_sgemm_avx2_tn_16x3_u1"}
+    assert set(calls[3][0]) == {"at_sgemm_avx2_tt_3x12_u1", "at_sgemm_avx2_tt_5x8_u1"}
+    deep = {name: dict(r.gflops_by_k)[256] for name, r in confirmed.items()}
+    assert deep == {"at_sgemm_avx2_nn_16x3_u1": 87.5, "at_sgemm_avx2_nn_24x4_u1": 95.5,
+                    "at_sgemm_avx2_tt_4x8_u1": 40.0, "at_sgemm_avx2_tt_6x8_u1": 45.0,
+                    "at_sgemm_avx2_tt_3x12_u1": 65.0, "at_sgemm_avx2_tt_5x8_u1": 50.0,
+                    "at_sgemm_avx2_tn_16x3_u1": 52.0}
+    assert dict(confirmed["at_sgemm_avx2_nn_24x4_u1"].gflops_by_k)[64] == 50.0  # other depths kept
     assert install_mod.main_kernels(list({**records, **confirmed}.values()))["f32"] == (24, 4)
     assert install_mod.main_kernels(list(records.values()))["f32"] == (16, 3)
 
