@@ -344,10 +344,11 @@ class KernelTimer:
     def _disturbed(self, rows: Sequence[Mapping[str, Any]]) -> bool:
         return any(steadiness(r, self.peak) < STEADY for r in rows)
 
-    def _bench(self, names: Sequence[str], settings: Mapping[str, Any], task: Any) -> dict[str, list[dict]]:
+    def _bench(self, names: Sequence[str], settings: Mapping[str, Any], task: Any,
+               place: int = 0) -> dict[str, list[dict]]:
         frame = measure.bench(self.harness, self.target, names, ks=settings["ks"], pads=settings["pads"],
                               min_time_ms=settings["min_time_ms"], repeats=settings["repeats"],
-                              progress=_advance(self.progress, task))
+                              progress=_advance(self.progress, task), place=place)
         return {n: frame[frame["kernel"] == n].to_dict("records") for n in names}
 
     def _store(self, rows: Mapping[str, list[dict]], skey: str) -> None:
@@ -369,8 +370,11 @@ class KernelTimer:
         runs: dict[str, list[list[dict]]] = {n: [] for n in todo}
 
         def timed_again(names: Sequence[str]) -> None:
+            # Passes after the first move the operands within their pages (harness
+            # --place): each pass its own placement, as a user's matrices have theirs.
+            runs_so_far = max((len(runs[n]) for n in names), default=0)
             for chunk in _chunks(names, CHUNK):
-                rows = self._bench(chunk, settings, task)
+                rows = self._bench(chunk, settings, task, place=runs_so_far if passes > 1 else 0)
                 for n in chunk:
                     runs[n].append(rows[n])
                 if passes == 1:  # one pass: journal each chunk as it ends
@@ -640,7 +644,7 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
                              f"every sampled one lost its block to {beaten['by']} by "
                              f"{100 * (1 - beaten['worst_ratio']):.0f}% or more")
 
-    records.update(confirm_deep(records, timers))
+    records.update(confirm_leaders(records, timers))
     unique_timers = {id(t): t for t in timers.values()}.values()
     retimed = set().union(*(t.retimed for t in unique_timers))
     if retimed:
@@ -958,66 +962,68 @@ def recorded_shapes(path: Path | None) -> tuple["SuiteShape", ...]:
         raise InstallError(str(exc)) from None
 
 
-#: Kernels per dtype and transposition re-timed at the deepest K (confirm_deep), the
-#: rounds they take, and how many times the leaders are confirmed over.
+#: Kernels per dtype, transposition and depth re-timed in rounds (confirm_leaders),
+#: the rounds they take, and how many times the leaders are confirmed over.
 CONFIRM_KERNELS = 3
 CONFIRM_ROUNDS = 5
 CONFIRM_ITERATIONS = 3
 
 
-def confirm_deep(records: Mapping[str, KernelRecord], timers: Mapping[str, KernelTimer],
-                 per_trans: int = CONFIRM_KERNELS, rounds: int = CONFIRM_ROUNDS,
-                 iterations: int = CONFIRM_ITERATIONS) -> dict[str, KernelRecord]:
-    """The fastest kernels of each transposition at the deepest K, re-timed there in
-    interleaved rounds.
+def confirm_leaders(records: Mapping[str, KernelRecord], timers: Mapping[str, KernelTimer],
+                    per_trans: int = CONFIRM_KERNELS, rounds: int = CONFIRM_ROUNDS,
+                    iterations: int = CONFIRM_ITERATIONS) -> dict[str, KernelRecord]:
+    """The fastest kernels of each transposition at every depth of the grid, re-timed
+    there in interleaved rounds.
 
-    The packed path runs one kernel for nearly all of a large product, chosen by
-    its speed at depth blk_k among the four transpositions' best (plan.c, whose
-    formats the packing then writes; :func:`main_kernels` sets the blocking from
-    the NN one), and the grid times each kernel in its own moments of a drifting
-    machine.  On a 2-vCPU VM one install's grid had fp32 16x3 at 100 GFLOPS and
-    24x4 at 90 (K = 256), and four rounds in turns had them at 75-82 and 79-83;
-    another had fp64 TT 4x8 at 47 GFLOPS (the packed path took it: fp64 1024^3 ran
-    at 0.84x the speed of an install that took NT 8x6), and five rounds had it at
-    34 against 41 for NT 8x6.  Each round times every contender once, so all of
-    them meet the same slow and fast moments; the median of the rounds the core
-    kept its pace through replaces the grid's figure at that depth.  The top
-    ``per_trans`` of each transposition are confirmed, and again while a
-    transposition's leader is one the rounds have not timed (a kernel confirmed
-    lower hands the lead to the next), ``iterations`` times at most.  Returns
-    the records it changed.
+    The planner picks kernels by their speeds at the grid's depths, and the grid
+    times each kernel in its own moments of a drifting machine, so the kernel
+    that met a fast moment is the one picked.  At depth the packed path runs one
+    kernel for nearly all of a large product, from the transposition whose best
+    kernel is fastest at blk_k (plan.c, whose formats the packing then writes;
+    :func:`main_kernels` sets the blocking from the NN one).  On a 2-vCPU VM one
+    install's grid had fp32 16x3 at 100 GFLOPS and 24x4 at 90 (K = 256), and four
+    rounds in turns had them at 75-82 and 79-83; another had fp64 TT 4x8 at 47
+    GFLOPS (the packed path took it: fp64 1024^3 ran at 0.84x the speed of an
+    install that took NT 8x6), and five rounds had it at 34 against 41 for NT 8x6.
+    Each round times every contender once, so all of them meet the same slow and
+    fast moments; the median of the rounds the core kept its pace through
+    replaces the grid's figure at that depth.  The top ``per_trans`` of each
+    dtype, transposition and depth are confirmed, and again while one's leader is
+    a kernel the rounds have not timed (a kernel confirmed lower hands the lead to
+    the next), ``iterations`` times at most.  Returns the records it changed.
     """
-    deepest: dict[str, list[KernelRecord]] = {}
+    groups: dict[tuple[str, str], list[str]] = {}
     for name, r in records.items():
         if r.status == "validated" and r.gflops_by_k and name in timers:
-            deepest.setdefault(r.spec.dtype, []).append(r)
-    confirmed: dict[str, KernelRecord] = {}
-    for dtype, candidates in deepest.items():
-        k = max(max(r.gflops_by_k)[0] for r in candidates)
-        at_k = [r for r in candidates if max(r.gflops_by_k)[0] == k]
-        if len(at_k) < 2:
-            continue  # nothing to choose between
+            groups.setdefault((r.spec.dtype, r.spec.trans), []).append(name)
+    # A transposition's one kernel still competes with the others' (plan.c); a
+    # dtype's one kernel has nothing to compete with.
+    per_dtype = {dtype: sum(len(names) for (d, _), names in groups.items() if d == dtype)
+                 for dtype, _ in groups}
+    current = dict(records)
 
-        def figure(r: KernelRecord) -> float:
-            return max((confirmed.get(r.spec.name) or r).gflops_by_k)[1]
+    def figure(name: str, k: int) -> float | None:
+        return dict(current[name].gflops_by_k).get(k)
 
+    depths = sorted({k for names in groups.values() for name in names for k, _ in records[name].gflops_by_k})
+    for k in depths:
+        confirmed: set[str] = set()
         for _ in range(iterations):
             contenders = []
-            for trans in sorted({r.spec.trans for r in at_k}):
-                ranked = sorted((r for r in at_k if r.spec.trans == trans), key=lambda r: -figure(r))
-                if ranked[0].spec.name not in confirmed:
-                    contenders += [r for r in ranked[:per_trans] if r.spec.name not in confirmed]
+            for (dtype, _), names in groups.items():
+                ranked = sorted((n for n in names if figure(n, k) is not None), key=lambda n: -(figure(n, k) or 0.0))
+                if ranked and per_dtype[dtype] > 1 and ranked[0] not in confirmed:
+                    contenders += [n for n in ranked[:per_trans] if n not in confirmed]
             if not contenders:
                 break
-            speeds = _rounds(contenders, timers, k, rounds)
-            for r in contenders:
-                if speeds[r.spec.name]:
-                    median = round(statistics.median(speeds[r.spec.name]), 3)
-                    by_k = tuple((kk, median if kk == k else g) for kk, g in r.gflops_by_k)
-                    confirmed[r.spec.name] = replace(r, gflops_by_k=by_k)
-                else:  # crashed in every round: keeps its grid figure, not confirmed again
-                    confirmed[r.spec.name] = r
-    return {name: r for name, r in confirmed.items() if r is not records[name]}
+            speeds = _rounds([current[n] for n in contenders], timers, k, rounds)
+            confirmed.update(contenders)
+            for name in contenders:
+                if speeds[name]:  # none: crashed in every round, keeps its grid figure
+                    median = round(statistics.median(speeds[name]), 3)
+                    current[name] = replace(current[name], gflops_by_k=tuple(
+                        (kk, median if kk == k else g) for kk, g in current[name].gflops_by_k))
+    return {name: r for name, r in current.items() if r is not records[name]}
 
 
 def _rounds(contenders: Sequence[KernelRecord], timers: Mapping[str, KernelTimer], k: int,
@@ -1029,11 +1035,11 @@ def _rounds(contenders: Sequence[KernelRecord], timers: Mapping[str, KernelTimer
     for r in contenders:
         by_timer.setdefault(id(timers[r.spec.name]), []).append(r)
     samples: dict[str, list[tuple[float, float]]] = {r.spec.name: [] for r in contenders}
-    for _ in range(rounds):
+    for number in range(rounds):  # each round its own placement of the operands (harness --place)
         for group in by_timer.values():
             timer = timers[group[0].spec.name]
             frame = measure.bench(timer.harness, timer.target, [r.spec.name for r in group], ks=(k,),
-                                  pads=(0,), min_time_ms=0.5, repeats=1)
+                                  pads=(0,), min_time_ms=0.5, repeats=1, place=number)
             for row in frame.to_dict("records"):
                 samples[row["kernel"]].append((float(row["median_gflops"]), steadiness(row, timer.peak)))
     return {name: [g for g, steady in got if steady >= STEADY] or [g for g, _ in got]

@@ -367,10 +367,14 @@ def bench(
     progress: ProgressFn | None = None,
     *,
     timeout: float | None = None,
+    place: int = 0,
 ) -> pd.DataFrame:
     """Time ``names`` over the grid ``ks x pads`` with operands hot in L1.
 
     One row per (kernel, K, pad) with the columns of :data:`BENCH_COLUMNS`;
+    ``place`` (0: as allocated) moves the operands to cache-line offsets within
+    their pages drawn from that number (the harness's ``--place``); ``pace_gflops``
+    is the core's speed beside the samples.
     ``best_*`` is the fastest of ``repeats`` runs, each at least ``min_time_ms``
     long.  Kernels that crashed or timed out have no rows: they are listed with
     their reason in ``frame.attrs["failures"]`` (a ``dict[str, str]``).
@@ -385,6 +389,7 @@ def bench(
         "--pad", ",".join(str(int(p)) for p in pads),
         "--min-time-ms", repr(float(min_time_ms)),
         "--repeats", str(int(repeats)),
+        *(("--place", str(int(place))) if place else ()),
     ]
     drive(harness, target, args, names, handler, limit, progress)
     frame = pd.DataFrame(handler.rows, columns=list(BENCH_COLUMNS))

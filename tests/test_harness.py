@@ -143,6 +143,21 @@ def test_bench_reports_each_grid_point(kit):
         assert p["pace_gflops"] > 0  # the core's speed beside the samples (at_pace)
 
 
+def test_placements_move_the_operands_and_keep_the_grid(kit):
+    # --place N: the operands at cache-line offsets drawn from N; the line says which.
+    exe, names, _ = kit
+    kernel = names["naive"][2]
+    for place in (0, 3):
+        events, proc = run(exe, "bench", "--k", "4,32", "--pad", "0", "--min-time-ms", "0.2",
+                           "--repeats", "1", "--place", str(place), kernel)
+        assert proc.returncode == 0
+        points = [e for e in events if e["event"] == "bench"]
+        assert [p["K"] for p in points] == [4, 32]
+        assert all(p["place"] == place and p["median_gflops"] > 0 for p in points)
+    events, proc = run(exe, "bench", "--place", "-1", kernel)
+    assert proc.returncode == 2 and "--place" in events[0]["message"]
+
+
 def test_deep_calls_read_b_from_copies_larger_than_l1(kit):
     # A plan streams B's slivers past a sliver of A kept in L1; a kernel timed on
     # one B in L1 hides what its loads per FMA cost there.

@@ -221,41 +221,47 @@ def test_under_a_user_mode_emulator_nothing_timed_decides(tmp_path):
     assert table.params["provenance"] == "emulated"
 
 
-def test_the_deep_k_leaders_are_timed_again_in_rounds_and_the_median_decides(monkeypatch):
-    """The grid caught NN 16x3 in a fast second (100 GFLOPS) and 24x4 in a slow one (80):
-    timed in turns, 24x4 is the faster, and the packed path's workhorse follows the
-    rounds.  TT 4x8 and 6x8 looked fastest of all and confirm low, handing their
-    transposition's lead to 3x12, which is confirmed in a second iteration."""
+def test_each_depths_leaders_are_timed_again_in_rounds_and_the_median_decides(monkeypatch):
+    """At K = 256 the grid caught NN 16x3 in a fast second (100 GFLOPS) and 24x4 in a slow
+    one (80): timed in turns, 24x4 is the faster, and the packed path's workhorse
+    follows the rounds.  TT 4x8 and 6x8 looked fastest of all and confirm low, handing
+    their transposition's lead to 3x12, which is confirmed in a second iteration.  At
+    K = 64 NN 8x8 looked fastest and confirms low."""
     from autotune.specs import KernelSpec
     from autotune.table import KernelRecord
     import pandas as pd
 
-    def record(mr, nr, deep, dtype="f32", trans="nn"):
+    def record(mr, nr, at64, deep, dtype="f32", trans="nn"):
         spec = KernelSpec("avx2", dtype, mr, nr, trans[0] == "t", trans[1] == "t", "", 1)
         return KernelRecord(spec, "validated", object_hash=spec.name, best_gflops=deep,
-                            gflops_by_k=((64, 50.0), (256, deep)))
+                            gflops_by_k=((64, at64), (256, deep)))
 
     records = {r.spec.name: r for r in (
-        record(16, 3, 100.0), record(24, 4, 80.0), record(8, 8, 60.0), record(16, 2, 20.0),
-        record(4, 8, 110.0, trans="tt"), record(6, 8, 105.0, trans="tt"), record(3, 12, 70.0, trans="tt"),
-        record(5, 8, 65.0, trans="tt"), record(2, 8, 10.0, trans="tt"),
-        record(16, 3, 50.0, trans="tn"),
-        record(8, 4, 40.0, "f64"))}
-    truth = {"nn_16x3": [85.0, 70.0, 90.0], "nn_24x4": [95.0, 75.0, 96.0], "nn_8x8": [60.0, 55.0, 61.0],
-             "tt_4x8": [40.0] * 3, "tt_6x8": [45.0] * 3, "tt_3x12": [66.0, 30.0, 64.0],
-             "tt_5x8": [50.0] * 3, "tn_16x3": [52.0] * 3}
+        record(16, 3, 50.0, 100.0), record(24, 4, 48.0, 80.0), record(8, 8, 70.0, 60.0),
+        record(16, 2, 20.0, 20.0),
+        record(4, 8, 45.0, 110.0, trans="tt"), record(6, 8, 44.0, 105.0, trans="tt"),
+        record(3, 12, 43.0, 70.0, trans="tt"), record(5, 8, 42.0, 65.0, trans="tt"),
+        record(2, 8, 10.0, 10.0, trans="tt"),
+        record(16, 3, 30.0, 50.0, trans="tn"),
+        record(8, 4, 40.0, 40.0, "f64"))}
+    # Per kernel and depth, its speed in each round.
+    truth = {("nn_16x3", 256): [85.0, 70.0, 90.0], ("nn_24x4", 256): [95.0, 75.0, 96.0],
+             ("tt_4x8", 256): [40.0] * 3, ("tt_6x8", 256): [45.0] * 3, ("tt_3x12", 256): [66.0, 30.0, 64.0],
+             ("tt_5x8", 256): [50.0] * 3, ("tn_16x3", 256): [52.0] * 3,
+             ("nn_8x8", 64): [40.0] * 3, ("nn_16x3", 64): [49.0] * 3, ("tt_4x8", 64): [44.0] * 3,
+             ("tt_6x8", 64): [43.0] * 3, ("tn_16x3", 64): [30.0] * 3}
     # The core's pace in each round: in the second the core ran slow (half its peak of
     # 100), and those rounds are left out of the medians.
     pace = [99.0, 50.0, 98.0]
     calls = []
 
-    def bench(harness, target, names, ks, pads, min_time_ms, repeats):
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats, place=0):
         calls.append((tuple(names), tuple(ks)))
         rows = []
         for n in names:
-            rnd = sum(1 for c in calls if n in c[0]) - 1
-            key = "_".join(n.split("_")[3:5])
-            rows.append({"kernel": n, "median_gflops": truth[key][rnd], "pace_gflops": pace[rnd]})
+            rnd = sum(1 for c in calls if n in c[0] and c[1] == tuple(ks)) - 1
+            speeds = truth["_".join(n.split("_")[3:5]), ks[0]]
+            rows.append({"kernel": n, "median_gflops": speeds[rnd], "pace_gflops": pace[rnd]})
         return pd.DataFrame(rows)
 
     class Timer:
@@ -263,20 +269,27 @@ def test_the_deep_k_leaders_are_timed_again_in_rounds_and_the_median_decides(mon
 
     timer = Timer()
     monkeypatch.setattr(measure, "bench", bench)
-    confirmed = install_mod.confirm_deep(records, {name: timer for name in records}, per_trans=2, rounds=3)
-    # Three rounds of the two fastest of each transposition, then three of TT's new
-    # leaders; all at K = 256.  fp64 has one kernel: nothing to choose between.
-    assert len(calls) == 6 and all(ks == (256,) for _, ks in calls)
-    assert set(calls[0][0]) == {"at_sgemm_avx2_nn_16x3_u1", "at_sgemm_avx2_nn_24x4_u1",
+    confirmed = install_mod.confirm_leaders(records, {name: timer for name in records}, per_trans=2, rounds=3)
+    # K = 64: three rounds of the two fastest of each transposition (TN's one kernel
+    # competes with the others); K = 256: three rounds of those, then three of TT's
+    # new leaders.  fp64 has one kernel: nothing to choose between.
+    assert [ks for _, ks in calls] == [(64,)] * 3 + [(256,)] * 6
+    assert set(calls[0][0]) == {"at_sgemm_avx2_nn_8x8_u1", "at_sgemm_avx2_nn_16x3_u1",
                                 "at_sgemm_avx2_tt_4x8_u1", "at_sgemm_avx2_tt_6x8_u1",
                                 "at_sgemm_avx2_tn_16x3_u1"}
-    assert set(calls[3][0]) == {"at_sgemm_avx2_tt_3x12_u1", "at_sgemm_avx2_tt_5x8_u1"}
-    deep = {name: dict(r.gflops_by_k)[256] for name, r in confirmed.items()}
-    assert deep == {"at_sgemm_avx2_nn_16x3_u1": 87.5, "at_sgemm_avx2_nn_24x4_u1": 95.5,
-                    "at_sgemm_avx2_tt_4x8_u1": 40.0, "at_sgemm_avx2_tt_6x8_u1": 45.0,
-                    "at_sgemm_avx2_tt_3x12_u1": 65.0, "at_sgemm_avx2_tt_5x8_u1": 50.0,
-                    "at_sgemm_avx2_tn_16x3_u1": 52.0}
-    assert dict(confirmed["at_sgemm_avx2_nn_24x4_u1"].gflops_by_k)[64] == 50.0  # other depths kept
+    assert set(calls[3][0]) == {"at_sgemm_avx2_nn_16x3_u1", "at_sgemm_avx2_nn_24x4_u1",
+                                "at_sgemm_avx2_tt_4x8_u1", "at_sgemm_avx2_tt_6x8_u1",
+                                "at_sgemm_avx2_tn_16x3_u1"}
+    assert set(calls[6][0]) == {"at_sgemm_avx2_tt_3x12_u1", "at_sgemm_avx2_tt_5x8_u1"}
+    figures = {name: dict(r.gflops_by_k) for name, r in confirmed.items()}
+    assert figures == {"at_sgemm_avx2_nn_8x8_u1": {64: 40.0, 256: 60.0},
+                       "at_sgemm_avx2_nn_16x3_u1": {64: 49.0, 256: 87.5},
+                       "at_sgemm_avx2_nn_24x4_u1": {64: 48.0, 256: 95.5},
+                       "at_sgemm_avx2_tt_4x8_u1": {64: 44.0, 256: 40.0},
+                       "at_sgemm_avx2_tt_6x8_u1": {64: 43.0, 256: 45.0},
+                       "at_sgemm_avx2_tt_3x12_u1": {64: 43.0, 256: 65.0},
+                       "at_sgemm_avx2_tt_5x8_u1": {64: 42.0, 256: 50.0},
+                       "at_sgemm_avx2_tn_16x3_u1": {64: 30.0, 256: 52.0}}
     assert install_mod.main_kernels(list({**records, **confirmed}.values()))["f32"] == (24, 4)
     assert install_mod.main_kernels(list(records.values()))["f32"] == (16, 3)
 
@@ -302,7 +315,8 @@ def test_points_timed_on_a_slowed_core_or_with_spread_repeats_are_timed_again(mo
                           ((9, 9, 35), (13, 13, 55))]}
     calls = []
 
-    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None):
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None, place=0):
+        assert place == 0  # one pass: the operands stay where they were allocated
         calls.append(tuple(names))
         rows = []
         for name in names:
@@ -361,8 +375,11 @@ def test_a_grid_of_passes_keeps_each_points_median_pass(monkeypatch, tmp_path):
             crashed: [None]}
     calls = []
 
-    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None):
+    places = []
+
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None, place=0):
         calls.append(tuple(names))
+        places.append(place)
         rows = []
         for name in names:
             attempt = sum(1 for c in calls if name in c) - 1
@@ -380,6 +397,7 @@ def test_a_grid_of_passes_keeps_each_points_median_pass(monkeypatch, tmp_path):
                                     None, "avx2", peak=100.0)
     assert timer.time(specs, settings) == 2
     assert calls == [(drifting, slowed, crashed), (drifting, slowed), (drifting, slowed)]
+    assert places == [0, 1, 2]  # each pass moves the operands within their pages
     key = install_mod.settings_key(settings)
 
     def by_k(name):
