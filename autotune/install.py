@@ -336,7 +336,7 @@ class KernelTimer:
         self.harness, self.target, self.objects, self.journal = harness, target, objects, journal
         self.progress, self.label, self.peak = progress, label, peak
         # Under an emulator a timing measures the emulator: one pass, kept as it came.
-        self.tries = 0 if getattr(target, "under_emulator", False) else RETIME_TRIES
+        self.emulated = bool(getattr(target, "under_emulator", False))
         self.retimed: set[str] = set()
         self.unsteady: set[str] = set()
 
@@ -366,7 +366,7 @@ class KernelTimer:
         task = progress.add_task(f"{what} {self.label}", total=len(specs)) if progress else None
         if progress:
             progress.advance(task, len(specs) - len(todo))
-        passes = int(settings.get("passes", 1)) if self.tries else 1
+        passes = 1 if self.emulated else int(settings.get("passes", 1))
         if progress and passes > 1:
             progress.update(task, total=len(specs) + (passes - 1) * len(todo))
         runs: dict[str, list[list[dict]]] = {n: [] for n in todo}
@@ -389,7 +389,7 @@ class KernelTimer:
         def disturbed() -> list[str]:
             return [n for n in todo if runs[n] and runs[n][0] and self._disturbed(self.merged(runs[n], passes))]
 
-        for _ in range(self.tries):
+        for _ in range(0 if self.emulated else RETIME_TRIES):
             again = disturbed()
             if not again:
                 break
@@ -997,8 +997,7 @@ def confirm_leaders(records: Mapping[str, KernelRecord], timers: Mapping[str, Ke
     groups: dict[tuple[str, str], list[str]] = {}
     for name, r in records.items():
         # (Timings under an emulator measure the emulator: nothing to confirm.)
-        if r.status == "validated" and r.gflops_by_k and name in timers \
-                and not getattr(timers[name].target, "under_emulator", False):
+        if r.status == "validated" and r.gflops_by_k and name in timers and not timers[name].emulated:
             groups.setdefault((r.spec.dtype, r.spec.trans), []).append(name)
     # A transposition's one kernel still competes with the others' (plan.c); a
     # dtype's one kernel has nothing to compete with.

@@ -265,7 +265,7 @@ def test_each_depths_leaders_are_timed_again_in_rounds_and_the_median_decides(mo
         return pd.DataFrame(rows)
 
     class Timer:
-        harness, target, peak = "harness", "target", 100.0
+        harness, target, peak, emulated = "harness", "target", 100.0, False
 
     timer = Timer()
     monkeypatch.setattr(measure, "bench", bench)
