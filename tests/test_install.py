@@ -406,3 +406,28 @@ def test_a_grid_of_passes_keeps_each_points_median_pass(monkeypatch, tmp_path):
     assert by_k(drifting) == {16: 60.0, 64: 80.0}  # the median of three, point by point
     assert by_k(slowed) == {16: 90.0, 64: 90.0}  # the one pass the core kept its pace through
     assert (crashed, key) not in timer.journal.benches and not timer.retimed
+
+
+def test_under_an_emulator_the_grid_is_one_pass_kept_as_it_came(monkeypatch, tmp_path):
+    """Timings under an emulator measure the emulator: no passes, no retries."""
+    import types
+
+    import pandas as pd
+
+    from autotune.specs import KernelSpec
+
+    spec = KernelSpec("neon", "f32", 8, 4)
+    calls = []
+
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None, place=0):
+        calls.append((tuple(names), place))
+        return pd.DataFrame([{"kernel": n, "K": k, "pad": 0, "median_gflops": 1.0, "best_gflops": 3.0,
+                              "pace_gflops": 5.0} for n in names for k in ks])
+
+    monkeypatch.setattr(measure, "bench", bench)
+    timer = install_mod.KernelTimer("harness", types.SimpleNamespace(under_emulator=True),
+                                    {spec.name: types.SimpleNamespace(hash="h")},
+                                    install_mod.Journal(tmp_path / "j.jsonl"), None, "neon", peak=100.0)
+    settings = {"ks": [16, 64], "pads": [0], "min_time_ms": 0.7, "repeats": 1, "passes": 3}
+    assert timer.time([spec], settings) == 1
+    assert calls == [((spec.name,), 0)] and not timer.retimed
