@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 #: and each point keeps its median pass (KernelTimer.time): the passes lie seconds
 #: apart, so a kernel is not ranked by the one moment of a drifting machine it met.
 MEASURE_SETTINGS: dict[str, dict[str, Any]] = {
-    "default": {"ks": [4, 16, 64, 256], "pads": [0], "min_time_ms": 0.7, "repeats": 1, "passes": 3},
+    "default": {"ks": [4, 16, 64, 256], "pads": [0], "min_time_ms": 0.5, "repeats": 1, "passes": 3},
     "quick": {"ks": [64, 256], "pads": [0], "min_time_ms": 0.5, "repeats": 3},
     "exhaustive": {"ks": [4, 16, 64, 256], "pads": [0, 17], "min_time_ms": 1.0, "repeats": 1, "passes": 3},
 }
