@@ -993,10 +993,10 @@ def confirm_leaders(records: Mapping[str, KernelRecord], timers: Mapping[str, Ke
     dtype and transposition are timed together at each depth, and all of them
     again while a transposition's top is then not the set just timed (a kernel
     confirmed lower hands its place to the next), ``iterations`` times at most:
-    an install that timed a transposition's new leaders in rounds of their own
-    (other moments) took fp64 TT 3x12 at 48.7 GFLOPS over NT 8x5 at 46.5, which
-    rounds together had at 38 and 41-45, and ran fp64 1024^3 at 0.66x MKL.
-    Returns the records it changed.
+    an install whose confirmation timed a transposition's new leaders in rounds
+    of their own had fp64 TT 3x12 at 48.7 GFLOPS and NT 8x5 at 46.5 (rounds
+    together afterwards: 38 and 41-45), took TT 3x12, and ran fp64 1024^3 at
+    0.66x MKL.  Returns the records it changed.
     """
     groups: dict[tuple[str, str], list[str]] = {}
     for name, r in records.items():
