@@ -284,9 +284,8 @@ RETIME_TRIES = 2
 
 def median_pass(runs: Sequence[Sequence[dict]], peak: float | None = None) -> list[dict]:
     """One row per grid point (K, pad) from several passes' rows: the pass with the
-    median speed (the slower middle one of an even count) among those the core
-    kept its pace through (:func:`steadiness` of the pace alone; all of them if
-    none did).  A kernel one pass has no rows for (it crashed) gets none."""
+    median speed (the slower middle one of an even count) among the steady ones
+    (:func:`steady_only`).  A kernel one pass has no rows for (it crashed) gets none."""
     if not runs or any(not rows for rows in runs):
         return []
     points: dict[tuple, list[dict]] = {}
@@ -295,24 +294,24 @@ def median_pass(runs: Sequence[Sequence[dict]], peak: float | None = None) -> li
             points.setdefault((row.get("K"), row.get("pad")), []).append(row)
     merged = []
     for rows in points.values():
-        paced = [r for r in rows if (p := _pace(r)) is None or not peak or p >= STEADY * peak] or rows
-        ordered = sorted(paced, key=lambda r: float(r["median_gflops"]))
+        ordered = sorted(steady_only(rows, peak), key=lambda r: float(r["median_gflops"]))
         merged.append(ordered[(len(ordered) - 1) // 2])
     return merged
 
 
-def _pace(row: Mapping[str, Any]) -> float | None:
-    value = row.get("pace_gflops")
-    return float(value) if value is not None and value == value else None
+def steady_only(rows: Sequence[dict], peak: float | None) -> list[dict]:
+    """The rows whose samples look undisturbed (:func:`steadiness`), or all of them
+    when none do: a figure from a slowed core beats no figure."""
+    return [r for r in rows if steadiness(r, peak) >= STEADY] or list(rows)
 
 
 def steadiness(row: Mapping[str, Any], peak: float | None) -> float:
     """How undisturbed a grid point's samples look, 1 when fully: the lower of the
     core's pace over its ``peak`` (when both are known) and the median repeat over the best."""
     ratios = []
-    pace = _pace(row)
-    if pace is not None and peak:
-        ratios.append(pace / peak)
+    pace = row.get("pace_gflops")
+    if pace is not None and pace == pace and peak:  # (NaN: a row without one)
+        ratios.append(float(pace) / peak)
     best, median = row.get("best_gflops"), row.get("median_gflops")
     if best and median is not None and best == best and median == median:
         ratios.append(float(median) / float(best))
@@ -367,8 +366,9 @@ class KernelTimer:
         if progress:
             progress.advance(task, len(specs) - len(todo))
         passes = 1 if self.emulated else int(settings.get("passes", 1))
+        total = len(specs) + (passes - 1) * len(todo)
         if progress and passes > 1:
-            progress.update(task, total=len(specs) + (passes - 1) * len(todo))
+            progress.update(task, total=total)
         runs: dict[str, list[list[dict]]] = {n: [] for n in todo}
 
         def timed_again(names: Sequence[str]) -> None:
@@ -393,8 +393,9 @@ class KernelTimer:
             again = disturbed()
             if not again:
                 break
+            total += len(again)
             if progress:
-                progress.update(task, total=progress.tasks[task].total + len(again))
+                progress.update(task, total=total)
             self.retimed.update(again)
             timed_again(again)
         if passes > 1:
@@ -1043,16 +1044,16 @@ def _rounds(contenders: Sequence[KernelRecord], timers: Mapping[str, KernelTimer
     by_timer: dict[int, list[KernelRecord]] = {}
     for r in contenders:
         by_timer.setdefault(id(timers[r.spec.name]), []).append(r)
-    samples: dict[str, list[tuple[float, float]]] = {r.spec.name: [] for r in contenders}
+    samples: dict[str, list[dict]] = {r.spec.name: [] for r in contenders}
     for number in range(rounds):  # each round its own placement of the operands (harness --place)
         for group in by_timer.values():
             timer = timers[group[0].spec.name]
             frame = measure.bench(timer.harness, timer.target, [r.spec.name for r in group], ks=(k,),
                                   pads=(0,), min_time_ms=0.5, repeats=1, place=number)
             for row in frame.to_dict("records"):
-                samples[row["kernel"]].append((float(row["median_gflops"]), steadiness(row, timer.peak)))
-    return {name: [g for g, steady in got if steady >= STEADY] or [g for g, _ in got]
-            for name, got in samples.items()}
+                samples[row["kernel"]].append(row)
+    return {name: [float(r["median_gflops"]) for r in steady_only(rows, timers[name].peak)]
+            for name, rows in samples.items()}
 
 
 def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:
