@@ -143,6 +143,19 @@ def test_bench_reports_each_grid_point(kit):
         assert p["pace_gflops"] > 0  # the core's speed beside the samples (at_pace)
 
 
+def test_a_sample_lasts_the_minimum_time_not_up_to_twice_it(kit):
+    # The count is scaled from a short calibration run; doubling it until a run
+    # lasted min_time made samples 1-2x as long, and the install's grid slower.
+    exe, names, _ = kit
+    min_ms = 0.5
+    events, proc = run(exe, "bench", "--k", "4,8,12,16,24,32,48,64,96", "--pad", "0", "--min-time-ms",
+                       str(min_ms), "--repeats", "3", names["naive"][2])
+    assert proc.returncode == 0
+    lengths = sorted(p["iters"] * p["ns_per_call"] / (min_ms * 1e6) for p in events if p["event"] == "bench")
+    assert len(lengths) == 9
+    assert 0.7 <= lengths[len(lengths) // 2] <= 1.3, lengths
+
+
 def test_placements_move_the_operands_and_keep_the_grid(kit):
     # --place N: the operands at cache-line offsets drawn from N; the line says which.
     exe, names, _ = kit
