@@ -150,11 +150,18 @@ def _configs(options: Options) -> list[Config]:
 
 
 def run_python_level(home: Path, sizes: tuple[int, ...], batch: int, min_time: float,
-                     repeats: int, dtypes: tuple[str, ...] = ("f32", "f64")) -> dict:
-    """The Python level in its own process (one thread, numpy's OpenBLAS included)."""
+                     repeats: int, dtypes: tuple[str, ...] = ("f32", "f64"), threads: int = 1) -> dict:
+    """The Python level, autotune against numpy (its own OpenBLAS) on ``threads`` threads.
+
+    One thread runs both libraries in one process; more run each library in a process
+    of its own, the other held to one thread.  numpy's OpenBLAS spins for about 100 ms
+    after each of its calls, so with its threads alive even the result check (a
+    float64 product) left autotune's second thread no core: two-thread 256^3 ran at
+    one thread's speed (120 us a call against 62)."""
     # numpy's own OpenBLAS is a peer too: it runs without pinning variables, like the others.
     env = {k: v for k, v in os.environ.items() if k not in PINNING_VARIABLES}
-    env.update({**thread_env(1), "AUTOTUNE_HOME": str(home)})
+    env.update({**thread_env(threads), "AUTOTUNE_HOME": str(home)})
+    alone = {"autotune": {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}, "numpy": {"AUTOTUNE_NUM_THREADS": "1"}}
     cwd = None
     if __name__ == "benchmarks":
         # The checkout's copy: its root is where the child finds this package (and autotune),
@@ -164,10 +171,18 @@ def run_python_level(home: Path, sizes: tuple[int, ...], batch: int, min_time: f
     cmd = [sys.executable, "-m", f"{__name__}.pylevel", "--sizes", ",".join(map(str, sizes)),
            "--batch", str(batch), "--min-time", f"{min_time:g}", "--repeats", str(repeats),
            "--dtypes", ",".join(dtypes)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False, timeout=1800, cwd=cwd)
-    if proc.returncode != 0:
-        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "rows": []}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    rows: list[dict] = []
+    document: dict = {}
+    for library in ([None] if threads == 1 else ["autotune", "numpy"]):
+        flags = ["--library", library] if library else []
+        proc = subprocess.run([*cmd, *flags], capture_output=True, text=True, env={**env, **alone.get(library, {})},
+                              check=False, timeout=1800, cwd=cwd)
+        if proc.returncode != 0:
+            return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1], "rows": []}
+        part = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows += part.pop("rows")
+        document = {**part, **document}  # the first process's (autotune's) "fast"
+    return {**document, "rows": rows}
 
 
 def _command_line() -> str:
@@ -237,14 +252,15 @@ def run(options: Options) -> Results:
         points = merge_passes(sweeps)
     frames = [points_frame(points, irregular)] if points else []
 
-    pydoc: dict = {}
+    pydocs: list[dict] = []
     if options.python_level and "numpy" in (options.libraries or ("numpy",)):
         sizes = tuple(s.M for s in shapes if s.square and s not in irregular)
         batch = next((s.batch for s in shapes if s.batch > 1), BATCH.batch)
-        if console:
-            console.log("python level: autotune.gemm / gemm_batch against numpy")
-        pydoc = run_python_level(home, sizes, batch, min_time, repeats, options.dtypes)
-        frames.append(python_frame(pydoc))
+        for threads in sorted(set(options.threads or (1, os.cpu_count() or 1))):
+            if console:
+                console.log(f"python level, {threads}T: autotune.gemm / matmul / gemm_batch against numpy")
+            pydocs.append(run_python_level(home, sizes, batch, min_time, repeats, options.dtypes, threads))
+            frames.append(python_frame(pydocs[-1], threads))
 
     frame = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
     peak = run_peak(installed_peak(home), frame)
@@ -257,8 +273,9 @@ def run(options: Options) -> Results:
         "repeats": repeats, "passes": passes,
         "dropped_pinning_variables": pinned_in_environment(), "load_before": load_before, "load_after": _load(),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.time() - started, 1), "python_fast_path": pydoc.get("fast"),
-        "python_error": pydoc.get("error", ""), "numpy": pydoc.get("numpy", ""),
+        "seconds": round(time.time() - started, 1), "python_fast_path": next((d["fast"] for d in pydocs if "fast" in d), None),
+        "python_error": "; ".join(d["error"] for d in pydocs if d.get("error")),
+        "numpy": next((d["numpy"] for d in pydocs if "numpy" in d), ""),
     }
     results = Results(frame, means, targets, tuple(peers), peak, meta)
     if options.save and not frame.empty:

@@ -204,24 +204,27 @@ def evaluate_targets(frame: pd.DataFrame, *, align: int = 64) -> list[Target]:
             targets.append(Target(f"large {dtype}, {threads} thread(s) vs peak", ">= 88% of measured peak",
                                   f"min {pk:.0%} ({worst['shape']}, {worst['gflops']:.0f} GFLOPS)", pk >= 0.88,
                                   "" if pk >= 0.88 else f"{(0.88 - pk) * 100:.0f} points short"))
-        r = _ratio_vs(frame, ("numpy",), level="python", interface="python-alloc", dtype=dtype)
-        r = r[r["shape"].map(lambda s: int(s.split("x")[0]) >= 8)] if not r.empty else r
-        name = f"python {dtype}: gemm(A, B) vs A @ B, n >= 8"
-        if r.empty:
-            targets.append(Target(name, "faster for every n >= 8", "no data", None))
-        else:
-            lo = float(r["ratio"].min())
-            targets.append(Target(name, "faster (> 1.0x) for every square n >= 8",
-                                  f"min {lo:.2f}x ({_worst(r)})", lo > 1.0,
-                                  "" if lo > 1.0 else f"{(r['ratio'] <= 1.0).sum()} size(s) not faster, worst {_worst(r)}"))
-        r = _ratio_vs(frame, ("numpy",), level="python", interface="python-batch", dtype=dtype)
-        name = f"python {dtype}: gemm_batch vs np.matmul, 10,000 8x8"
-        if r.empty:
-            targets.append(Target(name, ">= 3x", "no data", None))
-        else:
-            x = float(r["ratio"].iloc[0])
-            targets.append(Target(name, ">= 3x np.matmul", f"{x:.2f}x", x >= 3.0,
-                                  "" if x >= 3.0 else f"{3.0 - x:.2f}x short"))
+        for threads in sorted(set(_sel(frame, level="python")["threads"])):
+            for interface, what in (("python-alloc", "gemm(A, B) vs A @ B"), ("python-matmul", "matmul vs np.matmul")):
+                r = _ratio_vs(frame, ("numpy",), level="python", interface=interface, dtype=dtype, threads=threads)
+                r = r[r["shape"].map(lambda s: 8 <= int(s.split("x")[0]) <= 512)] if not r.empty else r
+                name = f"python {dtype}, {threads} thread(s): {what}, n = 8..512"
+                if r.empty:
+                    targets.append(Target(name, "faster for every n in 8..512", "no data", None))
+                    continue
+                lo = float(r["ratio"].min())
+                targets.append(Target(name, "faster (> 1.0x) for every square n in 8..512",
+                                      f"min {lo:.2f}x ({_worst(r)})", lo > 1.0,
+                                      "" if lo > 1.0 else
+                                      f"{(r['ratio'] <= 1.0).sum()} size(s) not faster, worst {_worst(r)}"))
+            r = _ratio_vs(frame, ("numpy",), level="python", interface="python-batch", dtype=dtype, threads=threads)
+            name = f"python {dtype}, {threads} thread(s): gemm_batch vs np.matmul, 10,000 8x8"
+            if r.empty:
+                targets.append(Target(name, ">= 3x", "no data", None))
+            else:
+                x = float(r["ratio"].iloc[0])
+                targets.append(Target(name, ">= 3x np.matmul", f"{x:.2f}x", x >= 3.0,
+                                      "" if x >= 3.0 else f"{3.0 - x:.2f}x short"))
     return targets
 
 

@@ -185,12 +185,34 @@ def test_python_level_parses_and_computes(tmp_path: Path) -> None:
     doc = benchmarks.run_python_level(tmp_path, (8, 12), 16, 1e-4, 1)
     assert doc.get("rows"), doc
     frame = add_ratios(benchmarks.python_frame(doc), {"f32": 100.0, "f64": 50.0})
-    assert set(frame["interface"]) == {"python-alloc", "python-out", "python-batch"}
+    assert set(frame["interface"]) == {"python-alloc", "python-out", "python-matmul", "python-batch"}
     assert frame["status"].eq("ok").all()
     ours = frame[frame["library"].eq("autotune")]
-    assert (ours["ratio"] > 0).all() and len(ours) == 2 * (2 * 2 + 1)
+    assert (ours["ratio"] > 0).all() and len(ours) == 2 * (2 * 3 + 1)
     batch = frame[frame["interface"].eq("python-batch")]
     assert set(batch["shape"]) == {"16x(8x8x8)"} and (batch["flops"] == 2 * 8 ** 3 * 16).all()
+
+
+def test_threaded_python_level_runs_each_library_in_its_own_process(tmp_path: Path, monkeypatch) -> None:
+    # A pool spinning after its call steals the next library's cores: on two threads
+    # autotune and numpy are timed in separate processes, the other library held to one
+    # thread in each (numpy's result check would wake OpenBLAS's threads otherwise).
+    calls = []
+    real_run = benchmarks.subprocess.run
+
+    def spy(cmd, **kwargs):
+        calls.append((cmd, kwargs["env"]["OPENBLAS_NUM_THREADS"], kwargs["env"]["AUTOTUNE_NUM_THREADS"]))
+        return real_run(cmd, **kwargs)
+
+    monkeypatch.setattr(benchmarks.subprocess, "run", spy)
+    doc = benchmarks.run_python_level(tmp_path, (8,), 4, 1e-4, 1, ("f32",), threads=2)
+    assert [c[0][-2:] for c in calls] == [["--library", "autotune"], ["--library", "numpy"]]
+    assert [c[1:] for c in calls] == [("1", "2"), ("2", "1")]
+    frame = benchmarks.python_frame(doc, threads=2)
+    assert (frame["threads"] == 2).all() and frame["status"].eq("ok").all()
+    assert sorted(frame.groupby("library").size().items()) == [("autotune", 4), ("numpy", 4)]
+    targets = {t.name: t for t in evaluate_targets(add_ratios(frame, {"f32": 100.0}))}
+    assert targets["python f32, 2 thread(s): gemm(A, B) vs A @ B, n = 8..512"].met is not None
 
 
 def test_tiny_run_end_to_end(built: rt_library.LibraryBuild, tmp_path: Path) -> None:

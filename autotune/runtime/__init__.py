@@ -27,7 +27,7 @@ def use_library(path: Path | str | None = None) -> loader.Runtime | None:
     global gemm
     runtime = loader.load(path)
     api.use(runtime)
-    gemm = runtime.fast.gemm if runtime is not None and runtime.fast is not None else numpy_gemm
+    gemm = api.entry()
     # autotune.gemm binds itself to this module's entry on first use; it must
     # follow a rebind too, or it would keep computing in the previous library.
     top = sys.modules.get("autotune")

@@ -14,7 +14,7 @@ import ctypes
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 from . import loader
 
 _SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
+_F32, _F64 = _SUPPORTED
 
 _warn_lock = threading.Lock()
 _warned: set[str] = set()
@@ -48,6 +49,8 @@ class _State:
     reason: str = NO_LIBRARY
     # runtime.fast.gemm_batch when the extension has it; None: the Python path.
     batch: Any = None
+    # What autotune.runtime.gemm is bound to: the extension's gemm, or numpy_gemm.
+    gemm: Any = None
 
 
 _state = _State()
@@ -248,12 +251,12 @@ def _entry_points(lib: ctypes.CDLL) -> tuple[int, int, int]:
 
 def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
     """Make ``runtime`` the library behind gemm (None: the numpy fallback, warning ``reason``)."""
-    batch = None
+    batch, gemm = None, numpy_gemm
     if runtime is not None and runtime.fast is not None:
         fast = runtime.fast
         fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path,
                    _batch_slow_path, np.ndarray, *_entry_points(runtime.lib))
-        batch = fast.gemm_batch
+        batch, gemm = fast.gemm_batch, fast.gemm
     elif runtime is not None and not any(runtime.path.parent.glob("_atfast*")):
         # The install found no Python headers (Debian's python3-dev), so it built none.
         reason = (f"no _atfast extension beside {runtime.path}: install Python's headers (python3-dev) "
@@ -262,8 +265,14 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
         reason = runtime.fast_problem or (f"libautotune's extension beside {runtime.path} is unusable "
                                           "(run `autotune install --force`)")
     _state.batch = batch
+    _state.gemm = gemm
     _state.runtime = runtime
     _state.reason = reason
+
+
+def entry() -> Callable[..., np.ndarray]:
+    """The gemm in use: the extension's C entry point, or :func:`numpy_gemm`."""
+    return _state.gemm or numpy_gemm
 
 
 def current() -> loader.Runtime | None:
@@ -571,6 +580,16 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     >>> float(autotune.matmul(np.ones(4), np.ones(4)))
     4.0
     """
+    # One product of two float matrices of one dtype is gemm's: the checks below
+    # cost 2.8 us a call, four times an 8x8 product (gemm checks shapes itself and
+    # copes with out overlapping an operand).
+    if (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 == b.ndim
+            and (a.dtype is _F32 or a.dtype is _F64) and b.dtype is a.dtype and a.shape[1] == b.shape[0]):
+        if out is None:
+            return entry()(a, b)
+        if (type(out) is np.ndarray and out.dtype is a.dtype and out.shape == (a.shape[0], b.shape[1])
+                and out.flags.writeable):
+            return entry()(a, b, out)
     # np.matmul wraps its result in np.matrix when an operand is one (its
     # __array_wrap__); so does this, for a drop-in.  Other subclasses get an ndarray.
     matrix = out is None and (isinstance(a, np.matrix) or isinstance(b, np.matrix))
