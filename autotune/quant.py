@@ -115,6 +115,13 @@ class QuantizedWeights:
     def _sme2_forms(self) -> dict[int, Sme2Weights]:
         return {}
 
+    @cached_property
+    def _runtime_views(self) -> dict[int, Any]:
+        """The C views of the packed arrays the runtime made for these weights, by SVL
+        (:func:`autotune.runtime.qapi.weights_struct`): they point into arrays these
+        weights own and never change, so one view serves every call."""
+        return {}
+
     def sme2(self, svl_bits: int) -> Sme2Weights:
         """The weights in the SME2 kernels' format for ``svl_bits`` (:func:`pack_sme2`), made
         once on first use (by a library that reports an SME2 CPU) and kept with the weights;

@@ -158,6 +158,30 @@ def test_qmatmul_bias_clamp_and_nan_rows(using):
         assert (np.abs(plain - exact) <= quant.quantization_error_bound(A[good], w)).all()
 
 
+def test_the_extensions_call_gives_the_ctypes_calls_bits(using):
+    """qmatmul goes through _atfast._qmatmul (one C call; ctypes cost 3 us a call), with
+    the same bits as the ctypes call, a library status raised as QuantizationError."""
+    fast = using.fast
+    assert fast is not None and hasattr(fast, "_qmatmul")
+    rng = np.random.default_rng(8)
+    for m, k, n in ((1, 1000, 333), (1, 31, 8), (7, 257, 40), (33, 96, 1)):
+        A = rng.standard_normal((m, k)).astype(np.float32)
+        bias, clamp = rng.standard_normal(n).astype(np.float32), np.array([-2.0, 2.0], np.float32)
+        for kind, (bits, symmetric) in KINDS.items():
+            w = autotune.quantize_weights(rng.standard_normal((k, n)), bits=bits, symmetric=symmetric)
+            for b, c in ((None, None), (bias, clamp)):
+                one_call = qapi.call(using.lib, A, w, b, c, fast=fast)
+                assert np.array_equal(one_call, qapi.call(using.lib, A, w, b, c), equal_nan=True), (m, k, n, kind)
+            assert np.array_equal(autotune.qmatmul(A, w, bias, (-2.0, 2.0)), one_call)
+    bad = qapi.at_qweights(4, 1, 40, 3, 7)  # a block of 7 rows: the library refuses it
+    status = fast._qmatmul(np.ones((2, 40), np.float32), ctypes.addressof(bad), 3, None, None)
+    assert status == -1 and "block" in using.lib.at_last_error().decode()
+    with pytest.raises(TypeError):
+        fast._qmatmul(np.ones((2, 40), np.float32), 1)
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        fast._qmatmul(np.ones((2, 40)), ctypes.addressof(bad), 3, None, None)
+
+
 def test_qmatmul_errors_are_clear(using):
     w = autotune.quantize_weights(np.ones((40, 3), np.float32))
     A = np.ones((2, 40), np.float32)

@@ -35,7 +35,7 @@ without AVX-512, the kernel text being the same in both.
 from __future__ import annotations
 
 from ..contract import qkernel_signature as _signature
-from ..families.x86 import QUANT_LANES
+from ..families.x86 import QUANT_LANES, quant_chains
 from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
 from ..specs import QKernelSpec
 
@@ -68,6 +68,8 @@ AT_Z at_zi at_z_set1(int32_t x) {{ return _mm512_set1_epi32(x); }}
 AT_Z at_zf at_z_set1_ps(float x) {{ return _mm512_set1_ps(x); }}
 AT_Z at_zi at_z_and(at_zi x, at_zi y) {{ return _mm512_and_si512(x, y); }}
 AT_Z at_zi at_z_xor(at_zi x, at_zi y) {{ return _mm512_xor_si512(x, y); }}
+AT_Z at_zi at_z_add(at_zi x, at_zi y) {{ return _mm512_add_epi32(x, y); }}
+AT_Z at_zi at_z_sra4(at_zi x) {{ return _mm512_srai_epi32(x, 4); }}
 /* Each byte's high nibble to its low bits (a 32-bit shift: AVX512F has no 16-bit one
  * without AVX512BW; the bits it moves across bytes are masked off after). */
 AT_Z at_zi at_z_srl4(at_zi x) {{ return _mm512_srli_epi32(x, 4); }}
@@ -109,6 +111,8 @@ AT_Z at_zi at_z_set1(int32_t x) {each("at_zi", "_mm256_set1_epi32(x)")}
 AT_Z at_zf at_z_set1_ps(float x) {each("at_zf", "_mm256_set1_ps(x)")}
 AT_Z at_zi at_z_and(at_zi x, at_zi y) {each("at_zi", "_mm256_and_si256(x.h[h], y.h[h])")}
 AT_Z at_zi at_z_xor(at_zi x, at_zi y) {each("at_zi", "_mm256_xor_si256(x.h[h], y.h[h])")}
+AT_Z at_zi at_z_add(at_zi x, at_zi y) {each("at_zi", "_mm256_add_epi32(x.h[h], y.h[h])")}
+AT_Z at_zi at_z_sra4(at_zi x) {each("at_zi", "_mm256_srai_epi32(x.h[h], 4)")}
 AT_Z at_zi at_z_srl4(at_zi x) {each("at_zi", "_mm256_srli_epi32(x.h[h], 4)")}
 AT_Z at_zi at_z_dot(at_zi sum, at_zi u, const int8_t *a)
 {each("at_zi", "at_emulated_dpbusd(sum.h[h], u.h[h], _mm256_set1_epi32(*(const int32_t *)a))")}
@@ -143,8 +147,20 @@ def kernel(k: QKernelSpec, emulate: bool = False) -> str:
            f"{'4-bit' if four else '8-bit'} weights{', zero points per block' if fmt.zero_points else ''}, "
            f"vpdpbusd on zmm. */",
            attribute + _signature(k.name), "{"]
+    # Each tile's block sum is split over `chains` partial sums, the dots of a
+    # sub-block dealt out in turn (quant_chains: enough independent vpdpbusd chains
+    # to hide the instruction's latency), and added back before the scaling step.
+    # With two or more, the high nibbles go unshifted (raw & 0xF0, 16 x the code)
+    # into chains of their own, whose sum is shifted back once per block: one
+    # instruction a block for the tile instead of one per 64 weights.  Exact: those
+    # sums are multiples of 16 (below 2^27 in magnitude for a block of 4096 rows).
+    chains = quant_chains(k.isa, mr, k.nr)
+    links = [f"_{j}" for j in range(chains)] if chains > 1 else [""]
+    split_nibbles = four and chains > 1
     if four:
         out.append("    const at_zi low4 = at_z_set1(0x0F0F0F0F);")
+        if split_nibbles:
+            out.append("    const at_zi high4 = at_z_set1((int32_t)0xF0F0F0F0u);")
     else:
         out.append("    const at_zi flip = at_z_set1((int32_t)0x80808080u); /* w + 128: unsigned codes */")
     if k.kind == "q4s":
@@ -155,35 +171,56 @@ def kernel(k: QKernelSpec, emulate: bool = False) -> str:
     for r in rows:
         out.append("    " + " ".join(f"at_zf c{r}_{q} = load_c ? at_z_load_ps(C + {r} * ldc + {q * lanes}) "
                                      f": at_z_zero_ps();" for q in vecs))
-    out.append("    for (int64_t b = 0; b < blocks; ++b) {")
+    out.append(f"    for (int64_t b = 0; b < blocks; ++b) {{ /* {chains} partial sum(s) per tile */")
     for r in rows:
         if four:
-            out.append("        " + " ".join(f"at_zi s{r}_{q} = at_z_set1(0);" for q in vecs))
+            start = "at_z_set1(0)"
         else:
             # -128 x the block's code sum: what the 128 added to every weight code contributes
             out.append(f"        const at_zi start{r} = at_z_set1(-128 * (int32_t)asum[{r} * lds + b]);")
-            out.append("        " + " ".join(f"at_zi s{r}_{q} = start{r};" for q in vecs))
+            start = f"start{r}"
+        for q in vecs:
+            out.append("        " + " ".join(f"at_zi s{r}_{q}{link} = {start if j == 0 else 'at_z_set1(0)'};"
+                                             for j, link in enumerate(links)))
     out.append("        for (int64_t u = 0; u < sub; ++u) {")
     out.append("            const int64_t t = b * sub + u; /* sub-block index along K */")
     for r in rows:
         out.append(f"            const int8_t *a{r} = qa + {r} * lda + t * {SUB};")
+
+    def dot(r: int, q: int, number: int, codes: str, offset: int) -> str:
+        s = f"s{r}_{q}{links[number % chains]}"
+        return f"{s} = at_z_dot({s}, {codes}, a{r} + {offset});"
+
     for v in range(4 if four else 8):
         for q in vecs:
             at, columns = f"t * {bpb} + {v * 32}", f"columns {q * lanes} .. {q * lanes + lanes - 1}"
             if four:
                 out.append(f"            {{ /* k = 8*{v} .. 8*{v}+7 of {columns} */")
                 out.append(f"                const at_zi raw = at_z_load2({panels(q, at)});")
-                out.append("                const at_zi lo = at_z_and(raw, low4), hi = at_z_and(at_z_srl4(raw), low4);")
+                hi = "at_z_and(raw, high4)" if split_nibbles else "at_z_and(at_z_srl4(raw), low4)"
+                out.append(f"                const at_zi lo = at_z_and(raw, low4), hi = {hi};")
                 for r in rows:
-                    out.append(f"                s{r}_{q} = at_z_dot(s{r}_{q}, lo, a{r} + {8 * v}); "
-                               f"s{r}_{q} = at_z_dot(s{r}_{q}, hi, a{r} + {8 * v + 4});")
+                    out.append(f"                {dot(r, q, 2 * v, 'lo', 8 * v)} {dot(r, q, 2 * v + 1, 'hi', 8 * v + 4)}")
             else:
                 out.append(f"            {{ /* k = 4*{v} .. 4*{v}+3 of {columns} */")
                 out.append(f"                const at_zi w = at_z_xor(at_z_load2({panels(q, at)}), flip);")
                 for r in rows:
-                    out.append(f"                s{r}_{q} = at_z_dot(s{r}_{q}, w, a{r} + {4 * v});")
+                    out.append(f"                {dot(r, q, v, 'w', 4 * v)}")
             out.append("            }")
     out.append("        }")
+    def tree(parts: list[str]) -> str:  # log2(len) dependent adds
+        while len(parts) > 1:
+            parts = [f"at_z_add({x}, {y})" for x, y in zip(parts[::2], parts[1::2])] + parts[len(parts) & ~1:]
+        return parts[0]
+
+    if chains > 1:
+        for r in rows:
+            for q in vecs:
+                parts = [f"s{r}_{q}{link}" for link in links]
+                # The high nibbles' dots are the odd ones: 2v + 1 deals them to the odd chains.
+                total = f"at_z_add({tree(parts[::2])}, at_z_sra4({tree(parts[1::2])}))" if split_nibbles \
+                    else tree(parts)
+                out.append(f"        const at_zi s{r}_{q} = {total};")
     out.append("        /* The block's scaling step: C += float(isum) * (sa * sw), one FMA, as on ymm. */")
     for q in vecs:
         lo, hi = f"{2 * q} * sstride + b * {PANEL}", f"{2 * q + 1} * sstride + b * {PANEL}"

@@ -350,6 +350,28 @@ def quant_fits(isa: str, mr: int, nr: int) -> bool:
     return mr * (nr // QUANT_LANES[isa]) <= (8 if QUANT_REGISTERS[isa] == 16 else 12)
 
 
+#: Independent vpdpbusd chains the zmm kernels keep in flight: the instruction's latency
+#: (4-5 cycles) times the two pipes that issue it.
+QUANT_CHAINS = 8
+
+
+def quant_chains(isa: str, mr: int, nr: int) -> int:
+    """Integer sums per tile of C a zmm kernel splits each block's dot products over.
+
+    A tile's block sum is a chain of 8 dependent ``vpdpbusd`` per 32 rows of K, so a
+    kernel of few tiles waits on the instruction's latency: the 1 x 32 GEMV form (two
+    tiles) ran 1 M multiply-adds of K = N = 1024 in 16 us, 15 a cycle.  Splitting the
+    chain over 2, 4 or 8 sums (added before the block's scaling step; the integer sums
+    are exact, so the result keeps its bits) gives QUANT_CHAINS chains where the
+    registers allow.
+    """
+    tiles = mr * (nr // QUANT_LANES[isa])
+    chains = 1
+    while tiles * chains < QUANT_CHAINS and chains < 8:
+        chains *= 2
+    return chains if isa == "avx512vnnizmm" else 1
+
+
 def qkernel(kind: str, isa: str, mr: int, nr: int) -> QKernelSpec:
     """The record of one x86 quantised kernel; ValueError outside the model.
 

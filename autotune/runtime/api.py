@@ -243,10 +243,10 @@ def numpy_gemm(A: ArrayLike, B: ArrayLike, C: np.ndarray | None = None, *, alpha
     return _slow_path(A, B, C, alpha, beta, int(trans_a), int(trans_b))
 
 
-def _entry_points(lib: ctypes.CDLL) -> tuple[int, int, int]:
-    """Addresses of the three functions the extension calls, from this very library."""
+def _entry_points(lib: ctypes.CDLL) -> tuple[int, int, int, int]:
+    """Addresses of the four functions the extension calls, from this very library."""
     return tuple(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value  # type: ignore[return-value]
-                 for name in ("at_gemm", "at_gemm_batch_strided", "at_last_error"))
+                 for name in ("at_gemm", "at_gemm_batch_strided", "at_last_error", "at_qmatmul_f32"))
 
 
 def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:

@@ -410,7 +410,9 @@ static void cover(const at_qkernel_entry *k, int64_t m0, int64_t rows, int kind,
     const int64_t mr = k ? k->mr : 1, step = k ? k->nr / AT_QPANEL : 1, width = step * AT_QPANEL;
     const int64_t packed = kind == AT_Q8 ? AT_QSUB_BYTES_8 : AT_QSUB_BYTES_4; /* bytes of one panel's sub-block */
     const int64_t block_bytes = sub * packed * step;
-    const int64_t slice = block_bytes >= SLICE_BYTES ? 1 : SLICE_BYTES / block_bytes;
+    /* One tile of rows reuses no weights: it runs the whole of K in one call, which
+     * keeps its C in registers rather than storing and reloading it every slice. */
+    const int64_t slice = rows <= mr ? blocks : block_bytes >= SLICE_BYTES ? 1 : SLICE_BYTES / block_bytes;
     /* Tiles wholly in the padding past N (zero scales) are not computed. */
     const int64_t tiles_in_n = (w->n + width - 1) / width, p_stop = p_end < tiles_in_n * step ? p_end : tiles_in_n * step;
     for (int64_t r0 = m0; r0 < m0 + rows; r0 += PASS_ROWS) {
