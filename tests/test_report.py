@@ -566,7 +566,9 @@ def test_measured_decisions_have_their_section_with_a_chart_per_crossover(small)
                   Crossover("thread_flops", "f32", "1 thread", "all threads", 5e5, 5e5, "busy").to_dict()]
     host = replace(small.host, caches=(CacheLevel(2, "unified", 2 << 20, 64, 16, 2048),
                                        CacheLevel(3, "unified", 480 << 20, 64, 16, 491520, 2)))
-    table = replace(small, host=host, settings={**small.settings, "crossovers": crossovers},
+    dominated = {"avx2": {"kernels": 35, "sampled": 12, "area_limit": 84, "by": "avx512", "worst_ratio": 0.608}}
+    table = replace(small, host=host, settings={**small.settings, "crossovers": crossovers, "dominated": dominated,
+                                                "other_load": 0.25},
                     tuning={**(small.tuning or {}), "held_out": {"chosen": "measured", "times_s": {}, "shapes": 30,
                                                                 "gain_over_model": 2.5}})
     page = render_report(table)
@@ -575,4 +577,10 @@ def test_measured_decisions_have_their_section_with_a_chart_per_crossover(small)
     assert section.count("<svg") == 1  # the busy thread sweep has no points to draw
     assert "480 MiB" in section and "packed from 215^3" in section and "the model said 2880^3" in section
     assert "measured crossovers kept, 2.50x" in section and "quiet machine" in section
+    # The settings table says what was skipped, and dumps none of these records (it
+    # once printed two screens of the crossovers' points).
+    settings = page[page.index("<h3>Measurement settings</h3>"):]
+    settings = settings[:settings.index("</table>")]
+    assert "35 of tiles of 84 elements or more" in settings and "by 39% or more" in settings
+    assert "0.25 CPUs" in settings and "&#39;" not in settings and "base_s" not in page
     assert 'id="decisions"' not in render_report(small)

@@ -172,15 +172,27 @@ def _peak_rows(table: TunedTable) -> list[tuple[str, str, float]]:
     return rows
 
 
+#: The measurement settings, labelled for a reader; other keys of ``settings`` are
+#: records with sections of their own (peaks, quantised kernels, crossovers) or are
+#: written out below.
+_SETTING_LABELS = {"mode": "mode", "ks": "K grid", "pads": "leading-dim pads",
+                   "min_time_ms": "min time per point (ms)", "repeats": "repeats per pass",
+                   "passes": "passes over the grid (median kept)", "isas": "ISAs",
+                   "svl_bits": "SME2 vector lengths (bits)"}
+
+
 def _settings_rows(settings: Mapping[str, Any]) -> list[tuple[str, str]]:
-    labels = {"mode": "mode", "ks": "K grid", "pads": "leading-dim pads", "min_time_ms": "min time per point (ms)",
-              "repeats": "repeats per pass", "passes": "passes over the grid (median kept)", "isas": "ISAs"}
-    rows = []
-    for key, value in settings.items():
-        if key in ("peak_by_isa", "quant", "quant_library"):
-            continue  # shown in the peak table and the quantised section
-        text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-        rows.append((labels.get(key, key), text))
+    """(label, text) rows of how the kernels were measured.  Structured entries are
+    never dumped: a table's crossovers once filled two screens of this table."""
+    rows = [(label, ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+            for key, label in _SETTING_LABELS.items() if (value := settings.get(key)) is not None]
+    for isa, skip in sorted((settings.get("dominated") or {}).items()):
+        rows.append((f"{isa} kernels not built",
+                     f"{skip['kernels']} of tiles of {skip['area_limit']} elements or more: every one of "
+                     f"{skip['sampled']} sampled lost its block to {skip['by']} by "
+                     f"{100 * (1 - skip['worst_ratio']):.0f}% or more"))
+    if settings.get("other_load") is not None:
+        rows.append(("other load before the crossover sweeps", f"{settings['other_load']:.2f} CPUs"))
     return rows
 
 
