@@ -211,3 +211,35 @@ def test_broadcast_stacks_are_not_materialised(backend, sa, sb):
     allowed = got.nbytes + (a.nbytes if sa[-1] == 8 else 0) + (1 << 20)
     assert peak <= allowed, f"peak {peak / 1e6:.1f} MB, np.matmul's result is {got.nbytes / 1e6:.1f} MB"
     close(got, a, b)
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.asmatrix
+def test_two_float_matrices_take_one_c_call_and_nothing_else_does(built):
+    """_matmul2 (autotune.matmul's product of two matrices, in C) takes exactly the calls
+    gemm computes as np.matmul would, and hands back NotImplemented for the rest."""
+    runtime = rt.use_library(built.library)
+    fast = runtime.fast._matmul2
+    rng = np.random.default_rng(11)
+    a, b = rng.random((5, 7)).astype(np.float32), rng.random((7, 3)).astype(np.float32)
+    out = np.empty((5, 3), np.float32)
+    close(fast(a, b, None), a, b)
+    assert fast(a, b, out) is out
+    close(out, a, b)
+    close(fast(a.T.copy().T, b[:, ::-1], None), a, b[:, ::-1])  # any unit stride, or gemm's own slow path
+    declined = [
+        (np.asmatrix(a), b, None), (a, b.astype(np.float64), None), (a[0], b, None), (a, b[:5], None),
+        (a.astype(np.float16), b.astype(np.float16), None), (a[None], b, None), (a, b, out.astype(np.float64)),
+        (a, b, np.empty((5, 4), np.float32)), (a, b, np.empty((15,), np.float32)), (a.tolist(), b, None),
+    ]
+    readonly = np.empty((5, 3), np.float32)
+    readonly.flags.writeable = False
+    declined.append((a, b, readonly))
+    for args in declined:
+        assert fast(*args) is NotImplemented, [np.shape(x) for x in args]
+        if np.shape(args[0])[-1:] == np.shape(args[1])[:1] and args[2] is not readonly:
+            try:
+                want = np.matmul(*args[:2]) if args[2] is None else np.matmul(*args)
+            except (ValueError, TypeError):
+                continue
+            got = autotune.matmul(*args[:2]) if args[2] is None else autotune.matmul(*args)
+            assert np.allclose(got, want, rtol=1e-3) and type(got) is type(want)

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 from . import loader
 
 _SUPPORTED = (np.dtype(np.float32), np.dtype(np.float64))
-_F32, _F64 = _SUPPORTED
 
 _warn_lock = threading.Lock()
 _warned: set[str] = set()
@@ -51,6 +50,8 @@ class _State:
     batch: Any = None
     # What autotune.runtime.gemm is bound to: the extension's gemm, or numpy_gemm.
     gemm: Any = None
+    # The extension's _matmul2 (matmul of two float matrices) when it is loaded.
+    matmul2: Any = None
 
 
 _state = _State()
@@ -251,12 +252,12 @@ def _entry_points(lib: ctypes.CDLL) -> tuple[int, int, int, int]:
 
 def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
     """Make ``runtime`` the library behind gemm (None: the numpy fallback, warning ``reason``)."""
-    batch, gemm = None, numpy_gemm
+    batch, gemm, matmul2 = None, numpy_gemm, None
     if runtime is not None and runtime.fast is not None:
         fast = runtime.fast
         fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path,
                    _batch_slow_path, np.ndarray, *_entry_points(runtime.lib))
-        batch, gemm = fast.gemm_batch, fast.gemm
+        batch, gemm, matmul2 = fast.gemm_batch, fast.gemm, fast._matmul2
     elif runtime is not None and not any(runtime.path.parent.glob("_atfast*")):
         # The install found no Python headers (Debian's python3-dev), so it built none.
         reason = (f"no _atfast extension beside {runtime.path}: install Python's headers (python3-dev) "
@@ -265,7 +266,7 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
         reason = runtime.fast_problem or (f"libautotune's extension beside {runtime.path} is unusable "
                                           "(run `autotune install --force`)")
     _state.batch = batch
-    _state.gemm = gemm
+    _state.gemm, _state.matmul2 = gemm, matmul2
     _state.runtime = runtime
     _state.reason = reason
 
@@ -580,16 +581,12 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     >>> float(autotune.matmul(np.ones(4), np.ones(4)))
     4.0
     """
-    # One product of two float matrices of one dtype is gemm's: the checks below
-    # cost 2.8 us a call, four times an 8x8 product (gemm checks shapes itself and
-    # copes with out overlapping an operand).
-    if (type(a) is np.ndarray and type(b) is np.ndarray and a.ndim == 2 == b.ndim
-            and (a.dtype is _F32 or a.dtype is _F64) and b.dtype is a.dtype and a.shape[1] == b.shape[0]):
-        if out is None:
-            return entry()(a, b)
-        if (type(out) is np.ndarray and out.dtype is a.dtype and out.shape == (a.shape[0], b.shape[1])
-                and out.flags.writeable):
-            return entry()(a, b, out)
+    # One product of two float matrices of one dtype is gemm's, in one C call: the
+    # checks below cost 2.8 us a call, four times an 8x8 product.
+    if _state.matmul2 is not None:
+        product = _state.matmul2(a, b, out)
+        if product is not NotImplemented:
+            return product
     # np.matmul wraps its result in np.matrix when an operand is one (its
     # __array_wrap__); so does this, for a drop-in.  Other subclasses get an ndarray.
     matrix = out is None and (isinstance(a, np.matrix) or isinstance(b, np.matrix))
