@@ -20,6 +20,7 @@ these, made from :class:`autotune.specs.QKernelSpec` records.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Sequence
 
 from .families import operand_panels, sme2
@@ -145,8 +146,11 @@ def qkernel_unused(kind: str) -> list[str]:
             "    /* load_c: C holds the sums of the blocks before these (K is covered in slices). */"]
 
 
-def qregistry(kernels: Sequence[QKernelSpec], features: Sequence[str] | None = None) -> str:
-    """The generated ``at_qtable.c``: ``kernels`` (at_qkernel_fn ones) in order of preference.
+def qregistry(kernels: Sequence[QKernelSpec], features: Sequence[str] | None = None,
+              thread_macs: float = 0.0) -> str:
+    """The generated ``at_qtable.c``: ``kernels`` (at_qkernel_fn ones) in order of preference,
+    and ``thread_macs``, the multiply-adds per thread from which qgemm.c splits a product
+    (measured by the install; 0: qgemm.c's built-in).
 
     Each entry needs its record's ``features``; ``features``, when given, replaces
     them for every entry: a test that runs VNNI kernels with their instruction
@@ -161,7 +165,10 @@ def qregistry(kernels: Sequence[QKernelSpec], features: Sequence[str] | None = N
         lines += ["const at_qkernel_entry at_qkernel_table[] = {", *entries, "};"]
     else:
         lines.append("const at_qkernel_entry at_qkernel_table[1] = {{0}};")
-    lines += [f"const int at_qkernel_count = {len(entries)};", ""]
+    if not (thread_macs >= 0 and math.isfinite(thread_macs)):
+        raise ValueError(f"thread_macs must be finite and non-negative, not {thread_macs!r}")
+    lines += [f"const int at_qkernel_count = {len(entries)};",
+              f"const double at_qthread_macs = {float(thread_macs)!r};", ""]
     return "\n".join(lines)
 
 

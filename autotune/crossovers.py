@@ -118,6 +118,10 @@ class Crossover:
     points: tuple[Point, ...] = field(default_factory=tuple)
     #: Cores' worth of other work while the sweep ran (host.load_meter), where it was metered.
     other_load: float | None = None
+    #: What a point's side is the size of: ``square`` products (M = N = K = side) or the
+    #: quantised ``gemv`` (M = 1, K = N = side).  ``flops`` is 2 side^3 either way, the
+    #: sweep's scale for :func:`crossing`; the parameter itself may count otherwise.
+    shape: str = "square"
 
     @property
     def side(self) -> float:
@@ -208,17 +212,26 @@ def _spread(samples: Sequence[float]) -> float:
 def measure_point(runner: SuiteRunner, side: int, base: tuple[PlannerParams, SuiteShape],
                   alt: tuple[PlannerParams, SuiteShape], margin: float = MARGIN, effort: Effort = FULL) -> Point:
     """Both sides of one size, in interleaved rounds; more rounds while the noise hides the answer."""
-    samples: dict[str, list[float]] = {"base": [], "alt": []}
-    sides = {"base": base, "alt": alt}
-
-    def one_round() -> None:
-        for label, (params, shape) in sides.items():
+    def timer(params: PlannerParams, shape: SuiteShape) -> Callable[[], float]:
+        def seconds() -> float:
             runner.set_params(params)
-            samples[label].append(runner.time_shape(shape))
+            return runner.time_shape(shape)
+        return seconds
+
+    return measure_pair(side, timer(*base), timer(*alt), margin, effort)
+
+
+def measure_pair(side: int, base: Callable[[], float], alt: Callable[[], float], margin: float = MARGIN,
+                 effort: Effort = FULL) -> Point:
+    """One size's :class:`Point` from two timers (seconds per call of each side), in
+    interleaved rounds; more rounds while the noise hides the answer."""
+    samples: dict[str, list[float]] = {"base": [], "alt": []}
+    timers = {"base": base, "alt": alt}
 
     while True:
         for _ in range(effort.rounds):
-            one_round()
+            for label, seconds in timers.items():
+                samples[label].append(seconds())
         rounds = len(samples["base"])
         point = Point(side, min(samples["base"]), min(samples["alt"]),
                       round(max(_spread(samples["base"]), _spread(samples["alt"])), 4), rounds)

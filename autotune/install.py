@@ -837,16 +837,31 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         load = wait_for_quiet(quiet_wait_s(),
                               say=lambda text: console.print(f"[yellow]note:[/] {text}", soft_wrap=True))
         busy = load is not None and load >= BUSY_LOAD
+        quant = dict(stored.settings.get("quant") or {})
+        split_quant = bool(quant.get("selected")) and stored.host.cores > 1
+        total = sum(len(s.sides) for s in sweeps) + (len(qsuite.THREAD_SIDES) if split_quant else 0)
+        effort = QUICK if options.quick else FULL
         with (make_progress(console) if show else nullcontext()) as progress:
-            task = progress.add_task("measure crossovers", total=sum(len(s.sides) for s in sweeps)) \
-                if progress else None
+            task = progress.add_task("measure crossovers", total=total) if progress else None
             measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy,
-                                                 QUICK if options.quick else FULL, meter=load_meter)
+                                                 effort, meter=load_meter)
+            if split_quant:
+                # qmatmul's split over threads: GEMVs through the same library.
+                timer = qsuite.LibraryGemvTimer(runner.lib, options.seed)
+                try:
+                    split = qsuite.thread_crossover(stored.host.cores, timer, busy, effort,
+                                                    _advance(progress, task))
+                finally:
+                    timer.close()
+                quant["thread_macs"] = qsuite.thread_macs(split, stored.host.cores)
             if progress:
-                progress.update(task, completed=sum(len(s.sides) for s in sweeps))
+                progress.update(task, completed=total)
+        # The quantised split is no planner parameter: it joins the record, not the held-out check.
+        recorded = (*found, split) if split_quant else found
         stored = replace(stored, params=measured.to_mapping(stored.params),
-                         settings={**stored.settings, "crossovers": [c.to_dict() for c in found],
-                                   "other_load": None if load is None else round(load, 2)})
+                         settings={**stored.settings, "crossovers": [c.to_dict() for c in recorded],
+                                   "other_load": None if load is None else round(load, 2),
+                                   **({"quant": quant} if quant else {})})
         result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,
                       console=console if show else None, runner=runner,
                       suite=default_suite(dtypes, extra))
@@ -871,7 +886,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         # Faster on its own suite, not on shapes it never saw: fitted to the suite or to noise.
         record.update(kept=False, held_out_rejected=True, tuned_params=None, source="analytic")
     stored = replace(stored, params=final.to_mapping(stored.params), tuning=record)
-    if final != model:
+    if final != model or (stored.settings.get("quant") or {}).get("thread_macs"):
         library = build_table_library(stored, targets, objects, root, library.library.parent)
     return stored, library
 

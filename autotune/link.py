@@ -721,7 +721,8 @@ def quant_parts(settings: Mapping, targets: Mapping[str, Target], home: Path) ->
     obj = compile_qkernels(target, kernels, home)
     if not obj.ok:
         raise RuntimeError(f"the selected quantised kernels no longer compile: {obj.error}")
-    return contract.qregistry(kernels), [obj.path]
+    return contract.qregistry(kernels, thread_macs=float((settings.get("quant") or {}).get("thread_macs", 0.0))), \
+        [obj.path]
 
 
 def build_qharness(target: Target, archive: Path, out: Path) -> Path:

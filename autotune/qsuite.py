@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from .quant_shapes import MEASURE_KN
 from .specs import QKernelSpec
 from .suite import best_of_rounds
 from .toolchain import Target
+
+if TYPE_CHECKING:
+    from .crossovers import Crossover, Effort
 
 #: Shapes (M) timed at install, with K = N = MEASURE_KN, best of MEASURE_ROUNDS.
 MEASURE_M = (1, 16, 64)
@@ -357,6 +360,103 @@ def _check(C: np.ndarray, want: np.ndarray, bound: np.ndarray) -> str | None:
         return None
     i, j = bad[0]
     return f"C[{i},{j}] = {C[i, j]!r}, reference {want[i, j]!r}, bound {bound[i, j]!r}"
+
+
+# -- threads -----------------------------------------------------------------------------
+
+#: GEMV sizes (M = 1, K = N = side, 4-bit weights) the thread sweep climbs, about sqrt(2)
+#: apart: 65 thousand to 4 million multiply-adds, where a split starts to pay.
+THREAD_SIDES = (256, 362, 512, 724, 1024, 1448, 2048)
+#: What at_qmatmul_f32 assumes where nothing was measured (qgemm.c's built-in).
+BUILTIN_THREAD_MACS = float(1 << 22)
+#: A sample of the thread sweep: calls for at least this long.
+THREAD_SAMPLE_S = 1e-3
+
+
+def thread_macs(crossover: "Crossover", threads: int) -> float:
+    """The multiply-adds per thread a measured sweep puts the split at (0: not measured,
+    the built-in stays): at_qmatmul_f32 takes t threads from t times it, and the
+    sweep found all ``threads`` paying from a GEMV of side^2 multiply-adds."""
+    if crossover.source not in ("measured", "beyond"):
+        return 0.0
+    side = (crossover.flops / 2.0) ** (1.0 / 3.0)
+    return float(f"{side * side / threads:.4g}")
+
+
+def thread_crossover(threads: int, time_gemv: Callable[[int, int], float], busy: bool = False,
+                     effort: "Effort | None" = None, advance: Callable[[], None] = lambda: None) -> "Crossover":
+    """Where splitting a quantised product over ``threads`` pays: GEMVs of THREAD_SIDES
+    timed on one thread and on all, in interleaved rounds (:func:`autotune.crossovers.measure_pair`),
+    the threshold where they lose least (:func:`autotune.crossovers.crossing`).
+
+    ``time_gemv(side, threads)`` is seconds per 1 x side x side product on that many
+    threads, every product split (:class:`LibraryGemvTimer`).  The model's prior is the
+    built-in, 4 Mi multiply-adds a thread, which a Zen 5 VM found 8 times too high.
+    On a ``busy`` machine nothing is timed: one thread would win against a split that
+    waits for a loaded core.
+    """
+    from .crossovers import CONFIRM, FULL, MARGIN, Crossover, crossing, measure_pair
+
+    effort = effort or FULL
+    model_side = (BUILTIN_THREAD_MACS * threads) ** 0.5
+    model = 2.0 * model_side ** 3
+    record = dict(param="qthread_macs", dtype="q4s", base="1 thread", alt="all threads", model_flops=model,
+                  shape="gemv")
+    if busy or threads < 2:
+        return Crossover(**record, flops=model, source="busy" if busy else "model")
+    points = []
+    for side in THREAD_SIDES:
+        if points and points[-1].base_s * (side / points[-1].side) ** 2 > effort.max_call_s:
+            break
+        points.append(measure_pair(side, lambda: time_gemv(side, 1), lambda: time_gemv(side, threads),
+                                   MARGIN, effort))
+        advance()
+        if len(points) >= CONFIRM and all(p.verdict() == "alt" for p in points[-CONFIRM:]):
+            break
+    flops, source = crossing(points, prior=model)
+    return Crossover(**record, flops=float(f"{flops if flops is not None else model:.4g}"), source=source,
+                     points=tuple(points))
+
+
+class LibraryGemvTimer:
+    """``time_gemv`` for :func:`thread_crossover` through a loaded library (ctypes): one
+    4-bit 1 x side x side product per size, each sample calls for THREAD_SAMPLE_S or
+    more.  :meth:`close` gives the library back its own thread count and threshold."""
+
+    def __init__(self, lib: object, seed: int = 0) -> None:
+        from .runtime import qapi
+
+        qapi.prototypes(lib)
+        self.lib, self._rng = lib, np.random.default_rng(seed)
+        self._operands: dict[int, tuple] = {}
+        self._calls: dict[int, int] = {}
+
+    def __call__(self, side: int, threads: int) -> float:
+        from .quant import quantize_weights
+        from .runtime import qapi
+
+        if side not in self._operands:
+            W = self._rng.standard_normal((side, side)).astype(np.float32)
+            self._operands[side] = (self._rng.standard_normal((1, side)).astype(np.float32),
+                                    quantize_weights(W, 4, 32, True))
+        A, w = self._operands[side]
+        self.lib.at_set_num_threads(threads)
+        self.lib.at_qthreads_set(1.0)  # every product split over the threads asked for
+        qapi.call(self.lib, A, w, None, None)  # the warm-up, and the threads woken
+        calls = self._calls.get(side, 1)
+        while True:
+            start = time.perf_counter()
+            for _ in range(calls):
+                qapi.call(self.lib, A, w, None, None)
+            elapsed = time.perf_counter() - start
+            if elapsed >= THREAD_SAMPLE_S:
+                self._calls[side] = calls
+                return elapsed / calls
+            calls *= 2
+
+    def close(self) -> None:
+        self.lib.at_set_num_threads(0)
+        self.lib.at_qthreads_set(0.0)
 
 
 def _seconds(fn: Callable[..., object], *args: object) -> float:

@@ -194,6 +194,16 @@ def held_out_line(tuning: Mapping[str, Any] | None) -> str | None:
     return text
 
 
+#: How a crossover's sizes read (autotune.crossovers.Crossover.shape): a square product's
+#: side, or the quantised GEMV's (M = 1, K = N = side).
+SIZE_AXES = {"square": "square size (M = N = K)", "gemv": "qmatmul GEMV size (M = 1, K = N)"}
+
+
+def size_label(crossover: Mapping[str, Any], side: float) -> str:
+    """``512^3``, or ``1 x 512 x 512`` for a GEMV sweep."""
+    return f"1 x {side:.0f} x {side:.0f}" if crossover.get("shape") == "gemv" else f"{side:.0f}^3"
+
+
 def crossover_lines(crossovers: Any) -> list[str]:
     """Each measured crossover (autotune.crossovers, ``settings["crossovers"]``) in a line."""
     lines = []
@@ -202,7 +212,8 @@ def crossover_lines(crossovers: Any) -> list[str]:
             side, model_side = (float(c["flops"]) / 2) ** (1 / 3), (float(c["model_flops"]) / 2) ** (1 / 3)
         except (KeyError, TypeError, ValueError):
             continue
-        name = f"{c.get('param')} {c.get('dtype')}" if c.get("param") == "pack_flops" else str(c.get("param"))
+        name = {"pack_flops": f"pack_flops {c.get('dtype')}", "qthread_macs": "qmatmul threads"}.get(
+            str(c.get("param")), str(c.get("param")))
         points = c.get("points") or ()
         runs = sorted({int(p.get("threads", 0)) for p in points})
         on = " on one thread and all" if runs == [0, 1] else ""
@@ -216,5 +227,6 @@ def crossover_lines(crossovers: Any) -> list[str]:
             how = (f"timed twice while other work took {float(c.get('other_load') or 0):.1f} cores "
                    "(other processes, or the hypervisor): the model's value; run the install again "
                    "on a quiet machine")
-        lines.append(f"{name}: {c.get('alt')} from {side:.0f}^3 ({how}; the model said {model_side:.0f}^3)")
+        lines.append(f"{name}: {c.get('alt')} from {size_label(c, side)} ({how}; "
+                     f"the model said {size_label(c, model_side)})")
     return lines

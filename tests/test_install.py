@@ -43,7 +43,7 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     # The decisions were measured on this host, and what is stored is what the held-out check chose.
     from autotune.params import PlannerParams
 
-    crossovers = table.settings["crossovers"]
+    crossovers = [c for c in table.settings["crossovers"] if c["param"] != "qthread_macs"]  # no planner parameter
     assert {c["param"] for c in crossovers} >= {"pack_flops"}
     held = table.tuning["held_out"]
     alone = {f"measured {c['param']}" + (f" {c['dtype']}" if c["param"] == "pack_flops" else ""): c
@@ -65,6 +65,35 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     drawn = example_plans("host", tmp_path)
     assert drawn is not None and len(drawn) == len(EXAMPLE_SHAPES)
     assert {k for p in drawn for k in p.kernel_counts()} - {"edge"} <= set(table.selection)
+
+
+@needs_x86_simd
+def test_the_quantised_split_over_threads_is_measured_and_baked_in(tmp_path):
+    """qmatmul's threads: GEMVs timed on one thread and all, the threshold stored in the
+    table and baked into the library (it was a constant from one VM, 8x too high on another)."""
+    from autotune import host, qsuite
+    from autotune.runtime import loader, qapi
+    from autotune.trials import crossover_lines
+
+    result = run(tmp_path, "at_sgemm_avx2_nn_8x2_*", "at_q4s_avx2_1x8", "at_q4s_avx2_4x8")
+    quant = result.table.settings["quant"]
+    splits = [c for c in result.table.settings["crossovers"] if c["param"] == "qthread_macs"]
+    runtime = loader.load(result.library)
+    assert qapi.prototypes(runtime.lib)
+    cores = host.detect().cores
+    if cores < 2:
+        assert not splits and runtime.lib.at_qthreads_get() == qsuite.BUILTIN_THREAD_MACS
+        return
+    (split,) = splits
+    assert split["shape"] == "gemv" and split["alt"] == "all threads"
+    assert crossover_lines([split])[0].startswith("qmatmul threads: all threads from 1 x ")
+    if split["source"] in ("measured", "beyond"):
+        assert split["points"]
+        side = (split["flops"] / 2) ** (1 / 3)
+        assert quant["thread_macs"] == pytest.approx(side * side / cores, rel=1e-3)
+        assert runtime.lib.at_qthreads_get() == quant["thread_macs"]
+    else:  # one core, a busy machine, or noise that decided nothing: the built-in stays
+        assert not quant.get("thread_macs") and runtime.lib.at_qthreads_get() == qsuite.BUILTIN_THREAD_MACS
 
 
 @needs_x86_simd

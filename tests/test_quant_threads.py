@@ -8,7 +8,7 @@ import pytest
 
 import autotune
 import autotune.runtime as rt
-from autotune import quant, qsuite
+from autotune import contract, quant, qsuite
 from autotune.runtime import qapi
 
 from .isa import requires_isa
@@ -63,3 +63,47 @@ def test_qmatmul_follows_the_librarys_thread_count(using):
         assert np.array_equal(results[0], results[1])
     finally:
         rt.set_num_threads(before)
+
+
+def test_the_split_threshold_is_the_tables_unless_set(qlib):
+    """at_qthreads_set / _get: the multiply-adds per thread from which a product is split;
+    this library's table measured none, so the built-in stands until one is set."""
+    lib = qlib.lib
+    assert lib.at_qthreads_get() == qsuite.BUILTIN_THREAD_MACS
+    assert lib.at_qthreads_set(1000.0) == 0 and lib.at_qthreads_get() == 1000.0
+    for bad in (-1.0, float("nan"), float("inf")):
+        assert lib.at_qthreads_set(bad) == -1 and "finite and non-negative" in lib.at_last_error().decode()
+        assert lib.at_qthreads_get() == 1000.0
+    assert lib.at_qthreads_set(0.0) == 0 and lib.at_qthreads_get() == qsuite.BUILTIN_THREAD_MACS
+
+
+def test_a_measured_threshold_is_baked_into_the_registry():
+    text = contract.qregistry([], thread_macs=131072.0)
+    assert "const double at_qthread_macs = 131072.0;" in text
+    assert "const double at_qthread_macs = 0.0;" in contract.qregistry([])
+    with pytest.raises(ValueError, match="finite and non-negative"):
+        contract.qregistry([], thread_macs=float("nan"))
+
+
+def _machine(split_from: int, gain: float = 0.55):
+    """A fake host whose two threads take `gain` of one thread's time from `split_from` on."""
+    def time_gemv(side: int, threads: int) -> float:
+        one = 1e-9 * side * side
+        return one if threads == 1 else one * (gain if side >= split_from else 1.4)
+    return time_gemv
+
+
+def test_the_thread_sweep_puts_the_split_where_two_threads_start_to_pay():
+    found = qsuite.thread_crossover(2, _machine(724))
+    assert found.source == "measured" and found.shape == "gemv"
+    side = (found.flops / 2) ** (1 / 3)
+    assert 512 < side < 724  # between the last size one thread won and the first two did
+    assert qsuite.thread_macs(found, 2) == pytest.approx(side * side / 2, rel=1e-3)
+    assert [p.side for p in found.points][-2:] == [724, 1024]  # two wins in a row end the sweep
+
+
+def test_a_busy_or_single_core_host_keeps_the_builtin():
+    assert qsuite.thread_crossover(2, _machine(256), busy=True).source == "busy"
+    assert qsuite.thread_crossover(1, _machine(256)).source == "model"
+    for found in (qsuite.thread_crossover(2, _machine(256), busy=True), qsuite.thread_crossover(1, _machine(256))):
+        assert qsuite.thread_macs(found, 2) == 0.0 and not found.points

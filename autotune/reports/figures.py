@@ -28,6 +28,7 @@ from matplotlib.colors import BoundaryNorm, ListedColormap, Normalize, to_hex
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from ..trials import SIZE_AXES, size_label
 from .data import ABSENT, REJECTED, VALIDATED, HeatmapGrid, TuningHistory, unique_in_order
 
 if TYPE_CHECKING:  # the plan records only: drawing loads no library
@@ -400,9 +401,9 @@ def crossover_figure(crossover: Mapping) -> Figure:
         for flops, colour, style_, label in ((crossover["flops"], "#1f4e8c", "-", "stored"),
                                              (crossover["model_flops"], "#888888", "--", "model")):
             ax.axvline((flops / 2) ** (1 / 3), color=colour, linestyle=style_, linewidth=1.4,
-                       label=f"{label}: {(flops / 2) ** (1 / 3):.0f}^3")
+                       label=f"{label}: {size_label(crossover, (flops / 2) ** (1 / 3))}")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("square size (M = N = K)")
+        ax.set_xlabel(SIZE_AXES.get(crossover.get("shape", "square"), SIZE_AXES["square"]))
         ax.set_ylabel(f"time {crossover['alt']} / {crossover['base']}")
         low, high = ax.get_xlim()
         model_side = (crossover["model_flops"] / 2) ** (1 / 3)

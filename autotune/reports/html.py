@@ -339,7 +339,8 @@ def _decisions(table: TunedTable) -> dict[str, Any]:
     for c in crossovers:
         if not c.get("points"):
             continue
-        name = f"{c['param']} ({c['dtype']})" if c["param"] == "pack_flops" else c["param"]
+        name = {"pack_flops": f"pack_flops ({c['dtype']})", "qthread_macs": "qmatmul threads"}.get(c["param"],
+                                                                                                 c["param"])
         figs.append(PageFigure(name, f"{c['alt']} against {c['base']}: below 1 the {c['alt']} side is faster; "
                                      "the stored threshold (solid) and the model's (dashed)",
                                svg=figures.to_svg(figures.crossover_figure(c), title=name), wide=False))

@@ -61,6 +61,11 @@ def _declare(lib: ctypes.CDLL) -> bool:
     if hasattr(lib, "at_qsme2_svl"):
         lib.at_qsme2_svl.restype = ctypes.c_int
         lib.at_qsme2_svl.argtypes = []
+    if hasattr(lib, "at_qthreads_set"):
+        lib.at_qthreads_set.restype = ctypes.c_int
+        lib.at_qthreads_set.argtypes = [ctypes.c_double]
+        lib.at_qthreads_get.restype = ctypes.c_double
+        lib.at_qthreads_get.argtypes = []
     lib.at_last_error.restype = ctypes.c_char_p
     return True
 

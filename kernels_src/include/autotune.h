@@ -209,6 +209,12 @@ const char *at_qkernel_name(int index);
  * the weights' SME2 form (at_qweights.sme2_svl); 0 when the library has no SME2 quantised kernels
  * or the CPU has no SME2. */
 int at_qsme2_svl(void);
+/* How many int8 multiply-adds each thread must have before at_qmatmul_f32 splits a
+ * product over more threads (the library's table: measured by the install; 4 Mi when
+ * it was not).  at_qthreads_set: AT_EINVAL unless finite and non-negative; 0 goes back
+ * to the table's value. */
+int at_qthreads_set(double macs_per_thread);
+double at_qthreads_get(void);
 
 /* BLAS interfaces. */
 #ifndef AT_NO_CBLAS_DECLS

@@ -54,8 +54,11 @@ typedef struct {
     const char *features;
 } at_qkernel_entry;
 
-/* at_qtable.c: the library's kernels, preferred first. */
+/* at_qtable.c: the library's kernels, preferred first, and the multiply-adds per
+ * thread from which a product is split over threads, as the install measured it
+ * (0: not measured, qgemm.c's built-in). */
 extern const at_qkernel_entry at_qkernel_table[];
 extern const int at_qkernel_count;
+extern const double at_qthread_macs;
 
 #endif

@@ -509,9 +509,43 @@ static void qjob_part(void *ctx, int t)
           u0 * UNIT_PANELS, u1 * UNIT_PANELS, j->wstride, j->sstride, j->w, j->C, j->ldc);
 }
 
-/* Multiply-adds below which one more thread costs more than it saves: waking a
- * pool worker and joining it takes some 10-50 us here, 2-4 million int8 MACs. */
-#define MACS_PER_THREAD (1 << 22)
+/* Multiply-adds below which one more thread costs more than it saves, where the
+ * install did not measure it: waking a pool worker and joining it took some 10-50 us
+ * on a 2-core Zen 3 VM, 2-4 million int8 MACs.  A Zen 5 VM split a 1 x 1024 x 1024
+ * GEMV (1 M MACs) over two threads at 0.66x one thread's time, so the install
+ * measures it (at_qthread_macs, in the generated at_qtable.c) and at_qthreads_set
+ * overrides it. */
+#define MACS_PER_THREAD_BUILTIN 4194304.0
+
+static _Atomic double thread_macs_override; /* 0: the table's value */
+
+int at_qthreads_set(double macs_per_thread)
+{
+    if (!(macs_per_thread >= 0) || isinf(macs_per_thread)) {
+        at__set_error("at_qthreads_set: multiply-adds per thread must be finite and non-negative, not %g",
+                      macs_per_thread);
+        return AT_EINVAL;
+    }
+    atomic_store_explicit(&thread_macs_override, macs_per_thread, memory_order_relaxed);
+    return AT_OK;
+}
+
+double at_qthreads_get(void)
+{
+    double set = atomic_load_explicit(&thread_macs_override, memory_order_relaxed);
+    if (set > 0) return set;
+    return at_qthread_macs > 0 ? at_qthread_macs : MACS_PER_THREAD_BUILTIN;
+}
+
+/* The threads a product of `macs` multiply-adds over `units` column units runs on. */
+static int64_t quant_threads(double macs, int64_t units)
+{
+    int64_t threads = at__num_threads();
+    const double per_thread = at_qthreads_get();
+    if (threads > units) threads = units;
+    if (threads > macs / per_thread) threads = (int64_t)(macs / per_thread);
+    return threads < 1 ? 1 : threads;
+}
 
 /* C with `main` on whole groups of its rows and `one` (mr = 1) on the rest;
  * either may be NULL (the portable kernel then does its rows).  With `tails` (the
@@ -539,11 +573,7 @@ static int run(const at_qkernel_entry *main, const at_qkernel_entry *one, int ta
     quantize_rows(M, w->k, A, lda, w->block, blocks, qa, sa, asum,
                   QUANT_BLOCK(on_zmm(main) || on_zmm(one)));
 
-    const double macs = (double)M * (double)kp * (double)(units * AT_QPAD_COLUMNS);
-    int64_t threads = at__num_threads();
-    if (threads > units) threads = units;
-    if (threads > macs / MACS_PER_THREAD) threads = (int64_t)(macs / MACS_PER_THREAD);
-    if (threads < 1) threads = 1;
+    const int64_t threads = quant_threads((double)M * (double)kp * (double)(units * AT_QPAD_COLUMNS), units);
     qjob job = {main, one, main ? M / main->mr * main->mr : 0, M, kp, blocks, sub, wstride, sstride, units, ldc,
                 kind, (int)threads, qa, sa, asum, w, C, {NULL}, 0};
     int64_t left = M - job.rows_main;
@@ -724,11 +754,7 @@ static int run_sme2(const qsme2_kernel *block, const qsme2_kernel *gemv, int64_t
      * codes (16VL for 8 bits); 4VL scales per block, and as many zero points for q4a
      * (8 bits: 4VL scales in all, one per column). */
     const int64_t width = 4 * vl, panels = (w->n + width - 1) / width, q8 = kind_of(w) == AT_Q8;
-    const double macs = (double)M * (double)kp * (double)(panels * width);
-    int64_t threads = at__num_threads();
-    if (threads > panels) threads = panels;
-    if (threads > macs / MACS_PER_THREAD) threads = (int64_t)(macs / MACS_PER_THREAD);
-    if (threads < 1) threads = 1;
+    const int64_t threads = quant_threads((double)M * (double)kp * (double)(panels * width), panels);
     qsme2_job job = {block, gemv, rows_block, rows_gemv, vl, blocks, sub, panels, threads, ldc,
                      q8 ? kp * width : kp * width / 2, q8 ? width : blocks * width * (sums ? 2 : 1), qa,
                      qa + qa_block, sa, sa + sa_block, w, C, {0}};
