@@ -48,12 +48,15 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     held = table.tuning["held_out"]
     alone = {f"measured {c['param']}" + (f" {c['dtype']}" if c["param"] == "pack_flops" else ""): c
              for c in crossovers}
-    assert held["chosen"] in ("tuned", "measured", "model", *alone) and held["shapes"] > 0
+    assert held["chosen"] in ("tuned", "measured", "model", install_mod.HELD, *alone) and held["shapes"] > 0
     measured = {(c["param"], c["dtype"]): c["flops"] for c in crossovers}
     stored = PlannerParams.from_mapping(table.params)
     if held["chosen"] == "measured":
         for (param, dtype), flops in measured.items():
             assert stored.get(dtype, param) == flops
+    if held["chosen"] == install_mod.HELD:  # some crossovers measured, the rest the model's
+        for c in crossovers:
+            assert stored.get(c["dtype"], c["param"]) in (c["flops"], c["model_flops"])
     if held["chosen"] in alone:  # the model's set with that one crossover
         c = alone[held["chosen"]]
         assert stored.get(c["dtype"], c["param"]) == c["flops"]

@@ -454,3 +454,33 @@ def test_plan_signature_tells_plans_apart_and_only_them(built):
         assert in_place[0] != packed[0] and in_place[1] == packed[1]  # only the f32 plan changed
     finally:
         runner.close()
+
+
+def test_the_pruner_reads_the_studys_trials_once_and_counts_complete_ones_after():
+    # Asking the study at every report read every trial from SQLite: 11 s of a 40 s budget.
+    from optuna.trial import TrialState, create_trial
+
+    from autotune.tune import HopelessPruner
+
+    study = optuna.create_study()
+    for value in (1.0, 2.0, 3.0):  # a resumed study's complete trials
+        study.add_trial(create_trial(value=value, intermediate_values={0: value}))
+    asked = []
+    real = study.get_trials
+    study.get_trials = lambda *a, **k: asked.append(1) or real(*a, **k)  # type: ignore[method-assign]
+    pruner = HopelessPruner(factor=1.3, rank=3)
+
+    def partial(value: float, state=TrialState.RUNNING):
+        return create_trial(state=state, value=value if state == TrialState.COMPLETE else None,
+                            intermediate_values={0: value})
+
+    assert pruner.prune(study, partial(3.8)) is False  # 3.8 <= 1.3 x 3.0
+    assert pruner.prune(study, partial(4.0)) is True
+    pruner.completed(study, partial(0.5, TrialState.PRUNED))  # a pruned trial sets no bar
+    assert pruner.prune(study, partial(3.8)) is False
+    done = partial(0.5, TrialState.COMPLETE)
+    done.number = 99
+    pruner.completed(study, done)
+    pruner.completed(study, done)  # counted once
+    assert pruner.prune(study, partial(2.7)) is True and pruner.prune(study, partial(2.5)) is False  # bar 1.3 x 2.0
+    assert len(asked) == 1
