@@ -122,8 +122,9 @@ def build_parser(with_bench: bool = True) -> argparse.ArgumentParser:
                               "(default: the CPU's; a cross-build carries 128, 256 and 512, and "
                               "the library runs the set of the CPU it meets)")
     install.add_argument("--budget", type=seconds, default=None, metavar="SECONDS",
-                         help="time for the optuna search of the planner's parameters (default 40; "
-                              "0 skips the search, as --quick does; the crossovers are measured either way)")
+                         help="time for the optuna search of the planner's parameters (default: what is "
+                              "left of a 165 s install, 15 to 40; 0 skips the search, as --quick does; the "
+                              "crossovers are measured either way)")
     install.add_argument("--seed", type=int, default=0, help="seed of the tuning search (default 0)")
     install.add_argument("--shapes", type=Path, default=None, metavar="FILE",
                          help="also tune for the shapes a program planned while AUTOTUNE_RECORD=FILE was "

@@ -77,7 +77,7 @@ class InstallOptions:
     jobs: int | None = None
     home: Path | None = None
     svl_bits: int | None = None  # the one SME2 vector length to build for (default: svl_sets)
-    budget_s: float | None = None  # tuning time; None: tune.DEFAULT_BUDGET_S, or none with quick
+    budget_s: float | None = None  # tuning time; None: tune.default_budget (what the install has left), none with quick
     seed: int = 0  # tuning seed
     only: tuple[str, ...] = ()  # shell patterns on kernel names; empty means the whole family
     exhaustive: bool = False  # time every kernel over the whole grid (no screening), wide leading dims too
@@ -707,7 +707,7 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
                      "to numpy; install them (Debian: python3-dev) and run `autotune install --force`")
     if native:
         stored, library = tune_and_rebuild(stored, library, targets, all_objects, root, options, console,
-                                           show, extra)
+                                           show, extra, started)
     path, installed = commit(stored, library, root)
     if native and installed is not None:
         from .plans.examples import record_example_plans  # the report's shapes
@@ -805,8 +805,8 @@ def commit(stored: TunedTable, staged: LibraryBuild | None, root: Path) -> tuple
 
 def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping[str, Target],
                      objects: Mapping[str, build.ObjectResult], root: Path, options: InstallOptions,
-                     console: Console, show: bool, extra: Sequence["SuiteShape"] = ()
-                     ) -> tuple[TunedTable, LibraryBuild]:
+                     console: Console, show: bool, extra: Sequence["SuiteShape"] = (),
+                     started: float | None = None) -> tuple[TunedTable, LibraryBuild]:
     """Measure the planner's decisions on the freshly built library; bake in what won.
 
     Three parameter sets compete: the model's (from the caches the OS reports,
@@ -815,22 +815,23 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     and the tuned one (optuna's search from the measured set).  Shapes the search
     never saw decide which is stored (:func:`autotune.tune.judge`); the library is
     rebuilt when that is not the model's.  A budget of zero (the quick install)
-    skips the search, not the measurements.  ``extra``: a program's recorded shapes,
-    which join the search's suite.
+    skips the search, not the measurements; without one (``options.budget_s``) the
+    search gets what is left of the install's aim since ``started`` (its
+    ``time.monotonic()``; :func:`autotune.tune.default_budget`).  ``extra``: a
+    program's recorded shapes, which join the search's suite.
     """
+    started = time.monotonic() if started is None else started
     from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, probe_shapes, quiet_wait_s,
                              specs_for, wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
-    from .tune import DEFAULT_BUDGET_S, QUICK_BUDGET_S, tune
+    from .tune import QUICK_BUDGET_S, default_budget, tune
 
     if stored.provenance == "emulated":
         # A whole userland under a user-mode emulator: every time is the emulator's, so
         # nothing measured here may decide; the model's parameters stay, said as such.
         return stored, library
     budget = options.budget_s
-    if budget is None:
-        budget = QUICK_BUDGET_S if options.quick else DEFAULT_BUDGET_S
     dtypes = tuple(dt for dt in DTYPES if any(r.spec.dtype == dt for r in stored.selected())) or DTYPES
     model = PlannerParams.from_mapping(stored.params)
     # The suite's plans are not the user's workload: never recorded as if they were.
@@ -862,6 +863,8 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
                 progress.update(task, completed=total)
         # The quantised split is no planner parameter: it joins the record, not the held-out check.
         recorded = (*found, split) if split_quant else found
+        if budget is None:
+            budget = QUICK_BUDGET_S if options.quick else default_budget(time.monotonic() - started)
         stored = replace(stored, params=measured.to_mapping(stored.params),
                          settings={**stored.settings, "crossovers": [c.to_dict() for c in recorded],
                                    "other_load": None if load is None else round(load, 2),

@@ -51,6 +51,21 @@ from .table import TunedTable
 #: on 2 cores; `--quick` skips the search (the measured crossovers stay).
 DEFAULT_BUDGET_S = 40.0
 QUICK_BUDGET_S = 0.0
+#: The default search is the install's elastic part: it gets what is left of this
+#: much wall time since the install started (less what follows it), between
+#: MIN_BUDGET_S and DEFAULT_BUDGET_S.  On a 2-vCPU Zen 5 VM the stages before it took
+#: 100 s in quiet moments and 135 s in slow ones (compiling 30 % slower, a tenth of
+#: the kernels timed again), which took README's first command past three minutes
+#: with a fixed 40 s search, while the searched set ran the held-out shapes within
+#: 2 % of the measured crossovers alone in five installs there.
+INSTALL_AIM_S = 165.0
+MIN_BUDGET_S = 15.0
+
+
+def default_budget(elapsed_s: float, after_s: float = 10.0) -> float:
+    """The search's share of an install ``elapsed_s`` seconds in, ``after_s`` still to come
+    after it (the held-out check, the library's rebuild)."""
+    return max(MIN_BUDGET_S, min(DEFAULT_BUDGET_S, INSTALL_AIM_S - elapsed_s - after_s))
 
 #: Kept only when faster than the incumbent by more than this fraction: below
 #: it a shared machine's noise decides, and a change must earn its place.

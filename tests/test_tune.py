@@ -484,3 +484,11 @@ def test_the_pruner_reads_the_studys_trials_once_and_counts_complete_ones_after(
     pruner.completed(study, done)  # counted once
     assert pruner.prune(study, partial(2.7)) is True and pruner.prune(study, partial(2.5)) is False  # bar 1.3 x 2.0
     assert len(asked) == 1
+
+
+def test_the_default_budget_is_what_the_install_has_left_within_bounds():
+    from autotune.tune import DEFAULT_BUDGET_S, INSTALL_AIM_S, MIN_BUDGET_S, default_budget
+
+    assert default_budget(0.0) == DEFAULT_BUDGET_S  # a fast host searches as long as ever
+    assert default_budget(INSTALL_AIM_S - 10.0 - 25.0) == pytest.approx(25.0)  # a slow one less
+    assert default_budget(INSTALL_AIM_S + 60.0) == MIN_BUDGET_S  # and never nothing
