@@ -421,7 +421,10 @@ def thread_crossover(threads: int, time_gemv: Callable[[int, int], float], busy:
 class LibraryGemvTimer:
     """``time_gemv`` for :func:`thread_crossover` through a loaded library (ctypes): one
     4-bit 1 x side x side product per size, each sample calls for THREAD_SAMPLE_S or
-    more.  :meth:`close` gives the library back its own thread count and threshold."""
+    more, less what a ctypes call costs by itself (about 3 us, the time of a 1 x 362 x 362
+    product: left in, it would draw both sides' times together and hide where the C
+    library's split pays).  :meth:`close` gives the library back its own thread count
+    and threshold."""
 
     def __init__(self, lib: object, seed: int = 0) -> None:
         from .runtime import qapi
@@ -430,8 +433,9 @@ class LibraryGemvTimer:
         self.lib, self._rng = lib, np.random.default_rng(seed)
         self._operands: dict[int, tuple] = {}
         self._calls: dict[int, int] = {}
+        self._overhead: float | None = None
 
-    def __call__(self, side: int, threads: int) -> float:
+    def _sample(self, side: int, threads: int) -> float:
         from .quant import quantize_weights
         from .runtime import qapi
 
@@ -453,6 +457,11 @@ class LibraryGemvTimer:
                 self._calls[side] = calls
                 return elapsed / calls
             calls *= 2
+
+    def __call__(self, side: int, threads: int) -> float:
+        if self._overhead is None:  # a 1 x 32 x 32 product: the call, next to no work
+            self._overhead = min(self._sample(32, 1) for _ in range(5))
+        return max(self._sample(side, threads) - self._overhead, 1e-3 * self._overhead)
 
     def close(self) -> None:
         self.lib.at_set_num_threads(0)
