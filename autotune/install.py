@@ -820,12 +820,13 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     ``time.monotonic()``; :func:`autotune.tune.default_budget`).  ``extra``: a
     program's recorded shapes, which join the search's suite.
     """
-    started = time.monotonic() if started is None else started
     from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, probe_shapes, quiet_wait_s,
                              specs_for, wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
     from .tune import QUICK_BUDGET_S, default_budget, tune
+
+    started = time.monotonic() if started is None else started
 
     if stored.provenance == "emulated":
         # A whole userland under a user-mode emulator: every time is the emulator's, so

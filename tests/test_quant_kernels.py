@@ -182,6 +182,17 @@ def test_the_extensions_call_gives_the_ctypes_calls_bits(using):
         fast._qmatmul(np.ones((2, 40)), ctypes.addressof(bad), 3, None, None)
 
 
+def test_strided_bias_and_clamp_are_read_as_their_values(using):
+    # np.asarray keeps a strided view: the C side read (low, high) past its values.
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((3, 64)).astype(np.float32)
+    w = autotune.quantize_weights(rng.standard_normal((64, 5)).astype(np.float32))
+    bias = rng.standard_normal(10).astype(np.float32)[::2]
+    clamp = np.array([-1.0, 99.0, 0.5, 99.0], np.float32)[::2]
+    C = autotune.qmatmul(A, w, bias=bias, clamp=clamp)
+    _within(C, A, w, bias.copy(), (-1.0, 0.5))
+
+
 def test_qmatmul_errors_are_clear(using):
     w = autotune.quantize_weights(np.ones((40, 3), np.float32))
     A = np.ones((2, 40), np.float32)

@@ -125,7 +125,7 @@ def check_operands(A: Any, w: Any, bias: Any, clamp: Any) -> tuple[np.ndarray, n
             raise ValueError(f"qmatmul: bias must have shape ({w.n},), one value per column of C, not {b.shape}")
     c = None
     if clamp is not None:
-        c = np.asarray(clamp, dtype=np.float32)
+        c = np.ascontiguousarray(clamp, dtype=np.float32)  # a strided view would be read past its values
         if c.shape != (2,) or not c[0] <= c[1]:
             raise ValueError(f"qmatmul: clamp must be (low, high) with low <= high, not {clamp!r}")
     return np.ascontiguousarray(A), b, c
