@@ -134,27 +134,29 @@ def c_table(frame: pd.DataFrame, dtype: str, threads: int = 1, align: int = 64) 
 
 def python_table(frame: pd.DataFrame) -> Table:
     part = frame[frame["level"].eq("python")]
-    table = Table(title="Python level, 1 thread: GFLOPS (ratio = autotune / numpy)")
-    for col in ("dtype", "shape", "A @ B", "gemm(A, B)", "ratio", "matmul(out=)", "gemm(A, B, C)", "ratio",
-                "us/call ours"):
-        table.add_column(col, justify="left" if col in ("dtype", "shape") else "right")
-    for (dtype, shape), rows in part.groupby(["dtype", "shape"], sort=False):
+    table = Table(title="Python level: GFLOPS (ratio = autotune / numpy)")
+    for col in ("threads", "dtype", "shape", "A @ B", "gemm(A, B)", "ratio", "matmul(out=)", "gemm(A, B, C)",
+                "ratio", "matmul ratio", "us/call ours"):
+        table.add_column(col, justify="left" if col in ("threads", "dtype", "shape") else "right")
+    for (threads, dtype, shape), rows in part.groupby(["threads", "dtype", "shape"], sort=False):
         def get(interface: str, library: str) -> pd.Series | None:
             r = rows[rows["interface"].eq(interface) & rows["library"].eq(library)]
             return None if r.empty else r.iloc[0]
         if shape.startswith("10000") or rows["batch"].iloc[0] > 1:
             ours, theirs = get("python-batch", OURS), get("python-batch", "numpy")
-            table.add_row(dtype, shape, _g(theirs["gflops"]) if theirs is not None else "",
+            table.add_row(str(threads), dtype, shape, _g(theirs["gflops"]) if theirs is not None else "",
                           f"{_g(ours['gflops'])} (batch)" if ours is not None else "",
-                          _x(ours["ratio"]) if ours is not None else "", "", "", "",
+                          _x(ours["ratio"]) if ours is not None else "", "", "", "", "",
                           f"{ours['best_s'] * 1e6:.1f}" if ours is not None else "")
             continue
         a_ours, a_np = get("python-alloc", OURS), get("python-alloc", "numpy")
         o_ours, o_np = get("python-out", OURS), get("python-out", "numpy")
-        table.add_row(dtype, shape, *(_g(r["gflops"]) if r is not None else "" for r in (a_np, a_ours)),
+        m_ours = get("python-matmul", OURS)
+        table.add_row(str(threads), dtype, shape, *(_g(r["gflops"]) if r is not None else "" for r in (a_np, a_ours)),
                       _x(a_ours["ratio"]) if a_ours is not None else "",
                       *(_g(r["gflops"]) if r is not None else "" for r in (o_np, o_ours)),
                       _x(o_ours["ratio"]) if o_ours is not None else "",
+                      _x(m_ours["ratio"]) if m_ours is not None else "",
                       f"{o_ours['best_s'] * 1e6:.2f}" if o_ours is not None else "")
     return table
 

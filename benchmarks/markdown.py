@@ -54,21 +54,24 @@ def c_table(frame: pd.DataFrame, dtype: str, threads: int, align: int, column: s
 
 def python_table(frame: pd.DataFrame) -> str:
     part = frame[frame["level"].eq("python")]
-    lines = ["| dtype | shape | `A @ B` | `gemm(A, B)` | ratio | `matmul(out=)` | `gemm(A, B, C)` | ratio | ours us/call |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for (dtype, shape), rows in part.groupby(["dtype", "shape"], sort=False):
+    lines = ["| threads | dtype | shape | `A @ B` | `gemm(A, B)` | ratio | `matmul(out=)` | `gemm(A, B, C)` | ratio | "
+             "`matmul` ratio | ours us/call |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (threads, dtype, shape), rows in part.groupby(["threads", "dtype", "shape"], sort=False):
         def pick(interface: str, library: str) -> pd.Series | None:
             r = rows[rows["interface"].eq(interface) & rows["library"].eq(library)]
             return None if r.empty else r.iloc[0]
         if rows["batch"].iloc[0] > 1:
             o, n = pick("python-batch", "autotune"), pick("python-batch", "numpy")
-            lines.append(f"| {dtype} | {shape} | {_f(n['gflops'])} (matmul) | {_f(o['gflops'])} (gemm_batch) | "
-                         f"{_f(o['ratio'], 2)} | | | | {o['best_s'] * 1e6:.0f} |")
+            lines.append(f"| {threads} | {dtype} | {shape} | {_f(n['gflops'])} (matmul) | {_f(o['gflops'])} "
+                         f"(gemm_batch) | {_f(o['ratio'], 2)} | | | | | {o['best_s'] * 1e6:.0f} |")
             continue
         a, an = pick("python-alloc", "autotune"), pick("python-alloc", "numpy")
         o, on = pick("python-out", "autotune"), pick("python-out", "numpy")
-        lines.append(f"| {dtype} | {shape} | {_f(an['gflops'])} | {_f(a['gflops'])} | {_f(a['ratio'], 2)} | "
-                     f"{_f(on['gflops'])} | {_f(o['gflops'])} | {_f(o['ratio'], 2)} | {o['best_s'] * 1e6:.2f} |")
+        m = pick("python-matmul", "autotune")
+        lines.append(f"| {threads} | {dtype} | {shape} | {_f(an['gflops'])} | {_f(a['gflops'])} | {_f(a['ratio'], 2)} | "
+                     f"{_f(on['gflops'])} | {_f(o['gflops'])} | {_f(o['ratio'], 2)} | "
+                     f"{_f(m['ratio'], 2) if m is not None else ''} | {o['best_s'] * 1e6:.2f} |")
     return "\n".join(lines)
 
 
