@@ -104,6 +104,25 @@ def test_masked_tails_cover_every_size_up_to_the_vector(isa, dtype):
     assert 3 * w // 2 in nn
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_column_blocks_read_a_gemvs_whole_column(isa, dtype):
+    """Up to 16 vectors of one column (NN, NT) or one row (TT): in one column each
+    vector meets one FMA from memory, so only one buffer counts against the registers."""
+    rf = register_file(isa)
+    w = rf.lanes(dtype)
+    # Sums, one buffered vector of op(A) and a buffered broadcast: 16 on AVX-512, 12 on AVX2.
+    vectors = [k for k in (6, 8, 12, 16) if k + 2 * rf.buffers <= rf.count]
+    assert vectors[-1] == (16 if isa == "avx512" else 12)
+    for trans, side in (("nn", 0), ("nt", 0), ("tt", 1)):
+        long_side = {(s.mr, s.nr)[side] for s in family(isa, dtype, trans) if (s.mr, s.nr)[1 - side] == 1}
+        assert {k * w for k in vectors} <= long_side, (trans, sorted(long_side))
+    one_column = register_budget(KernelSpec(isa, dtype, vectors[-1] * w, 1, unroll=1))
+    assert (one_column.accumulators, one_column.a) == (vectors[-1], rf.buffers)
+    # Two columns load each vector once for two FMAs: it is held, and that many do not fit.
+    assert not fits(KernelSpec(isa, dtype, vectors[-1] * w, 2, unroll=1))
+
+
 def test_avx512_fp32_nn_offers_the_fast_blocks():
     shapes = {(s.mr, s.nr) for s in family("avx512", "f32", "nn")}
     for mr, nr in [(16, 6), (16, 12), (32, 6), (32, 12), (48, 6), (48, 8)]:

@@ -393,9 +393,11 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
             addr = f"{vec_ptr} + {v * w}" if v else vec_ptr
             mask = "tail" if masked and v == nv - 1 else None
             out(f"v{v} = {voc.load(addr, mask)};")
-            if nv > 1 and unroll == 1:
+            if nv > 1 and unroll == 1 and nb > 1:
                 # (Not in unrolled bodies: there gcc then spilled vectors of its
-                # remainder loop to the stack.)
+                # remainder loop to the stack.  Nor in one column: each vector meets
+                # one FMA, which reads it from memory; held in registers, a 256x1
+                # block's sixteen beside its sixteen sums spilled one sum a K step.)
                 out(f"AT_IN_REGISTER(v{v});")
             if nv == 1:
                 for x in range(nb):

@@ -131,10 +131,11 @@ def _base_budget(isa: str, dtype: str, trans: str, mr: int, nr: int,
     x = rf.buffers
     if kind == "bcast_b":
         vecs = math.ceil(mr / w)
-        return vecs * nr, x * vecs, x
+        # One column: each vector of op(A) meets one FMA, which takes it from memory.
+        return vecs * nr, (x * vecs if nr > 1 else x), x
     if kind == "bcast_a":
         vecs = math.ceil(nr / w)
-        return mr * vecs, x, x * vecs
+        return mr * vecs, x, (x * vecs if mr > 1 else x)
     if kind == "dot":
         # The smaller side's vectors stay resident for a K chunk while the
         # other streams through (buffered) registers.
@@ -214,8 +215,10 @@ def _vector_sides(w: int) -> list[int]:
     # Every size up to two vectors (the last one masked), then half-vector steps to
     # 4 vectors.  Two-vector blocks of every height let a band of 13 fp64 or 31
     # fp32 rows be one kernel instead of two (8 + 5, 16 + 15), each of which
-    # would load every broadcast of op(B) again.
-    return list(range(1, 2 * w + 1)) + [k * w // 2 for k in range(5, 9) if (k * w) % 2 == 0]
+    # would load every broadcast of op(B) again.  Then 6, 8, 12 and 16 vectors, which
+    # only a single column (or row) fits: a GEMV reads its whole column of A at a time.
+    return list(range(1, 2 * w + 1)) + [k * w // 2 for k in range(5, 9) if (k * w) % 2 == 0] + \
+        [k * w for k in (6, 8, 12, 16)]
 
 
 def _shapes(isa: str, dtype: str, trans: str) -> list[tuple[int, int]]:
