@@ -418,3 +418,67 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
                                loaded))
     runner.set_params(params)
     return params, tuple(found)
+
+
+# -- the edge code's speed ------------------------------------------------------------
+
+#: Blocks the edge code is timed on, at two depths: the difference of the two times
+#: is the code's own, without the call's (through ctypes, 0.5-1 us a call on a
+#: 2-vCPU VM, noisier than a small block's whole work).
+EDGE_BLOCKS: tuple[tuple[int, int], ...] = ((15, 15), (7, 13), (1, 129))
+EDGE_DEPTHS: tuple[int, int] = (64, 256)
+
+
+@dataclass(frozen=True)
+class EdgeSpeed:
+    """The portable edge code's measured speed for one dtype, and the planner's
+    ``edge_frac`` it gives (that speed over the dtype's peak, within the
+    parameter's range); ``gflops`` None where no block could be timed (the
+    fraction is then the one it replaces)."""
+
+    dtype: str
+    gflops: float | None
+    frac: float
+    peak_gflops: float
+    by_block: Mapping[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "by_block": dict(self.by_block)}
+
+
+def measure_edge(runner: SuiteRunner, params: PlannerParams, dtype: str, peak_gflops: float,
+                 rounds: int = 3) -> EdgeSpeed:
+    """How fast the blocks no kernel covers run, timed on one thread.
+
+    The planner prices an uncovered block at ``edge_frac`` times the peak, and a
+    guess there decides between edge code and kernels: the tuner once raised f32's
+    to 0.13 (33 GFLOPS on Zen 5), no suite shape minded, and 2x2x2 then ran on
+    edge code at 0.4x of its 2x2 kernel, 17x129x33 at half speed.  The code is one
+    sequential sum per element (BLAS's order), a chain of dependent FMAs: about
+    4 GFLOPS on that core in either dtype, a fraction of 0.016 (f32) and 0.032
+    (f64).  With ``edge_frac`` set to 1 every block of these products is edge code.
+    """
+    from .params import BY_NAME
+    from .suite import best_of_rounds
+
+    forced = params.with_values(dtype, {"edge_frac": 1.0})
+    shapes = {(mb, nb, k): SuiteShape("probe", dtype, "nn", mb, nb, k, threads=1)
+              for mb, nb in EDGE_BLOCKS for k in EDGE_DEPTHS}
+    runner.set_params(forced)
+    try:
+        best = best_of_rounds({key: (lambda s=shape: runner.time_shape(s)) for key, shape in shapes.items()},
+                              rounds)
+    finally:
+        runner.set_params(params)
+    low, high = EDGE_DEPTHS
+    by_block = {}
+    for mb, nb in EDGE_BLOCKS:
+        extra = best[(mb, nb, high)] - best[(mb, nb, low)]
+        if extra > 0:
+            by_block[f"{mb}x{nb}"] = round(2.0 * mb * nb * (high - low) / extra / 1e9, 3)
+    param = BY_NAME["edge_frac"]
+    if not by_block or not peak_gflops > 0:
+        return EdgeSpeed(dtype, None, float(params.get(dtype, "edge_frac")), peak_gflops, by_block)
+    gflops = statistics.median(by_block.values())
+    frac = min(param.high, max(param.low, gflops / peak_gflops))
+    return EdgeSpeed(dtype, round(gflops, 3), float(f"{frac:.4g}"), peak_gflops, by_block)

@@ -810,18 +810,19 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     """Measure the planner's decisions on the freshly built library; bake in what won.
 
     Three parameter sets compete: the model's (from the caches the OS reports,
-    what the library was built with), the measured one (the model's with the
+    what the library was built with, but for the edge code's speed, timed here
+    first), the measured one (the model's with the
     packing and thread crossovers timed on this host, :mod:`autotune.crossovers`),
     and the tuned one (optuna's search from the measured set).  Shapes the search
     never saw decide which is stored (:func:`autotune.tune.judge`); the library is
-    rebuilt when that is not the model's.  A budget of zero (the quick install)
+    rebuilt when that is not what it was built with.  A budget of zero (the quick install)
     skips the search, not the measurements; without one (``options.budget_s``) the
     search gets what is left of the install's aim since ``started`` (its
     ``time.monotonic()``; :func:`autotune.tune.default_budget`).  ``extra``: a
     program's recorded shapes, which join the search's suite.
     """
-    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, probe_shapes, quiet_wait_s,
-                             specs_for, wait_for_quiet)
+    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, measure_edge, probe_shapes,
+                             quiet_wait_s, specs_for, wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
     from .tune import QUICK_BUDGET_S, default_budget, tune
@@ -834,7 +835,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         return stored, library
     budget = options.budget_s
     dtypes = tuple(dt for dt in DTYPES if any(r.spec.dtype == dt for r in stored.selected())) or DTYPES
-    model = PlannerParams.from_mapping(stored.params)
+    built = PlannerParams.from_mapping(stored.params)
     # The suite's plans are not the user's workload: never recorded as if they were.
     os.environ.pop("AUTOTUNE_RECORD", None)
     runner = LibraryRunner(library.library, seed=options.seed)
@@ -845,10 +846,21 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         busy = load is not None and load >= BUSY_LOAD
         quant = dict(stored.settings.get("quant") or {})
         split_quant = bool(quant.get("selected")) and stored.host.cores > 1
-        total = sum(len(s.sides) for s in sweeps) + (len(qsuite.THREAD_SIDES) if split_quant else 0)
+        total = len(dtypes) + sum(len(s.sides) for s in sweeps) + \
+            (len(qsuite.THREAD_SIDES) if split_quant else 0)
         effort = QUICK if options.quick else FULL
         with (make_progress(console) if show else nullcontext()) as progress:
             task = progress.add_task("measure crossovers", total=total) if progress else None
+            # The edge code's speed is a fact about the code, like a kernel's: every
+            # candidate set plans with it, the model's included.
+            edges = {}
+            for dt in dtypes:
+                edges[dt] = measure_edge(runner, built, dt, float(stored.peak_gflops.get(dt, 0.0)),
+                                         rounds=2 if options.quick else 3)
+                _advance(progress, task)()
+            model = built
+            for dt, edge in edges.items():
+                model = model.with_values(dt, {"edge_frac": edge.frac})
             measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy,
                                                  effort, meter=load_meter)
             if split_quant:
@@ -868,6 +880,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
             budget = QUICK_BUDGET_S if options.quick else default_budget(time.monotonic() - started)
         stored = replace(stored, params=measured.to_mapping(stored.params),
                          settings={**stored.settings, "crossovers": [c.to_dict() for c in recorded],
+                                   "edge": {dt: e.to_dict() for dt, e in edges.items()},
                                    "other_load": None if load is None else round(load, 2),
                                    **({"quant": quant} if quant else {})})
         result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,
@@ -894,7 +907,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         # Faster on its own suite, not on shapes it never saw: fitted to the suite or to noise.
         record.update(kept=False, held_out_rejected=True, tuned_params=None, source="analytic")
     stored = replace(stored, params=final.to_mapping(stored.params), tuning=record)
-    if final != model or (stored.settings.get("quant") or {}).get("thread_macs"):
+    if final != built or (stored.settings.get("quant") or {}).get("thread_macs"):
         library = build_table_library(stored, targets, objects, root, library.library.parent)
     return stored, library
 

@@ -38,7 +38,8 @@ class Param:
     """One planner parameter: its C form, its default and its search space.
 
     ``study`` names the tuning study that searches it (``small``: the no-pack tiler's
-    preferences; ``large``: the packed path's blocking); ``threaded`` ones are
+    preferences; ``large``: the packed path's blocking; ``measured``: none, the
+    install times what it stands for, :mod:`autotune.crossovers`); ``threaded`` ones are
     searched only on a host with more than one thread.  The space is ``[low, high]``,
     on a log scale, in steps of ``step``, or one of ``choices``.
     """
@@ -97,8 +98,8 @@ PARAMS: tuple[Param, ...] = (
     Param("call_seconds", "double", True, 2e-9, "small",
           "tiler cost charged per kernel call besides its flops (favours big blocks)",
           low=0.25e-9, high=16e-9, log=True),
-    Param("edge_frac", "double", True, 0.03, "small",
-          "speed of portable edge code as a fraction of peak (low: exact kernel covers)",
+    Param("edge_frac", "double", True, 0.03, "measured",
+          "speed of portable edge code as a fraction of peak (measured at install; low: exact kernel covers)",
           low=0.003, high=0.3, log=True),
     Param("pack_seconds", "double", True, 0.25e-9, "large",
           "tiler cost per element copied into a packed panel", low=0.03e-9, high=3e-9, log=True),

@@ -204,6 +204,23 @@ def size_label(crossover: Mapping[str, Any], side: float) -> str:
     return f"1 x {side:.0f} x {side:.0f}" if crossover.get("shape") == "gemv" else f"{side:.0f}^3"
 
 
+def edge_lines(edge: Any) -> list[str]:
+    """The edge code's measured speed per dtype (autotune.crossovers.measure_edge,
+    ``settings["edge"]``) in a line each: what the planner prices uncovered blocks at."""
+    lines = []
+    for dtype, e in sorted((edge or {}).items()):
+        try:
+            frac, peak = float(e["frac"]), float(e["peak_gflops"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if e.get("gflops") is None:
+            lines.append(f"edge code {dtype}: could not be timed, priced at {100 * frac:.1f}% of peak")
+            continue
+        lines.append(f"edge code {dtype}: {float(e['gflops']):.1f} GFLOPS measured, {100 * frac:.1f}% of "
+                     f"the {peak:.0f} GFLOPS peak (what the planner prices a block no kernel covers at)")
+    return lines
+
+
 def crossover_lines(crossovers: Any) -> list[str]:
     """Each measured crossover (autotune.crossovers, ``settings["crossovers"]``) in a line."""
     lines = []

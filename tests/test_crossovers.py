@@ -582,3 +582,91 @@ def test_the_summary_says_why_a_tuned_set_was_dropped() -> None:
     record = {"objective_default_s": 0.1, "objective_tuned_s": 0.09, "kept": False, "held_out_rejected": True}
     assert "not on the held-out shapes" in summary_line(record)
     assert "not faster when re-measured" in summary_line({**record, "held_out_rejected": False})
+
+
+# -- the edge code's speed -------------------------------------------------------------
+
+class EdgeCode:
+    """Blocks run on edge code at ``gflops`` once edge_frac is 1, after a call overhead
+    that dwarfs the smaller blocks' work and differs on every call."""
+
+    def __init__(self, gflops: float, overhead_s: float = 1e-6) -> None:
+        import random
+
+        self.gflops, self.overhead_s = gflops, overhead_s
+        self.rng = random.Random(1)
+        self.params: PlannerParams | None = None
+        self.timed: list[SuiteShape] = []
+
+    def set_params(self, params: PlannerParams) -> None:
+        self.params = params
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        assert self.params is not None and self.params.get(shape.dtype, "edge_frac") == 1.0
+        self.timed.append(shape)
+        return self.overhead_s * (1 + 0.02 * self.rng.random()) + shape.flops / (self.gflops * 1e9)
+
+
+def test_the_edge_speed_is_its_codes_own_not_the_calls() -> None:
+    params = PlannerParams()
+    machine = EdgeCode(4.0)
+    edge = cx.measure_edge(machine, params, "f32", peak_gflops=250.0)
+    assert edge.gflops == pytest.approx(4.0, rel=0.05)
+    assert edge.frac == pytest.approx(4.0 / 250.0, rel=0.05)
+    assert set(edge.by_block) == {f"{mb}x{nb}" for mb, nb in cx.EDGE_BLOCKS}
+    # One thread (the code is a core's), every block at both depths, and the
+    # runner handed back on the caller's parameters.
+    assert {s.threads for s in machine.timed} == {1} and {s.dtype for s in machine.timed} == {"f32"}
+    assert {(s.m, s.n, s.k) for s in machine.timed} == \
+        {(mb, nb, k) for mb, nb in cx.EDGE_BLOCKS for k in cx.EDGE_DEPTHS}
+    assert machine.params == params
+    assert cx.EdgeSpeed(**edge.to_dict()) == edge
+    from autotune.trials import edge_lines
+
+    (line,) = edge_lines({"f32": edge.to_dict()})
+    assert line.startswith("edge code f32: 4.0 GFLOPS measured, 1.6% of the 250 GFLOPS peak")
+
+
+def test_an_edge_speed_outside_the_parameters_range_is_clamped_and_noise_keeps_the_old_value() -> None:
+    from autotune.params import BY_NAME
+
+    params = PlannerParams()
+    fast = cx.measure_edge(EdgeCode(400.0, overhead_s=0.0), params, "f64", peak_gflops=100.0)
+    assert fast.frac == BY_NAME["edge_frac"].high and fast.gflops == pytest.approx(400.0, rel=0.01)
+
+    class Backwards(EdgeCode):
+        def time_shape(self, shape: SuiteShape) -> float:
+            return 1e-3 / shape.k  # deeper ran faster: nothing to measure
+
+    kept = cx.measure_edge(Backwards(1.0), params, "f64", peak_gflops=100.0)
+    assert kept.gflops is None and kept.frac == params.get("f64", "edge_frac") and not kept.by_block
+
+
+def test_with_edge_frac_one_every_edge_probe_runs_on_edge_code(built) -> None:
+    """The measurement times edge code only if the planner gives these blocks no kernel."""
+    import ctypes
+
+    from autotune.runtime.loader import at_plan_info, at_step
+    from autotune.suite import LibraryRunner
+
+    runner = LibraryRunner(built.library)
+    try:
+        for dtype in ("f32", "f64"):
+            runner.set_params(PlannerParams().with_values(dtype, {"edge_frac": 1.0}))
+            for mb, nb in cx.EDGE_BLOCKS:
+                for k in cx.EDGE_DEPTHS:
+                    shape = SuiteShape("probe", dtype, "nn", mb, nb, k, threads=1)
+                    plan = runner.lib.at_plan_create_ex(*runner._buffers_for(shape).plan_args)
+                    assert plan
+                    try:
+                        info = at_plan_info()
+                        runner.lib.at_plan_get_info(plan, ctypes.byref(info))
+                        steps = (at_step * info.nsteps)()
+                        runner.lib.at_plan_steps(plan, steps, info.nsteps)
+                        assert info.nsteps >= 1 and all(s.kernel < 0 for s in steps), (dtype, mb, nb, k)
+                    finally:
+                        runner.lib.at_plan_destroy(plan)
+        edge = cx.measure_edge(runner, PlannerParams(), "f64", peak_gflops=50.0, rounds=1)
+        assert edge.gflops is not None and edge.gflops > 0.1
+    finally:
+        runner.close()

@@ -567,8 +567,11 @@ def test_measured_decisions_have_their_section_with_a_chart_per_crossover(small)
     host = replace(small.host, caches=(CacheLevel(2, "unified", 2 << 20, 64, 16, 2048),
                                        CacheLevel(3, "unified", 480 << 20, 64, 16, 491520, 2)))
     dominated = {"avx2": {"kernels": 35, "sampled": 12, "area_limit": 84, "by": "avx512", "worst_ratio": 0.608}}
+    from autotune.crossovers import EdgeSpeed
+
+    edge = {"f64": EdgeSpeed("f64", 3.7, 0.031, 119.0, {"15x15": 3.7}).to_dict()}
     table = replace(small, host=host, settings={**small.settings, "crossovers": crossovers, "dominated": dominated,
-                                                "other_load": 0.25},
+                                                "other_load": 0.25, "edge": edge},
                     tuning={**(small.tuning or {}), "held_out": {"chosen": "measured", "times_s": {}, "shapes": 30,
                                                                 "gain_over_model": 2.5}})
     page = render_report(table)
@@ -577,6 +580,7 @@ def test_measured_decisions_have_their_section_with_a_chart_per_crossover(small)
     assert section.count("<svg") == 1  # the busy thread sweep has no points to draw
     assert "480 MiB" in section and "packed from 215^3" in section and "the model said 2880^3" in section
     assert "measured crossovers kept, 2.50x" in section and "quiet machine" in section
+    assert "Edge code f64: 3.7 GFLOPS measured, 3.1% of the 119 GFLOPS peak" in section
     # The settings table says what was skipped, and dumps none of these records (it
     # once printed two screens of the crossovers' points).
     settings = page[page.index("<h3>Measurement settings</h3>"):]

@@ -92,7 +92,7 @@ def test_default_params_is_pure_and_complete():
 
 # -- a deterministic fake runner ---------------------------------------------------------
 
-OPTIMUM = {"blk_m": 256, "blk_n": 512, "blk_k": 384, "call_seconds": 6e-9, "edge_frac": 0.1}
+OPTIMUM = {"blk_m": 256, "blk_n": 512, "blk_k": 384, "call_seconds": 6e-9}
 
 
 class FakeRunner:
@@ -124,7 +124,7 @@ class FakeRunner:
             return base
         p, dt = self.params, shape.dtype
         assert p is not None
-        keys = ("blk_m", "blk_n", "blk_k") if shape.regime == "large" else ("call_seconds", "edge_frac")
+        keys = ("blk_m", "blk_n", "blk_k") if shape.regime == "large" else ("call_seconds",)
         bowl = sum(math.log(p.get(dt, k) / OPTIMUM[k]) ** 2 for k in keys)
         slow = 20.0 if shape.regime == "large" and p.get(dt, "grid") == 2 and shape.m == 160 else 1.0
         return base * (1.0 + 0.2 * bowl) * slow
