@@ -60,6 +60,11 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     if held["chosen"] in alone:  # the model's set with that one crossover
         c = alone[held["chosen"]]
         assert stored.get(c["dtype"], c["param"]) == c["flops"]
+    # The edge code's speed was timed, and every candidate planned with it: it is stored
+    # whichever set won.
+    for dtype in ("f32", "f64"):
+        edge = table.settings["edge"][dtype]
+        assert edge["gflops"] > 0 and stored.get(dtype, "edge_frac") == edge["frac"] > 0
     assert set(table.measurements["kernel"]) == {k.name for k in table.validated}
     assert set(table.selection) <= {k.name for k in table.validated}
     # The plans the report draws are recorded beside the table: a report loads no library.
@@ -250,6 +255,7 @@ def test_under_a_user_mode_emulator_nothing_timed_decides(tmp_path):
     table = result.table
     assert table.provenance == "emulated" and result.library is not None
     assert "crossovers" not in table.settings and "held_out" not in (table.tuning or {})
+    assert "edge" not in table.settings
     assert table.params["provenance"] == "emulated"
 
 
