@@ -204,6 +204,13 @@ def size_label(crossover: Mapping[str, Any], side: float) -> str:
     return f"1 x {side:.0f} x {side:.0f}" if crossover.get("shape") == "gemv" else f"{side:.0f}^3"
 
 
+def crossover_name(crossover: Mapping[str, Any]) -> str:
+    """What a crossover decides, as a reader names it: ``pack_flops f32``, ``qmatmul threads``."""
+    param = str(crossover.get("param"))
+    return {"pack_flops": f"pack_flops {crossover.get('dtype')}", "qthread_macs": "qmatmul threads"}.get(
+        param, param)
+
+
 def edge_lines(edge: Any) -> list[str]:
     """The edge code's measured speed per dtype (autotune.crossovers.measure_edge,
     ``settings["edge"]``) in a line each: what the planner prices uncovered blocks at."""
@@ -229,8 +236,7 @@ def crossover_lines(crossovers: Any) -> list[str]:
             side, model_side = (float(c["flops"]) / 2) ** (1 / 3), (float(c["model_flops"]) / 2) ** (1 / 3)
         except (KeyError, TypeError, ValueError):
             continue
-        name = {"pack_flops": f"pack_flops {c.get('dtype')}", "qthread_macs": "qmatmul threads"}.get(
-            str(c.get("param")), str(c.get("param")))
+        name = crossover_name(c)
         points = c.get("points") or ()
         runs = sorted({int(p.get("threads", 0)) for p in points})
         on = " on one thread and all" if runs == [0, 1] else ""

@@ -120,17 +120,21 @@ class HopelessPruner(optuna.pruners.BasePruner):
 
     def completed(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """Count a finished trial (tune's after-trial callback); only complete ones count."""
-        self._known(study)
-        if trial.state == optuna.trial.TrialState.COMPLETE and trial.number not in self._counted:
+        by_step = self._known(study)
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            self._count(by_step, trial)
+
+    def _count(self, by_step: dict[int, list[float]], trial: optuna.trial.FrozenTrial) -> None:
+        if trial.number not in self._counted:
             self._counted.add(trial.number)
             for step, value in trial.intermediate_values.items():
-                bisect.insort(self._by_step.setdefault(step, []), value)  # type: ignore[union-attr]
+                bisect.insort(by_step.setdefault(step, []), value)
 
     def _known(self, study: optuna.Study) -> dict[int, list[float]]:
         if self._by_step is None:  # once: the trials a resumed study already has
             self._by_step = {}
             for done in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-                self.completed(study, done)
+                self._count(self._by_step, done)
         return self._by_step
 
     def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:

@@ -27,7 +27,7 @@ from ..host import cache_doubts, describe
 from ..quant_shapes import MEASURE_KN
 from ..table import TunedTable
 from ..table import load as load_table
-from ..trials import crossover_lines, edge_lines, held_out_line
+from ..trials import crossover_lines, crossover_name, edge_lines, held_out_line
 from . import data, figures
 from .extras import ReportExtras, collect_extras
 
@@ -340,8 +340,7 @@ def _decisions(table: TunedTable) -> dict[str, Any]:
     for c in crossovers:
         if not c.get("points"):
             continue
-        name = {"pack_flops": f"pack_flops ({c['dtype']})", "qthread_macs": "qmatmul threads"}.get(c["param"],
-                                                                                                 c["param"])
+        name = crossover_name(c)
         figs.append(PageFigure(name, f"{c['alt']} against {c['base']}: below 1 the {c['alt']} side is faster; "
                                      "the stored threshold (solid) and the model's (dashed)",
                                svg=figures.to_svg(figures.crossover_figure(c), title=name), wide=False))
