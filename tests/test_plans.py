@@ -22,6 +22,8 @@ from autotune import plans
 from autotune.runtime import loader
 from autotune.specs import KernelSpec
 
+from .peak import PEAK_KIB
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -301,8 +303,8 @@ def test_pack_crossover_matches_the_measured_one():
 
 def test_a_huge_plan_is_summarised_in_bounded_memory(built, tmp_path):
     """100000^3 has ~10^8 kernel calls: counted by the library, listed only in part."""
-    code = (
-        "import resource, sys, autotune.runtime as rt\n"
+    code = PEAK_KIB + (
+        "import sys, autotune.runtime as rt\n"
         "from autotune import plans\n"
         f"rt.use_library({str(built.library)!r})\n"
         "p = plans.plan(100000, 100000, 100000, max_steps=5000)\n"
@@ -310,11 +312,7 @@ def test_a_huge_plan_is_summarised_in_bounded_memory(built, tmp_path):
         "assert len(p.steps) == 5000 and p.truncated and sum(counts.values()) == p.step_count > 10**7\n"
         "assert sum(elements.values()) == 100000 * 100000, elements\n"
         "assert 'steps: %d' % p.step_count in plans.explain(p) and 'first 5000 steps' in plans.draw(p)\n"
-        # The peak of this process alone: Linux keeps ru_maxrss across exec, so it
-        # would carry the forking test runner's own peak; VmHWM belongs to the new image.
-        "status = open('/proc/self/status').read() if sys.platform == 'linux' else ''\n"
-        "hwm = [l.split()[1] for l in status.splitlines() if l.startswith('VmHWM:')]\n"
-        "print(hwm[0] if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "print(peak_kib())\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
