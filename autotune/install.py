@@ -13,6 +13,7 @@ import fnmatch
 import json
 import math
 import os
+import queue
 import shutil
 import signal
 import statistics
@@ -67,6 +68,10 @@ SCREEN_MARGIN = 0.25
 #: Kernels per harness run: small enough that a crash or Ctrl-C loses little, large
 #: enough that process start-up stays negligible.
 CHUNK = 48
+#: A family's kernels are validated and timed in about this many waves, as their
+#: compiles finish: enough that timing overlaps most of the compiling, few
+#: enough that each wave's harness link and screening stay a small cost.
+WAVES = 8
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,8 @@ class Journal:
 
     def __init__(self, path: Path, fresh: bool = False) -> None:
         self.path = path
+        # The quantised stage records from its own thread beside the float kernels'.
+        self._lock = threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
         if fresh:
             path.unlink(missing_ok=True)
@@ -210,7 +217,7 @@ class Journal:
         lines = "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries)
         if not lines:
             return
-        with open(self.path, "a") as handle:
+        with self._lock, open(self.path, "a") as handle:
             handle.write(lines)
             handle.flush()
             os.fsync(handle.fileno())
@@ -366,13 +373,11 @@ class KernelTimer:
         skey = settings_key(settings)
         todo = [s.name for s in specs if (self.objects[s.name].hash, skey) not in self.journal.benches]
         progress = self.progress
-        task = progress.add_task(f"{what} {self.label}", total=len(specs)) if progress else None
+        task = _grown_task(progress, f"{what} {self.label}", len(specs))
         if progress:
             progress.advance(task, len(specs) - len(todo))
         passes = 1 if self.emulated else int(settings.get("passes", 1))
-        total = len(specs) + (passes - 1) * len(todo)
-        if progress and passes > 1:
-            progress.update(task, total=total)
+        _grown_task(progress, f"{what} {self.label}", (passes - 1) * len(todo))
         runs: dict[str, list[list[dict]]] = {n: [] for n in todo}
 
         def timed_again(names: Sequence[str]) -> None:
@@ -397,9 +402,7 @@ class KernelTimer:
             again = disturbed()
             if not again:
                 break
-            total += len(again)
-            if progress:
-                progress.update(task, total=total)
+            _grown_task(progress, f"{what} {self.label}", len(again))
             self.retimed.update(again)
             timed_again(again)
         if passes > 1:
@@ -516,6 +519,18 @@ def make_progress(console: Console) -> Progress:
     )
 
 
+def _grown_task(progress: Progress | None, description: str, more: int) -> Any:
+    """The progress task called ``description``, its total grown by ``more`` (a new one
+    the first time): the waves of one stage share a bar."""
+    if progress is None:
+        return None
+    for task in progress.tasks:
+        if task.description == description:
+            progress.update(task.id, total=(task.total or 0) + more)
+            return task.id
+    return progress.add_task(description, total=more)
+
+
 def _advance(progress: Progress | None, task: Any) -> Callable[..., None]:
     def advance(advance: int = 1, **_: Any) -> None:
         if progress is not None:
@@ -542,7 +557,7 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
     if not kernel_specs:
         raise InstallError(f"no kernel of {', '.join(targets)} matches {' '.join(options.only)}")
     records: dict[str, KernelRecord] = {}
-    frames: list[pd.DataFrame] = []
+    measurement_rows: list[dict] = []  # every timed grid point, one frame at the end
     peaks: dict[str, dict[str, float]] = {}
     compiled = measured = 0
     notes: list[str] = []
@@ -550,6 +565,21 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
     skipped: dict[str, dict[str, Any]] = {}  # families left unbuilt where a higher one dominates
 
     show = console.is_terminal or os.environ.get("AUTOTUNE_PROGRESS") == "1"
+    jobs = options.jobs or build.default_jobs()
+    # The cores of the kernel stage: compilers take what the timing of finished
+    # kernels and the quantised stage leave (build.CoreBudget).
+    cores = build.CoreBudget(jobs)
+    arm = any(isa in families.ARM_ISAS for isa in targets)
+
+    def quant_stages() -> list[qsuite.QuantStage | None]:
+        # Its own compile, validation and single-core timing, on one core beside
+        # the float kernels' stage: it needs nothing of theirs.
+        with cores.core(first=True):
+            return [qsuite.run_stage(target, root, options.only, options.quick, journal)
+                    for target in targets.values()]
+
+    beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quant")
+    quant_future = None if arm else beside.submit(quant_stages)
     # The fastest kernel screened so far for each block, across families: a lower
     # ISA's kernel competes with a higher one's for the same place.
     leaders: dict[tuple, tuple[KernelSpec, float]] = {}
@@ -558,36 +588,80 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
 
     def run_batch(isa: str, label: str, target: Target, specs: Sequence[KernelSpec],
                   progress: Progress | None) -> None:
-        """Compile, validate and time ``specs`` (one family's, or a part of it)."""
-        nonlocal compiled, measured
+        """Compile, validate and time ``specs`` (one family's, or a part of it).
+
+        The kernels are validated and timed in waves as their units finish
+        compiling, each wave holding one core (build.CoreBudget) while the
+        compilers of the rest keep the others: timing alone would leave all but
+        one core idle for a quarter of the stage.
+        """
+        nonlocal compiled
+        by_name = {s.name: s for s in specs}
+        finished: queue.Queue = queue.Queue()
         task = progress.add_task(f"compile {label}", total=len(specs)) if progress else None
         sources = [codegen.generate(spec) for spec in specs]
-        built = build.build_kernels(target, sources, jobs=options.jobs, force=options.force,
-                                    home=root, progress=_advance(progress, task))
-        compiled += sum(1 for o in built.objects.values() if not o.cached)
-        for spec in specs:
-            if spec.name in built.failures:
-                records[spec.name] = KernelRecord(spec, "rejected", "compile error: "
-                                                  + _first_line(built.failures[spec.name]))
-        ok_specs = [s for s in specs if s.name in built.objects]
-        if not ok_specs:
+        wave_size = max(1, -(-len(specs) // WAVES))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile") as background:
+            compiling = background.submit(build.build_kernels, target, sources, jobs=jobs, force=options.force,
+                                          home=root, progress=_advance(progress, task),
+                                          on_unit=finished.put, cores=cores)
+            compiling.add_done_callback(lambda _: finished.put(None))
+            try:
+                ready: list[build.ObjectResult] = []
+                done = False
+                while not done:
+                    items = [finished.get()]  # blocks until a unit (or the build) ends
+                    while not finished.empty():
+                        items.append(finished.get_nowait())
+                    for item in items:
+                        if item is None:
+                            done = True
+                        else:
+                            ready.extend(item)
+                    if done or len(ready) >= wave_size:
+                        with cores.core(first=True):
+                            measure_wave(isa, label, target, [by_name[r.name] for r in ready],
+                                         {r.name: r for r in ready}, progress, jobs if done else 1)
+                        ready = []
+            except BaseException:
+                build.interrupt_compilers()
+                raise
+            built = compiling.result()
+        compiled += built.compiled
+        for name, error in built.failures.items():
+            if name not in records:  # failed before any unit ran (two sources for one name)
+                records[name] = KernelRecord(by_name[name], "rejected", "compile error: " + _first_line(error))
+        if not built.objects:
             notes.append(f"{label}: no kernel compiled")
+
+    def measure_wave(isa: str, label: str, target: Target, specs: Sequence[KernelSpec],
+                     results: Mapping[str, build.ObjectResult], progress: Progress | None,
+                     validate_jobs: int) -> None:
+        """Validate and time the kernels of one wave of finished compiles."""
+        nonlocal measured
+        for spec in specs:
+            result = results[spec.name]
+            if not result.ok:
+                records[spec.name] = KernelRecord(spec, "rejected", "compile error: "
+                                                  + _first_line(result.error or "no object"))
+        ok_specs = [s for s in specs if results[s.name].ok]
+        if not ok_specs:
             return
-        objects = {s.name: built.objects[s.name] for s in ok_specs}
+        objects = {s.name: results[s.name] for s in ok_specs}
         all_objects.update(objects)
         harness = build.build_harness(target, [objects[s.name] for s in ok_specs], home=root)
 
         # Validate before timing: a kernel that computes wrong numbers is never measured.
-        task = progress.add_task(f"validate {label}", total=len(ok_specs)) if progress else None
-        validate_all(harness, target, ok_specs, objects, journal, _advance(progress, task),
-                     options.jobs or build.default_jobs())
+        task = _grown_task(progress, f"validate {label}", len(ok_specs))
+        validate_all(harness, target, ok_specs, objects, journal, _advance(progress, task), validate_jobs)
 
-        harness_key = harness.name
-        if not target.emulated and (isa, harness_key) not in journal.peaks:
-            peak = measure.peak(harness, target)
-            journal.append([{"kind": "peak", "isa": isa, "harness": harness_key, "gflops": peak}])
-            journal.peaks[(isa, harness_key)] = peak
-        if not target.emulated:
+        # The core's peak, once per family: every wave's harness runs the same peak loop.
+        if not target.emulated and isa not in peaks:
+            harness_key = harness.name
+            if (isa, harness_key) not in journal.peaks:
+                peak = measure.peak(harness, target)
+                journal.append([{"kind": "peak", "isa": isa, "harness": harness_key, "gflops": peak}])
+                journal.peaks[(isa, harness_key)] = peak
             peaks[isa] = journal.peaks[(isa, harness_key)]
 
         valid = [s for s in ok_specs if journal.validations[objects[s.name].hash]["status"] == "validated"]
@@ -610,8 +684,8 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
             contenders, screened = screen(timer, valid, leaders, screen_speed)
             for spec, reason in screened.items():
                 rows = timer.rows(spec, SCREEN_SETTINGS)
-                frames.append(pd.DataFrame(rows))
-                records[spec.name] = replace(_measured_record(spec, objects[spec.name].hash, pd.DataFrame(rows)),
+                measurement_rows.extend(rows)
+                records[spec.name] = replace(_measured_record(spec, objects[spec.name].hash, rows),
                                              gflops_by_k=(), reason=reason)
         measured += timer.time(contenders, settings)
         for spec in contenders:
@@ -620,9 +694,8 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
                 records[spec.name] = KernelRecord(spec, "rejected", "crashed while being timed",
                                                   objects[spec.name].hash)
                 continue
-            frame = pd.DataFrame(rows)
-            frames.append(frame)
-            records[spec.name] = _measured_record(spec, objects[spec.name].hash, frame)
+            measurement_rows.extend(rows)
+            records[spec.name] = _measured_record(spec, objects[spec.name].hash, rows)
 
     with (make_progress(console) if show else nullcontext()) as progress:
         for isa, label, target, isa_specs in kernel_groups(targets, kernel_specs, host):
@@ -664,9 +737,8 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
     # The quantised kernels (qmatmul): validated (and, natively on x86, timed) in the
     # crash-isolated driver; an Arm library links the ones its validation passed.
     quant: dict[str, Any] = {}
-    arm = any(isa in families.ARM_ISAS for isa in targets)
-    stages = [qsuite.run_arm_stage(targets, root, journal)] if arm else \
-        [qsuite.run_stage(target, root, options.only, options.quick, journal) for target in targets.values()]
+    stages = [qsuite.run_arm_stage(targets, root, journal)] if quant_future is None else quant_future.result()
+    beside.shutdown()
     for target, stage in zip(targets.values(), stages):
         if stage is not None:
             quant = stage.settings()
@@ -681,7 +753,8 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
         provenance=provenance,
         peak_gflops=_best_peak(peaks, ordered),
         kernels=ordered,
-        measurements=pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.MEASUREMENT_COLUMNS),
+        measurements=pd.DataFrame(measurement_rows) if measurement_rows
+        else pd.DataFrame(columns=table.MEASUREMENT_COLUMNS),
         selection=selection,
         # An emulated table's blocking comes from the model alone: this machine's
         # caches say nothing about the Arm CPU it will run on.
@@ -1108,15 +1181,21 @@ def main_kernels(chosen: Sequence[KernelRecord]) -> dict[str, tuple[int, int]]:
     return {dtype: (r.spec.mr, r.spec.nr) for dtype, r in best.items()}
 
 
-def _measured_record(spec: KernelSpec, object_hash: str, frame: pd.DataFrame) -> KernelRecord:
-    tight = frame[frame["pad"] == 0] if (frame["pad"] == 0).any() else frame
-    by_k = tight.groupby("K")["median_gflops"].max()
+def _measured_record(spec: KernelSpec, object_hash: str, rows: Sequence[Mapping[str, Any]]) -> KernelRecord:
+    """A timed kernel's record: per K its fastest median over the tight layouts (pad 0)
+    when it has them, else over all.  Plain rows, not a frame per kernel: building
+    3,500 of those cost 5.8 s of an install."""
+    tight = [r for r in rows if r["pad"] == 0] or list(rows)
+    by_k: dict[int, float] = {}
+    for row in tight:
+        k = int(row["K"])
+        by_k[k] = max(by_k.get(k, -math.inf), float(row["median_gflops"]))
     return KernelRecord(
         spec=spec,
         status="validated",
         object_hash=object_hash,
-        best_gflops=float(frame["best_gflops"].max()),
-        gflops_by_k=tuple((int(k), round(float(g), 3)) for k, g in by_k.items()),
+        best_gflops=max(float(r["best_gflops"]) for r in rows),
+        gflops_by_k=tuple((k, round(g, 3)) for k, g in sorted(by_k.items())),
     )
 
 

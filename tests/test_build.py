@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -317,3 +320,108 @@ def test_only_a_diagnostic_about_the_source_is_its_fault():
     assert not build.source_fault("cc exited with status 1")  # says nothing about the source
     for output in ENVIRONMENT_FAILURES.values():
         assert not build.source_fault(output)
+
+
+# -- precompiled prelude, the per-unit callback and the core budget ----------------------
+
+def _vector_unit(target) -> list:
+    """Three generated kernels of one unit (mr 1-4), which include immintrin.h."""
+    from autotune import codegen
+
+    if target.isa not in ("avx512", "avx2"):
+        pytest.skip(f"needs an x86 vector family (kernels that include immintrin.h); this host runs {target.isa}")
+    return [codegen.generate(KernelSpec(target.isa, "f32", mr, nr)) for mr, nr in ((1, 3), (2, 5), (3, 4))]
+
+
+def _disassembly(path: Path) -> str:
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        pytest.skip("needs objdump (binutils) to compare machine code")
+    out = subprocess.run([objdump, "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    return out.split("\n", 2)[2]  # past the line naming the file
+
+
+def test_a_unit_loads_its_headers_precompiled_and_compiles_the_same_code(home, target, monkeypatch):
+    sources = _vector_unit(target)
+    calls = _count_compiler_runs(monkeypatch)
+    result = build.build_kernels(target, sources)
+    assert result.failures == {}
+    gch = list((home / "build" / target.isa / "pch").glob(f"*/{build.PRELUDE}.gch"))
+    if "clang" in target.compiler_id.lower():
+        assert not gch
+        return
+    assert len(gch) == 1 and (gch[0].parent / build.PRELUDE).read_text() == \
+        "#include <stdint.h>\n#include <immintrin.h>\n"
+    units = [c for c in calls if "c-header" not in c]
+    assert len(units) == 1 and f"-I{gch[0].parent}" in units[0]
+    # The precompiled header changes how long the compile takes, never its code.
+    plain = build._compile(target, build._unit_text(sources), "plain_unit", "c", target.cflags, home)
+    unit = result.objects[sources[0].spec.name]
+    assert plain.ok and plain.path != unit.path
+    assert _disassembly(plain.path) == _disassembly(unit.path)
+    # Cached like an object: a second build runs no compiler at all.
+    calls.clear()
+    again = build.build_kernels(target, sources)
+    assert calls == [] and all(o.cached for o in again.objects.values())
+
+
+def test_a_prelude_is_only_what_every_member_includes_and_only_when_heavy():
+    def src(text: str):
+        return tk.KernelSource(KernelSpec("avx2", "f32", 1, 1), text)
+
+    both = "#include <stdint.h>\n#include <immintrin.h>\n"
+    assert build.prelude_text([src(both + "int a;"), src(both + "#include <math.h>\nint b;")]) == both
+    assert build.prelude_text([src("#include <stdint.h>\nint a;")]) is None  # nothing worth precompiling
+    assert build.prelude_text([src(both), src("#include <stdint.h>\n")]) is None
+
+
+def test_each_unit_is_handed_over_as_it_finishes(home, target):
+    sources = [*tk.naive_sources(target.isa), *_unit_sources(target.isa, nrs=(6, 7))]
+    handed: list[list] = []
+    result = build.build_kernels(target, sources, jobs=2, on_unit=handed.append,
+                                 cores=build.CoreBudget(2))
+    names = [r.name for unit in handed for r in unit]
+    assert sorted(names) == sorted(result.objects) and len(names) == len(set(names))
+    assert len(handed) == len({build.unit_key(s.spec) for s in sources})
+
+
+def test_a_measurement_gets_the_next_free_core_before_any_compiler():
+    budget = build.CoreBudget(1)
+    order: list[str] = []
+
+    def take(name: str, first: bool) -> None:
+        with budget.core(first=first):
+            order.append(name)
+
+    with budget.core():
+        compiler = threading.Thread(target=take, args=("compiler", False))
+        compiler.start()
+        time.sleep(0.05)
+        measurement = threading.Thread(target=take, args=("measurement", True))
+        measurement.start()
+        time.sleep(0.05)
+        assert order == []  # both wait while the core is held
+    compiler.join(5)
+    measurement.join(5)
+    assert order == ["measurement", "compiler"]
+
+
+def test_the_core_budget_never_runs_more_than_its_cores():
+    budget = build.CoreBudget(2)
+    lock, running, peak = threading.Lock(), [0], [0]
+
+    def work(first: bool) -> None:
+        with budget.core(first=first):
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.01)
+            with lock:
+                running[0] -= 1
+
+    threads = [threading.Thread(target=work, args=(i % 3 == 0,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert peak[0] == 2 and running[0] == 0

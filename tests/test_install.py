@@ -462,3 +462,18 @@ def test_under_an_emulator_the_grid_is_one_pass_kept_as_it_came(monkeypatch, tmp
     settings = {"ks": [16, 64], "pads": [0], "min_time_ms": 0.7, "repeats": 1, "passes": 3}
     assert timer.time([spec], settings) == 1
     assert calls == [((spec.name,), 0)] and not timer.retimed
+
+
+def test_a_kernel_s_record_takes_per_depth_the_fastest_tight_layout():
+    from autotune.specs import KernelSpec
+
+    def row(k, pad, median, best):
+        return {"kernel": "k", "K": k, "pad": pad, "median_gflops": median, "best_gflops": best}
+
+    spec = KernelSpec("generic", "f32", 2, 2)
+    rows = [row(64, 0, 10.0, 11.0), row(64, 17, 30.0, 31.0), row(16, 0, 5.0, 6.0), row(16, 0, 7.0, 7.5)]
+    record = install_mod._measured_record(spec, "h", rows)
+    assert record.gflops_by_k == ((16, 7.0), (64, 10.0))  # padded rows do not count beside tight ones
+    assert record.best_gflops == 31.0 and record.validated
+    only_padded = install_mod._measured_record(spec, "h", [row(64, 17, 30.0, 31.0)])
+    assert only_padded.gflops_by_k == ((64, 30.0),)
