@@ -596,16 +596,17 @@ def _store_rows_transposed(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: 
     # fp32 TT block ran at 3 GFLOPS at K = 4, against 42 for AVX2's plain stores.
     # One row is a plain scalar store.
     width_of = {g: next(b for b in (128, 256, 512) if rows * (512 // w) <= b) for g, rows in groups}
-    narrow = {g: voc if b == 512 else replace(voc, vtype=f"__m{b}" + ("" if voc.suffix == "ps" else "d"),
-                                               prefix="_mm" if b == 128 else f"_mm{b}", lanes=b * w // 512)
-              for g, b in width_of.items()}
+    at_width = {b: voc if b == 512 else replace(voc, vtype=f"__m{b}" + ("" if voc.suffix == "ps" else "d"),
+                                                 prefix="_mm" if b == 128 else f"_mm{b}", lanes=b * w // 512)
+                for b in sorted(set(width_of.values()))}
+    narrow = {g: at_width[b] for g, b in width_of.items()}
     scalar = "s" if voc.suffix == "ps" else "d"
     for g, rows in groups:
         if 1 < rows < narrow[g].lanes:
             out(f"const {narrow[g].mask_type} rows{g} = {narrow[g].const_mask(rows)};")
 
-    def cast(g: int, value: str) -> str:
-        b = width_of[g]
+    def cast(b: int, value: str) -> str:
+        """``value`` (a zmm) as its low ``b`` bits."""
         return value if b == 512 else f"_mm512_cast{voc.suffix}512_{voc.suffix}{b}({value})"
 
     def src(j: int, g: int) -> str:
@@ -639,12 +640,11 @@ def _store_rows_transposed(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: 
     # faults on that instruction's masked-off lanes past the end of a page (the
     # validation's guard page found it; a masked vmovupd of the same lanes does not).
     def width_constant(name: str, value: str) -> None:
-        for g in sorted({min(g for g in width_of if width_of[g] == b) for b in width_of.values()}):
-            b = width_of[g]
-            out(f"const {narrow[g].vtype} {name}{b} = {value if b == 512 else cast(g, value)};")
+        for b, v in at_width.items():
+            out(f"const {v.vtype} {name}{b} = {cast(b, value)};")
 
     def scaled(j: int, g: int) -> str:
-        return narrow[g].mul(f"va{width_of[g]}", cast(g, src(j, g)))
+        return narrow[g].mul(f"va{width_of[g]}", cast(width_of[g], src(j, g)))
 
     width_constant("va", "va")
     out.open("if (beta == 0)")
