@@ -40,7 +40,12 @@ PACK_SIDES: Mapping[str, tuple[int, ...]] = {
     "f32": (128, 180, 256, 360, 512, 720, 1024, 1440),
     "f64": (96, 128, 180, 256, 360, 512, 720, 1024),
 }
+#: tn products (op(A) = A^T) read A in place as dot products, which lose to packing
+#: from far smaller sizes than nn (Zen 5, f32, one thread: 0.5x of packed at 64^3).
+PACK_TN_SIDES: tuple[int, ...] = (48, 64, 96, 128, 180, 256, 360, 512, 720)
 THREAD_SIDES: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 180, 256)
+#: The packing threshold each transposition the sweeps time sets (the others pack with nn's).
+PACK_PARAMS: Mapping[str, str] = {"nn": "pack_flops", "tn": "pack_flops_tn"}
 
 #: The alternative must win at this many sizes in a row before a sweep stops: one
 #: lucky size is not a crossover.
@@ -255,8 +260,10 @@ class SweepSpec:
     threads: tuple[int, ...] = (0,)
 
 
-def pack_sweep(dtype: str, threads: int = 2) -> SweepSpec:
-    """In place against packed, on one thread and on all of them (``threads`` > 1).
+def pack_sweep(dtype: str, threads: int = 2, trans: str = "nn") -> SweepSpec:
+    """In place against packed, on one thread and on all of them (``threads`` > 1),
+    for nn products or (``trans="tn"``) products of A transposed, whose threshold
+    (``pack_flops_tn``) is the tn kernels' own: they read A in place as dot products.
 
     One threshold serves every thread count, and they disagree: threads reading A
     and B in place share the last-level cache and the memory bus, which packed
@@ -266,13 +273,17 @@ def pack_sweep(dtype: str, threads: int = 2) -> SweepSpec:
     thread ran 512^3 in place at 0.75x of packed: the stored threshold is the one
     that loses least over both.
     """
+    param = PACK_PARAMS[trans]
+
     def force(params: PlannerParams, side: int) -> tuple[tuple[PlannerParams, SuiteShape], ...]:
-        shape = SuiteShape("large", dtype, "nn", side, side, side)
+        shape = SuiteShape("large", dtype, trans, side, side, side)
         threaded = params.with_values(dtype, {"thread_flops": 0.0})
-        return ((threaded.with_values(dtype, {"pack_flops": NEVER}), shape),
-                (threaded.with_values(dtype, {"pack_flops": 0.0}), shape))
-    return SweepSpec("pack_flops", dtype, PACK_SIDES[dtype], "in place", "packed", force,
-                     (0, 1) if threads > 1 else (0,))
+        # A tn product packs from the lower of the two thresholds: in place needs both past it.
+        in_place = {name: NEVER for name in {"pack_flops", param}}
+        return ((threaded.with_values(dtype, in_place), shape),
+                (threaded.with_values(dtype, {param: 0.0}), shape))
+    return SweepSpec(param, dtype, PACK_SIDES[dtype] if trans == "nn" else PACK_TN_SIDES, "in place", "packed",
+                     force, (0, 1) if threads > 1 else (0,))
 
 
 def thread_sweep(dtype: str = "f32") -> SweepSpec:
@@ -307,10 +318,13 @@ def sweep(runner: SuiteRunner, spec: SweepSpec, params: PlannerParams,
     return tuple(points)
 
 
-def specs_for(dtypes: Iterable[str], threads: int) -> tuple[SweepSpec, ...]:
-    """The sweeps of an install: packing per dtype, then threads (on a host that has them)."""
+def specs_for(dtypes: Iterable[str], threads: int, tn_dtypes: Iterable[str] = ()) -> tuple[SweepSpec, ...]:
+    """The sweeps of an install: packing per dtype (and for tn products of the dtypes
+    in ``tn_dtypes``, those with tn kernels to run in place), then threads (on a host
+    that has them)."""
     dtypes = [dt for dt in DTYPES if dt in set(dtypes)]
-    specs = [pack_sweep(dt, threads) for dt in dtypes]
+    tn = set(tn_dtypes)
+    specs = [pack_sweep(dt, threads) for dt in dtypes] + [pack_sweep(dt, threads, "tn") for dt in dtypes if dt in tn]
     if threads > 1 and dtypes:
         specs.append(thread_sweep("f32" if "f32" in dtypes else dtypes[0]))
     return tuple(specs)
@@ -364,8 +378,9 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf) -> tup
         if high < 1.1 * low:
             continue
         side = round(math.sqrt(low * high))
-        for threads in ((1, 0) if c.param == "pack_flops" else (0,)):
-            shapes[SuiteShape("probe", c.dtype, "nn", side, side, side, threads=threads)] = None
+        packing = [t for t, param in PACK_PARAMS.items() if param == c.param]
+        for threads in ((1, 0) if packing else (0,)):
+            shapes[SuiteShape("probe", c.dtype, (packing or ["nn"])[0], side, side, side, threads=threads)] = None
     return tuple(s for s in shapes if s.flops <= max_flops)
 
 

@@ -913,7 +913,8 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     os.environ.pop("AUTOTUNE_RECORD", None)
     runner = LibraryRunner(library.library, seed=options.seed)
     try:
-        sweeps = specs_for(dtypes, stored.host.cores)
+        tn_dtypes = {r.spec.dtype for r in stored.selected() if r.spec.trans_a and not r.spec.trans_b}
+        sweeps = specs_for(dtypes, stored.host.cores, tn_dtypes)
         load = wait_for_quiet(quiet_wait_s(),
                               say=lambda text: console.print(f"[yellow]note:[/] {text}", soft_wrap=True))
         busy = load is not None and load >= BUSY_LOAD

@@ -248,12 +248,15 @@ def analytic_params(
     peaks = dict(peak_gflops or {})
     params: dict = {key: {} for key in
                     ("blk_m", "blk_n", "blk_k", "pack_flops", "call_seconds", "edge_frac",
-                     "pack_seconds", "grid")}
+                     "pack_seconds", "grid", "pack_flops_tn")}
     for dtype, bpe in BPE.items():
         mr, nr = kernels.get(dtype, (max(1, geo.simd_bytes // bpe), 6))
         b = solve_blocking(geo, dtype, mr, nr, peak_gflops=peaks.get(dtype))
         params["blk_m"][dtype], params["blk_n"][dtype], params["blk_k"][dtype] = b.blk_m, b.blk_n, b.blk_k
         params["pack_flops"][dtype] = round(pack_crossover_flops(geo, dtype), -3)
+        # The cache model knows no kernel's way of reading: tn's own crossover is
+        # measured (autotune.crossovers); until then it packs where nn does.
+        params["pack_flops_tn"][dtype] = params["pack_flops"][dtype]
         for name in ("call_seconds", "edge_frac", "pack_seconds", "grid"):
             params[name][dtype] = DEFAULTS.get(dtype, name)
     params["thread_flops"] = round(thread_crossover_flops(geo, peaks.get("f32")), -3)

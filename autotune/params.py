@@ -1,7 +1,7 @@
 """The planner's parameters: declared once here, every other view derived from this table.
 
 The tiler (``kernels_src/runtime/plan.c`` and ``cost.c``) plans with a handful of
-numbers: Goto blocks, two crossovers, three cost weights and a thread-grid mode.
+numbers: Goto blocks, three crossovers, three cost weights and a thread-grid mode.
 Each is one :class:`Param` of :data:`PARAMS`: its C type, whether it has a value
 per dtype, its default, the range the tuner searches and what it means.  From that
 table come
@@ -105,6 +105,9 @@ PARAMS: tuple[Param, ...] = (
           "tiler cost per element copied into a packed panel", low=0.03e-9, high=3e-9, log=True),
     Param("grid", "int32_t", True, 0, "large",
           "thread grid: 0 least predicted load, 1 split M, 2 split N", choices=(0, 1, 2)),
+    Param("pack_flops_tn", "double", True, 2.0 * 160**3, "measured",
+          "2MNK from which a tn product (op(A) = A^T) is packed where that is below pack_flops: "
+          "in place its kernels read A as dot products (measured at install)", low=1e5, high=1e9, log=True),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PER_DTYPE: tuple[str, ...] = tuple(p.name for p in PARAMS if p.per_dtype)
@@ -137,6 +140,7 @@ class PlannerParams:
     edge_frac: tuple[float, float] = (0.03, 0.03)
     pack_seconds: tuple[float, float] = (0.25e-9, 0.25e-9)
     grid: tuple[int, int] = (0, 0)
+    pack_flops_tn: tuple[float, float] = (2.0 * 160**3,) * 2
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> "PlannerParams":

@@ -207,8 +207,9 @@ def size_label(crossover: Mapping[str, Any], side: float) -> str:
 def crossover_name(crossover: Mapping[str, Any]) -> str:
     """What a crossover decides, as a reader names it: ``pack_flops f32``, ``qmatmul threads``."""
     param = str(crossover.get("param"))
-    return {"pack_flops": f"pack_flops {crossover.get('dtype')}", "qthread_macs": "qmatmul threads"}.get(
-        param, param)
+    if param in ("pack_flops", "pack_flops_tn"):
+        return f"{param} {crossover.get('dtype')}"
+    return {"qthread_macs": "qmatmul threads"}.get(param, param)
 
 
 def edge_lines(edge: Any) -> list[str]:

@@ -23,13 +23,14 @@ from autotune.trials import crossover_lines, held_out_line
 
 
 class FakeMachine:
-    """Packing pays from ``pack_side``^3, two threads from ``thread_side``^3; ``noise`` jitters."""
+    """Packing pays from ``pack_side``^3 (tn products from ``tn_side``^3), two threads from
+    ``thread_side``^3; ``noise`` jitters."""
 
     def __init__(self, pack_side: float = 400.0, thread_side: float = 60.0, noise: float = 0.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, tn_side: float = 110.0) -> None:
         import random
 
-        self.pack_side, self.thread_side, self.noise = pack_side, thread_side, noise
+        self.pack_side, self.thread_side, self.noise, self.tn_side = pack_side, thread_side, noise, tn_side
         self.params: PlannerParams | None = None
         self.rng = random.Random(seed)
         self.timed: list[SuiteShape] = []
@@ -42,9 +43,13 @@ class FakeMachine:
         self.timed.append(shape)
         flops = shape.flops
         side = (flops / 2) ** (1 / 3)
-        packed = flops >= self.params.get(shape.dtype, "pack_flops")
+        threshold, crossover = self.params.get(shape.dtype, "pack_flops"), self.pack_side
+        if shape.trans == "tn":  # plan.c: the earlier of the two
+            threshold = min(threshold, self.params.get(shape.dtype, "pack_flops_tn"))
+            crossover = self.tn_side
+        packed = flops >= threshold
         # In place is 30% faster below the crossover and falls behind above it.
-        speed = 1.0 if packed else (1.3 if side < self.pack_side else 0.6)
+        speed = 1.0 if packed else (1.3 if side < crossover else 0.6)
         seconds = flops / (50e9 * speed)
         threaded = shape.threads != 1 and flops >= self.params.thread_flops
         if threaded:
@@ -90,6 +95,29 @@ def test_stored_thresholds_follow_the_measurement_not_the_report(name: str) -> N
     # The record keeps the model's value beside the measured one.
     pack = next(c for c in found if c.param == "pack_flops")
     assert pack.model_flops == model.get("f32", "pack_flops")
+
+
+def test_tn_products_get_a_crossover_of_their_own_where_there_are_tn_kernels() -> None:
+    model = PlannerParams.from_mapping(analytic_params(HOSTS["480 MB L3"]))
+    machine = FakeMachine(pack_side=400, thread_side=60, tn_side=110)
+    specs = cx.specs_for(("f32", "f64"), threads=2, tn_dtypes=("f32",))
+    assert [(s.param, s.dtype) for s in specs] == [("pack_flops", "f32"), ("pack_flops", "f64"),
+                                                   ("pack_flops_tn", "f32"), ("thread_flops", "f32")]
+    params, found = cx.measure_crossovers(machine, model, specs)
+    assert 96 <= _side(params.get("f32", "pack_flops_tn")) <= 128
+    assert 360 <= _side(params.get("f32", "pack_flops")) <= 512  # nn's own, untouched by tn's
+    assert params.get("f64", "pack_flops_tn") == model.get("f64", "pack_flops_tn")  # no tn kernels: not timed
+    tn = next(c for c in found if c.param == "pack_flops_tn")
+    assert {p.threads for p in tn.points} == {0, 1} and tn.source == "measured"
+    timed_tn = {s.m for s in machine.timed if s.trans == "tn"}
+    assert timed_tn and timed_tn <= set(cx.PACK_TN_SIDES)
+    # The held-out probe between the model's threshold and the measured one is a tn square.
+    probes = cx.probe_shapes([tn])
+    assert probes and {s.trans for s in probes} == {"tn"} and {s.threads for s in probes} == {0, 1}
+    (base, _), (alt, shape) = cx.pack_sweep("f32", 2, "tn").force(PlannerParams(), 256)
+    assert shape.trans == "tn"
+    assert base.get("f32", "pack_flops") > 1e100 and base.get("f32", "pack_flops_tn") > 1e100
+    assert alt.get("f32", "pack_flops_tn") == 0
 
 
 def test_the_480_mb_report_is_doubted_and_the_model_would_have_been_far_off() -> None:

@@ -41,12 +41,12 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
         assert [k for k, _ in record.gflops_by_k] in ([64, 256], []), record  # [] when screened out
         assert record.gflops_by_k or record.reason.startswith("screened out")
     # The decisions were measured on this host, and what is stored is what the held-out check chose.
-    from autotune.params import PlannerParams
+    from autotune.params import BY_NAME, PlannerParams
 
     crossovers = [c for c in table.settings["crossovers"] if c["param"] != "qthread_macs"]  # no planner parameter
     assert {c["param"] for c in crossovers} >= {"pack_flops"}
     held = table.tuning["held_out"]
-    alone = {f"measured {c['param']}" + (f" {c['dtype']}" if c["param"] == "pack_flops" else ""): c
+    alone = {f"measured {c['param']}" + (f" {c['dtype']}" if BY_NAME[c["param"]].per_dtype else ""): c
              for c in crossovers}
     assert held["chosen"] in ("tuned", "measured", "model", install_mod.HELD, *alone) and held["shapes"] > 0
     measured = {(c["param"], c["dtype"]): c["flops"] for c in crossovers}

@@ -12,6 +12,7 @@ result for any thread count.
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -116,6 +117,31 @@ def test_packed_bitwise_identical_for_any_thread_count(lib, dtype):
         for C in results[1:]:
             assert C.tobytes(order="F") == results[0].tobytes(order="F")
         assert_close(results[0], A, B, C0, 0.5, -1.25, ta, tb)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a host of two CPUs or more")
+@pytest.mark.parametrize("ta,tb", TRANS, ids=["nn", "nt", "tn", "tt"])
+def test_a_product_of_fewer_blocks_than_cores_is_cut_the_same_for_any_thread_count(lib, ta, tb):
+    """Blocks are the unit of the thread split: one block of 96 x 200 left a second
+    thread idle.  It is cut for the host's cores, so plans of 1 and 2 threads tile alike
+    and compute the same bits."""
+    packed_params(lib, 512, 512, 256)
+    rng = np.random.default_rng(13)
+    M, N, K = 96, 200, 70
+    A = np.asfortranarray(rng.standard_normal((K, M) if ta else (M, K)))
+    B = np.asfortranarray(rng.standard_normal((N, K) if tb else (K, N)))
+    C0 = np.asfortranarray(rng.standard_normal((M, N)))
+    infos = [plan_info(lib, 1, 0, int(ta), int(tb), M, N, K, A.shape[0], B.shape[0], M, t) for t in (1, 2)]
+    assert infos[0].blk_m == infos[1].blk_m and infos[0].blk_n == infos[1].blk_n
+    blocks = -(-M // infos[0].blk_m) * -(-N // infos[0].blk_n)
+    assert blocks >= 2
+    results = []
+    for threads in (1, 2):
+        C = C0.copy(order="F")
+        run_plan(lib, threads, A, B, C, ta, tb, 1.5, 0.5)
+        results.append(C)
+    assert results[1].tobytes(order="F") == results[0].tobytes(order="F")
+    assert_close(results[0], A, B, C0, 1.5, 0.5, ta, tb)
 
 
 @pytest.mark.parametrize("ta", [False, True], ids=["n", "t"])

@@ -125,6 +125,28 @@ def test_packing_needs_an_a_as_large_as_the_crossover_square(lib, shape, packed)
     assert (p.path == "packed") == packed
 
 
+@pytest.mark.parametrize("pack_tn, trans, packed", [
+    (128, "tn", True), (128, "nn", False), (128, "nt", False), (128, "tt", False),
+    (1024, "tn", False),  # neither threshold reached
+    (2048, "tn", False),  # a tn threshold past pack_flops is never the later one: see below
+])
+def test_tn_products_pack_from_their_own_crossover(lib, pack_tn, trans, packed):
+    # In place, a tn product's kernels read A as dot products along K (plan.c,
+    # takes_packed_path): it packs from pack_flops_tn where that comes first, and
+    # no other transposition sees that threshold.
+    params = loader.at_tune_params()
+    assert lib.lib.at_params_get(ctypes.byref(params)) == 0
+    params.pack_flops[0], params.pack_flops_tn[0] = 2.0 * 1024 ** 3, 2.0 * pack_tn ** 3
+    assert lib.lib.at_params_set(ctypes.byref(params)) == 0
+    try:
+        p = plans.plan(300, 300, 300, "f32", trans, threads=1, max_steps=1)
+        q = plans.plan(1100, 1100, 1100, "f32", trans, threads=1, max_steps=1)
+    finally:
+        lib.lib.at_params_set(None)
+    assert (p.path == "packed") == packed
+    assert q.path == "packed"  # past pack_flops every transposition packs, tn too
+
+
 def test_small_problem_reads_operands_in_place():
     p = plans.plan(24, 20, 16, "f32", "nt")
     assert p.path == "small" and p.blocks == (0, 0, 0)

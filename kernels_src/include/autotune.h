@@ -143,6 +143,8 @@ typedef struct {
     double edge_frac[2];      /* speed of portable edge code as a fraction of peak */
     double pack_seconds[2];   /* tiler cost per element copied into a packed panel */
     int32_t grid[2];          /* thread grid: 0 least predicted load, 1 split M, 2 split N */
+    double pack_flops_tn[2];  /* a tn product (op(A) = A^T, B as stored; column-major) is packed
+                                 from these flops on too, where that is below pack_flops */
 } at_tune_params;
 
 /* The parameters plans are made with now (the library's table unless replaced). */

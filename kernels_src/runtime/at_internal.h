@@ -135,6 +135,9 @@ void at__team_wait(at_team_barrier *b);
  * read, which at__num_threads_init does. */
 extern _Atomic int at__nthreads;
 int at__num_threads_init(void);
+/* The online CPUs (at most AT_MAX_THREADS): a fact of the machine, which no thread
+ * setting or affinity mask changes, for decisions that must not change the bits. */
+int at__host_cpus(void);
 static inline int at__num_threads(void)
 {
     int n = atomic_load_explicit(&at__nthreads, memory_order_relaxed);

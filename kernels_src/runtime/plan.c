@@ -252,6 +252,23 @@ static int build_packed(at_plan *p, int T)
      * no assignment can balance; the caps stay caps (the caches' limits). */
     int lanes = (at_facts.simd_bytes > 0 ? at_facts.simd_bytes : 16) / (dt == AT_F64 ? 8 : 4);
     if (lanes < 1) lanes = 1;
+    /* Blocks are also the unit of the thread split: fewer blocks than threads
+     * leave threads idle (f32 128^3 to 256^3 in blocks of 128 x 256, two threads
+     * ran at one thread's speed; cut for both, 1.4-1.9x faster, and nn as fast
+     * on one thread, tn at most 5 % slower; 2-vCPU Zen 5).  The side with more
+     * kernel widths to spare is cut until every core of the host could have a
+     * block: the host's, not the plan's thread count, which would change the
+     * tiling and with it the bits (docs/runtime.md, "Reproducible by default"). */
+    int64_t cores = at__host_cpus(), nbm0 = (p->M + bm - 1) / bm, nbn0 = (p->N + bn - 1) / bn;
+    if (nbm0 * nbn0 < cores) {
+        if (p->N / w >= p->M / h) {
+            int64_t want = (cores + nbm0 - 1) / nbm0, cut = (p->N + want - 1) / want;
+            bn = (cut + w - 1) / w * w;
+        } else {
+            int64_t want = (cores + nbn0 - 1) / nbn0, cut = (p->M + want - 1) / want;
+            bm = (cut + h - 1) / h * h;
+        }
+    }
     /* NN and NT kernels vectorise along M, TT along N, TN along K (docs/kernels.md). */
     bm = even_blocks(p->M, bm, h, fa ? 1 : lanes);
     bn = even_blocks(p->N, bn, w, fa && fb ? lanes : 1);
@@ -428,8 +445,13 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
     families(dtype, -1, fam);
     if (!(fam[0].count || fam[1].count || fam[2].count || fam[3].count)) return 0;
     if (!fam[p->ta * 2 + p->tb].count) return 1;
-    /* A of s^2 elements or more: (M K)^3 >= s^6 = (pack_flops / 2)^2, without a root. */
     double cross = at__tp->pack_flops[dtype], a = (double)p->M * (double)p->K;
+    /* In place, op(A) = A^T meets B as dot products along K (the tn kernels), the
+     * slowest way to read a large A: measured on a 2-vCPU Zen 5, f32 one thread,
+     * tn ran 512^3 at 0.44x of packed where nn ran it in place as fast as packed.
+     * Its crossover is measured on its own, and never later than the others'. */
+    if (p->ta && !p->tb && at__tp->pack_flops_tn[dtype] < cross) cross = at__tp->pack_flops_tn[dtype];
+    /* A of s^2 elements or more: (M K)^3 >= s^6 = (cross / 2)^2, without a root. */
     return flops >= cross && a * a * a >= (cross / 2.0) * (cross / 2.0);
 }
 

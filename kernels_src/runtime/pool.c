@@ -274,6 +274,17 @@ static long usable_cpus(void)
     return sysconf(_SC_NPROCESSORS_ONLN);
 }
 
+int at__host_cpus(void)
+{
+    static _Atomic int cpus;
+    int n = atomic_load_explicit(&cpus, memory_order_relaxed);
+    if (n > 0) return n;
+    long v = sysconf(_SC_NPROCESSORS_ONLN);
+    n = v < 1 ? 1 : v > AT_MAX_THREADS ? AT_MAX_THREADS : (int)v;
+    atomic_store_explicit(&cpus, n, memory_order_relaxed);
+    return n;
+}
+
 /* at__num_threads' first call (at_internal.h): the environment's choice.  The
  * library's own variable first; when it is unset, the ones a process already
  * uses to size every other pool in it (OMP_NUM_THREADS, then OpenBLAS's
