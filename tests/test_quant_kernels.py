@@ -287,9 +287,25 @@ def test_install_stage_times_every_valid_kernel_in_its_rounds(tmp_path):
     names = ["at_q8_avx2_1x8", "at_q8_avx2_2x8", "at_q8_avx2_4x8"]
     stage = qsuite.run_stage(target, tmp_path, patterns=names)
     assert {n: stage.verdicts[n] for n in names} == dict.fromkeys(names, "validated")
-    assert {n: set(stage.seconds[n]) for n in names} == {"at_q8_avx2_1x8": {1, 16}, "at_q8_avx2_2x8": set(qsuite.MEASURE_M),
-                                                         "at_q8_avx2_4x8": set(qsuite.MEASURE_M)}
+    # A block kernel is not timed on fewer rows than its tile: qmatmul gives those to the GEMV form.
+    assert {n: set(stage.seconds[n]) for n in names} == {"at_q8_avx2_1x8": {1, 16}, "at_q8_avx2_2x8": {16, 64},
+                                                         "at_q8_avx2_4x8": {16, 64}}
     assert len(stage.selected) == 2 and "at_q8_avx2_1x8" in stage.selected
+
+
+def test_a_block_kernel_is_priced_as_qmatmul_runs_it_with_the_gemv_form_on_the_rows_it_leaves():
+    """A 6-row tile at M = 16 is timed on 12 rows; the other 4 cost the fastest GEMV's
+    one-row time each (timed whole, they ran in the portable code and it never won)."""
+    best = {("at_q4s_avx512vnni_6x16", 16): 50e-6, ("at_q4s_avx512vnni_4x16", 16): 70e-6,
+            ("at_q4s_avx512vnni_1x32", 1): 10e-6, ("at_q4s_avx512vnni_1x16", 1): 12e-6,
+            ("at_q8_avx512vnni_6x16", 16): 80e-6}
+    rows = {("at_q4s_avx512vnni_6x16", 16): 12, ("at_q4s_avx512vnni_4x16", 16): 16,
+            ("at_q8_avx512vnni_6x16", 16): 16}  # no q8 GEMV timed: all 16 rows were the kernel's
+    priced = qsuite._as_run(best, rows)
+    assert priced[("at_q4s_avx512vnni_6x16", 16)] == pytest.approx(50e-6 + 4 * 10e-6)
+    assert priced[("at_q4s_avx512vnni_4x16", 16)] == 70e-6
+    assert priced[("at_q8_avx512vnni_6x16", 16)] == 80e-6
+    assert priced[("at_q4s_avx512vnni_1x16", 1)] == 12e-6
 
 
 def test_install_stage_journals_its_verdicts_and_timings(tmp_path, monkeypatch):
