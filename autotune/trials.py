@@ -251,6 +251,7 @@ def crossover_lines(crossovers: Any) -> list[str]:
             how = (f"timed twice while other work took {float(c.get('other_load') or 0):.1f} cores "
                    "(other processes, or the hypervisor): the model's value; run the install again "
                    "on a quiet machine")
-        lines.append(f"{name}: {c.get('alt')} from {size_label(c, side)} ({how}; "
+        subject = "tn products (A transposed) " if c.get("param") == "pack_flops_tn" else ""
+        lines.append(f"{name}: {subject}{c.get('alt')} from {size_label(c, side)} ({how}; "
                      f"the model said {size_label(c, model_side)})")
     return lines

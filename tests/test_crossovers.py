@@ -118,6 +118,8 @@ def test_tn_products_get_a_crossover_of_their_own_where_there_are_tn_kernels() -
     assert shape.trans == "tn"
     assert base.get("f32", "pack_flops") > 1e100 and base.get("f32", "pack_flops_tn") > 1e100
     assert alt.get("f32", "pack_flops_tn") == 0
+    line = next(text for text in crossover_lines([c.to_dict() for c in found]) if text.startswith("pack_flops_tn"))
+    assert line.startswith("pack_flops_tn f32: tn products (A transposed) packed from ")
 
 
 def test_the_480_mb_report_is_doubted_and_the_model_would_have_been_far_off() -> None:
