@@ -255,7 +255,7 @@ static int build_packed(at_plan *p, int T)
     /* Blocks are also the unit of the thread split: fewer blocks than threads
      * leave threads idle (f32 128^3 to 256^3 in blocks of 128 x 256, two threads
      * ran at one thread's speed; cut for both, 1.4-1.9x faster, and nn as fast
-     * on one thread, tn at most 5 % slower; 2-vCPU Zen 5).  The side with more
+     * on one thread, tn up to 7 % slower; 2-vCPU Zen 5).  The side with more
      * kernel widths to spare is cut until every core of the host could have a
      * block: the host's, not the plan's thread count, which would change the
      * tiling and with it the bits (docs/runtime.md, "Reproducible by default"). */
