@@ -41,7 +41,7 @@ PACK_SIDES: Mapping[str, tuple[int, ...]] = {
     "f64": (96, 128, 180, 256, 360, 512, 720, 1024),
 }
 #: tn products (op(A) = A^T) read A in place as dot products, which lose to packing
-#: from far smaller sizes than nn (Zen 5, f32, one thread: 0.5x of packed at 64^3).
+#: from far smaller sizes than nn (Zen 5, f32, one thread: packed took half the time at 64^3).
 PACK_TN_SIDES: tuple[int, ...] = (48, 64, 96, 128, 180, 256, 360, 512, 720)
 THREAD_SIDES: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 180, 256)
 #: The packing threshold each transposition the sweeps time sets (the others pack with nn's).
@@ -378,9 +378,9 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf) -> tup
         if high < 1.1 * low:
             continue
         side = round(math.sqrt(low * high))
-        packing = [t for t, param in PACK_PARAMS.items() if param == c.param]
+        packing = next((t for t, param in PACK_PARAMS.items() if param == c.param), None)
         for threads in ((1, 0) if packing else (0,)):
-            shapes[SuiteShape("probe", c.dtype, (packing or ["nn"])[0], side, side, side, threads=threads)] = None
+            shapes[SuiteShape("probe", c.dtype, packing or "nn", side, side, side, threads=threads)] = None
     return tuple(s for s in shapes if s.flops <= max_flops)
 
 

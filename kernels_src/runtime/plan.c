@@ -254,8 +254,8 @@ static int build_packed(at_plan *p, int T)
     if (lanes < 1) lanes = 1;
     /* Blocks are also the unit of the thread split: fewer blocks than threads
      * leave threads idle (f32 128^3 to 256^3 in blocks of 128 x 256, two threads
-     * ran at one thread's speed; cut for both, 1.4-1.9x faster, and nn as fast
-     * on one thread, tn up to 7 % slower; 2-vCPU Zen 5).  The side with more
+     * ran at one thread's speed; cut for both, nn 1.4-2x and tn 1.4-5x faster, and
+     * on one thread nn within 2 %, tn up to 7 % slower; 2-vCPU Zen 5).  The side with more
      * kernel widths to spare is cut until every core of the host could have a
      * block: the host's, not the plan's thread count, which would change the
      * tiling and with it the bits (docs/runtime.md, "Reproducible by default"). */
@@ -448,7 +448,7 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
     double cross = at__tp->pack_flops[dtype], a = (double)p->M * (double)p->K;
     /* In place, op(A) = A^T meets B as dot products along K (the tn kernels), the
      * slowest way to read a large A: measured on a 2-vCPU Zen 5, f32 one thread,
-     * tn ran 512^3 at 0.44x of packed where nn ran it in place as fast as packed.
+     * packed took 0.44x of in place's time at tn 512^3 and as long at nn 512^3.
      * Its crossover is measured on its own, and never later than the others'. */
     if (p->ta && !p->tb && at__tp->pack_flops_tn[dtype] < cross) cross = at__tp->pack_flops_tn[dtype];
     /* A of s^2 elements or more: (M K)^3 >= s^6 = (cross / 2)^2, without a root. */
