@@ -272,7 +272,17 @@ static int build_packed(at_plan *p, int T)
     /* NN and NT kernels vectorise along M, TT along N, TN along K (docs/kernels.md). */
     bm = even_blocks(p->M, bm, h, fa ? 1 : lanes);
     bn = even_blocks(p->N, bn, w, fa && fb ? lanes : 1);
+    /* As few K slices as the cap allows, as even as they come: 1024 in slices of
+     * at most 320 is four of 256, not 320 x 3 + 64, whose last slice reads and
+     * writes all of C for a fifth of a slice's work.  A multiple of 8 (whole vectors
+     * along K for the kernels that vectorise it) where that stays within the cap
+     * and shortens the last slice by at most 8 per other slice. */
     if (bk > p->K) bk = p->K;
+    if (bk < p->K) {
+        int64_t slices = (p->K + bk - 1) / bk, even = (p->K + slices - 1) / slices;
+        int64_t even8 = (even + 7) / 8 * 8;
+        bk = even8 <= bk && p->K - (slices - 1) * even8 >= even8 - 8 * (slices - 1) ? even8 : even;
+    }
     /* Cap: at_step stores block sizes in 32 bits. */
     if (bm > (1 << 30)) bm = 1 << 30;
     if (bn > (1 << 30)) bn = 1 << 30;
