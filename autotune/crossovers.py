@@ -497,3 +497,82 @@ def measure_edge(runner: SuiteRunner, params: PlannerParams, dtype: str, peak_gf
     gflops = statistics.median(by_block.values())
     frac = min(param.high, max(param.low, gflops / peak_gflops))
     return EdgeSpeed(dtype, round(gflops, 3), float(f"{frac:.4g}"), peak_gflops, by_block)
+
+
+# -- the packed path's main kernel ----------------------------------------------------
+
+#: Kernels per dtype tried as the packed path's main kernel, beside the figures' choice.
+MAIN_CANDIDATES = 4
+#: The square each dtype's candidates run, packed and on one thread: deeper than the
+#: blocking's K slice, a few milliseconds a call on a desktop core.
+MAIN_SIDES: Mapping[str, int] = {"f32": 640, "f64": 512}
+
+
+@dataclass(frozen=True)
+class MainKernel:
+    """The packed path's main kernel for one dtype as timed on the built library: the
+    planner's ``pack_kernel`` (1 + the kernel's index in the library; 0 when the
+    figures' own choice stays), the kernel's name, and the seconds of each
+    candidate's plan (``"figures"``: the kernels' figures choosing)."""
+
+    dtype: str
+    value: int
+    name: str | None
+    side: int
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    source: str = "measured"  # measured | busy
+    margin: float = MARGIN  # how much faster a candidate had to be
+
+    @property
+    def gain(self) -> float | None:
+        """The chosen plan's speed over the figures' choice (None when nothing was timed)."""
+        base = self.seconds.get("figures")
+        mine = self.seconds.get(self.name or "figures")
+        return base / mine if base and mine else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "seconds": dict(self.seconds)}
+
+
+def measure_main_kernel(runner: SuiteRunner, params: PlannerParams, dtype: str,
+                        candidates: Sequence[tuple[str, int]], rounds: int = 3, busy: bool = False,
+                        margin: float = MARGIN) -> MainKernel:
+    """Which kernel runs the packed path's blocks fastest, timed on a packed product.
+
+    The planner takes the transposition and the kernel whose figure at depth is
+    highest, and figures within a few percent of each other are noise on a shared
+    host: four installs of one machine (2-vCPU Zen 3) took fp32 NN 8x14, NT 16x3,
+    NT 24x3 and NT 16x5 by them (the grid's figures alone, NT 8x13), and in plans
+    with the same runtime and parameters NT 16x5 ran fp32 1024^3 and 2048^3 1.11x
+    and 1.21x faster than 8x13.
+    ``candidates`` are (name, 1 + index in the library) of the best kernels by
+    their figures; each candidate's plan and the figures' own are timed in
+    interleaved rounds on one thread (:func:`autotune.suite.best_of_rounds`), and a
+    candidate replaces the figures' choice only when ``margin`` faster.
+    """
+    from .suite import best_of_rounds
+
+    side = MAIN_SIDES.get(dtype, 512)
+    if busy or not candidates:
+        return MainKernel(dtype, 0, None, side, {}, "busy" if busy else "measured", margin)
+    shape = SuiteShape("probe", dtype, "nn", side, side, side, threads=1)
+    packed = params.with_values(dtype, {"pack_flops": 0.0})
+    settings = {"figures": packed.with_values(dtype, {"pack_kernel": 0}),
+                **{name: packed.with_values(dtype, {"pack_kernel": value}) for name, value in candidates}}
+
+    def timed(p: PlannerParams) -> Callable[[], float]:
+        def run() -> float:
+            runner.set_params(p)
+            return runner.time_shape(shape)
+        return run
+
+    try:
+        seconds = best_of_rounds({name: timed(p) for name, p in settings.items()}, rounds)
+    finally:
+        runner.set_params(params)
+    best = min(seconds, key=seconds.__getitem__)
+    value = dict(candidates).get(best, 0)
+    if best == "figures" or seconds[best] > seconds["figures"] * (1 - margin):
+        best, value = "figures", 0
+    return MainKernel(dtype, value, None if best == "figures" else best, side,
+                      {name: float(f"{s:.4g}") for name, s in seconds.items()}, "measured", margin)

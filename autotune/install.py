@@ -893,8 +893,8 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     ``time.monotonic()``; :func:`autotune.tune.default_budget`).  ``extra``: a
     program's recorded shapes, which join the search's suite.
     """
-    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, measure_edge, probe_shapes,
-                             quiet_wait_s, specs_for, wait_for_quiet)
+    from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, measure_edge, measure_main_kernel,
+                             probe_shapes, quiet_wait_s, specs_for, wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
     from .tune import QUICK_BUDGET_S, default_budget, tune
@@ -919,7 +919,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         busy = load is not None and load >= BUSY_LOAD
         quant = dict(stored.settings.get("quant") or {})
         split_quant = bool(quant.get("selected")) and stored.host.cores > 1
-        total = len(dtypes) + sum(len(s.sides) for s in sweeps) + \
+        total = 2 * len(dtypes) + sum(len(s.sides) for s in sweeps) + \
             (len(qsuite.THREAD_SIDES) if split_quant else 0)
         effort = QUICK if options.quick else FULL
         with (make_progress(console) if show else nullcontext()) as progress:
@@ -934,6 +934,14 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
             model = built
             for dt, edge in edges.items():
                 model = model.with_values(dt, {"edge_frac": edge.frac})
+            # So is which kernel runs the packed blocks best: every set plans with it too.
+            values = runner.kernel_values()
+            mains = {}
+            for dt in dtypes:
+                mains[dt] = measure_main_kernel(runner, model, dt, main_candidates(stored, dt, values),
+                                                rounds=2 if options.quick else 3, busy=busy)
+                model = model.with_values(dt, {"pack_kernel": mains[dt].value})
+                _advance(progress, task)()
             measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy,
                                                  effort, meter=load_meter)
             if split_quant:
@@ -954,6 +962,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         stored = replace(stored, params=measured.to_mapping(stored.params),
                          settings={**stored.settings, "crossovers": [c.to_dict() for c in recorded],
                                    "edge": {dt: e.to_dict() for dt, e in edges.items()},
+                                   "main_kernel": {dt: m.to_dict() for dt, m in mains.items()},
                                    "other_load": None if load is None else round(load, 2),
                                    **({"quant": quant} if quant else {})})
         result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,
@@ -983,6 +992,17 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     if final != built or (stored.settings.get("quant") or {}).get("thread_macs"):
         library = build_table_library(stored, targets, objects, root, library.library.parent)
     return stored, library
+
+
+def main_candidates(stored: TunedTable, dtype: str, values: Mapping[str, int],
+                    count: int | None = None) -> list[tuple[str, int]]:
+    """The packed path's candidate main kernels of ``dtype``: the library's fastest
+    by their figure at the deepest depth measured, as (name, ``pack_kernel`` value)."""
+    from .crossovers import MAIN_CANDIDATES
+
+    ranked = sorted((r for r in stored.selected() if r.spec.dtype == dtype and r.gflops_by_k
+                     and r.name in values), key=lambda r: -max(r.gflops_by_k)[1])
+    return [(r.name, values[r.name]) for r in ranked[:count or MAIN_CANDIDATES]]
 
 
 #: The held-out check's name for the model's set with every measured crossover that held alone.

@@ -248,7 +248,7 @@ def analytic_params(
     peaks = dict(peak_gflops or {})
     params: dict = {key: {} for key in
                     ("blk_m", "blk_n", "blk_k", "pack_flops", "call_seconds", "edge_frac",
-                     "pack_seconds", "grid", "pack_flops_tn")}
+                     "pack_seconds", "grid", "pack_flops_tn", "pack_kernel")}
     for dtype, bpe in BPE.items():
         mr, nr = kernels.get(dtype, (max(1, geo.simd_bytes // bpe), 6))
         b = solve_blocking(geo, dtype, mr, nr, peak_gflops=peaks.get(dtype))
@@ -257,6 +257,9 @@ def analytic_params(
         # The cache model knows no kernel's way of reading: tn's own crossover is
         # measured (autotune.crossovers); until then it packs where nn does.
         params["pack_flops_tn"][dtype] = params["pack_flops"][dtype]
+        # Which kernel runs a packed block best is timed on the built library
+        # (autotune.crossovers.measure_main_kernel); until then the figures choose.
+        params["pack_kernel"][dtype] = 0
         for name in ("call_seconds", "edge_frac", "pack_seconds", "grid"):
             params[name][dtype] = DEFAULTS.get(dtype, name)
     params["thread_flops"] = round(thread_crossover_flops(geo, peaks.get("f32")), -3)

@@ -108,6 +108,9 @@ PARAMS: tuple[Param, ...] = (
     Param("pack_flops_tn", "double", True, 2.0 * 160**3, "measured",
           "2MNK from which a tn product (op(A) = A^T) is packed where that is below pack_flops: "
           "in place its kernels read A as dot products (measured at install)", low=1e5, high=1e9, log=True),
+    Param("pack_kernel", "int32_t", True, 0, "measured",
+          "the packed path's main kernel: 1 + its index in the library's kernel table, which the "
+          "table's selection orders (0: the fastest by the kernels' figures; measured at install)"),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PER_DTYPE: tuple[str, ...] = tuple(p.name for p in PARAMS if p.per_dtype)
@@ -141,6 +144,7 @@ class PlannerParams:
     pack_seconds: tuple[float, float] = (0.25e-9, 0.25e-9)
     grid: tuple[int, int] = (0, 0)
     pack_flops_tn: tuple[float, float] = (2.0 * 160**3,) * 2
+    pack_kernel: tuple[int, int] = (0, 0)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> "PlannerParams":

@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Protocol, Sequence, TypeVar
 import numpy as np
 
 from .params import DTYPE_INDEX, DTYPES, PlannerParams
-from .runtime.loader import at_plan_info, at_step, load
+from .runtime.loader import at_kernel_info, at_plan_info, at_step, load
 
 K = TypeVar("K")
 
@@ -200,6 +200,15 @@ class LibraryRunner:
         rc = self.lib.at_params_set(ctypes.byref(params.to_struct()))
         if rc != 0:
             raise TuningError(f"at_params_set rejected {params}: {self.lib.at_last_error().decode()}")
+
+    def kernel_values(self) -> dict[str, int]:
+        """Each linked kernel's ``pack_kernel`` value: 1 + its index in the library's table."""
+        values = {}
+        for i in range(self.lib.at_kernel_count()):
+            info = at_kernel_info()
+            if self.lib.at_kernel_get(i, ctypes.byref(info)) == 0:
+                values[info.name.decode()] = i + 1
+        return values
 
     def plan_signature(self, shape: SuiteShape) -> bytes:
         """A digest of the plan the current parameters give ``shape``: its summary and every step."""

@@ -229,6 +229,31 @@ def edge_lines(edge: Any) -> list[str]:
     return lines
 
 
+def main_kernel_lines(mains: Any) -> list[str]:
+    """The packed path's main kernel per dtype (autotune.crossovers.measure_main_kernel,
+    ``settings["main_kernel"]``) in a line each: which kernel runs the blocks and why."""
+    lines = []
+    for dtype, m in sorted((mains or {}).items()):
+        if not isinstance(m, Mapping):
+            continue
+        seconds = dict(m.get("seconds") or {})
+        if m.get("source") == "busy" or not seconds:
+            lines.append(f"packed path {dtype}: main kernel by the kernels' figures (not timed: "
+                         + ("other processes kept the cores busy)" if m.get("source") == "busy" else "no candidates)"))
+            continue
+        side, tried = m.get("side"), len(seconds) - 1
+        base = seconds.get("figures")
+        if not m.get("name"):
+            lines.append(f"packed path {dtype}: main kernel by the kernels' figures, none of {tried} candidates "
+                         f"ran a packed {side}^3 on one thread {100 * float(m.get('margin', 0)):.0f}% faster")
+            continue
+        mine = seconds.get(m["name"])
+        gain = f", {base / mine:.2f}x the figures' choice" if base and mine else ""
+        lines.append(f"packed path {dtype}: main kernel {m['name']} (fastest of {tried} candidates on a packed "
+                     f"{side}^3, one thread{gain})")
+    return lines
+
+
 def crossover_lines(crossovers: Any) -> list[str]:
     """Each measured crossover (autotune.crossovers, ``settings["crossovers"]``) in a line."""
     lines = []

@@ -700,3 +700,47 @@ def test_with_edge_frac_one_every_edge_probe_runs_on_edge_code(built) -> None:
         assert edge.gflops is not None and edge.gflops > 0.1
     finally:
         runner.close()
+
+
+class MainKernels:
+    """A packed product's time by the planner's pack_kernel: 0 (the figures' choice)
+    runs at ``figures`` seconds, each candidate value at its own; a shared host
+    slows every third call by half, which the rounds' best leaves out."""
+
+    def __init__(self, figures: float, by_value: dict[int, float]) -> None:
+        self.figures, self.by_value, self.params, self.calls = figures, by_value, None, 0
+
+    def set_params(self, params: PlannerParams) -> None:
+        self.params = params
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        assert self.params is not None and self.params.get(shape.dtype, "pack_flops") == 0.0
+        assert shape.threads == 1 and shape.m == shape.n == shape.k == cx.MAIN_SIDES[shape.dtype]
+        self.calls += 1
+        value = self.params.get(shape.dtype, "pack_kernel")
+        return (self.figures if value == 0 else self.by_value[value]) * (1.5 if self.calls % 3 == 0 else 1.0)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_packed_path_takes_the_kernel_that_ran_its_blocks_fastest() -> None:
+    params = PlannerParams.from_mapping(analytic_params(None))
+    candidates = [("nt_16x5", 7), ("nt_8x13", 3), ("nt_24x3", 9)]
+    machine = MainKernels(10.0, {7: 8.2, 3: 11.0, 9: 9.9})
+    main = cx.measure_main_kernel(machine, params, "f32", candidates)
+    assert (main.value, main.name) == (7, "nt_16x5") and main.gain == pytest.approx(10.0 / 8.2)
+    assert main.seconds == {"figures": 10.0, "nt_16x5": 8.2, "nt_8x13": 11.0, "nt_24x3": 9.9}
+    # The runner is left on the parameters it was given.
+    assert machine.params == params
+    # Within the margin the figures' own choice stays; a busy host times nothing.
+    close = cx.measure_main_kernel(MainKernels(10.0, {7: 9.8}), params, "f64", [("nt_8x6", 7)])
+    assert (close.value, close.name) == (0, None)
+    busy = cx.measure_main_kernel(MainKernels(10.0, {7: 1.0}), params, "f32", [("nt_16x5", 7)], busy=True)
+    assert (busy.value, busy.source, busy.seconds) == (0, "busy", {})
+    from autotune.trials import main_kernel_lines
+    lines = main_kernel_lines({"f32": main.to_dict(), "f64": close.to_dict(), "x": busy.to_dict()})
+    assert lines[0] == ("packed path f32: main kernel nt_16x5 (fastest of 3 candidates on a packed 640^3, "
+                        "one thread, 1.22x the figures' choice)")
+    assert "none of 1 candidates ran a packed 512^3 on one thread 3% faster" in lines[1]
+    assert "not timed: other processes kept the cores busy" in lines[2]

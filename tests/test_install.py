@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import statistics
 
@@ -66,6 +67,21 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     for dtype in ("f32", "f64"):
         edge = table.settings["edge"][dtype]
         assert edge["gflops"] > 0 and stored.get(dtype, "edge_frac") == edge["frac"] > 0
+    # So was the packed path's main kernel: the figures' choice and each candidate timed,
+    # and what is stored names the winner in the library the table links (or 0).
+    from autotune.runtime import loader
+
+    linked = loader.load(result.library)
+    names = {}
+    for i in range(linked.lib.at_kernel_count()):
+        info = loader.at_kernel_info()
+        linked.lib.at_kernel_get(i, ctypes.byref(info))
+        names[i + 1] = info.name.decode()
+    for dtype in ("f32", "f64"):
+        main = table.settings["main_kernel"][dtype]
+        assert "figures" in main["seconds"] and len(main["seconds"]) >= 2
+        value = stored.get(dtype, "pack_kernel")
+        assert value == main["value"] and (names.get(value) if value else None) == main["name"]
     assert set(table.measurements["kernel"]) == {k.name for k in table.validated}
     assert set(table.selection) <= {k.name for k in table.validated}
     # The plans the report draws are recorded beside the table: a report loads no library.

@@ -100,6 +100,60 @@ def test_k_is_cut_into_slices_as_even_as_the_cap_allows(lib, K, cap, slice_k):
     assert_close(C, A, B, np.zeros_like(C), 1.0, 0.0, False, False)
 
 
+def library_kernels(runtime):
+    """(index, name, dtype, trans, mr, nr) of every kernel the library links."""
+    out = []
+    for i in range(runtime.lib.at_kernel_count()):
+        k = loader.at_kernel_info()
+        assert runtime.lib.at_kernel_get(i, ctypes.byref(k)) == 0
+        out.append((i, k.name.decode(), k.dtype, (k.trans_a, k.trans_b), k.mr, k.nr))
+    return out
+
+
+def set_pack_kernel(runtime, dtype: int, value: int) -> int:
+    p = loader.at_tune_params()
+    assert runtime.lib.at_params_get(ctypes.byref(p)) == 0
+    p.pack_kernel[dtype] = value
+    return runtime.lib.at_params_set(ctypes.byref(p))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_the_measured_main_kernel_covers_the_packed_blocks(lib, dtype):
+    """pack_kernel names the packed path's main kernel: its family's formats are
+    packed and it covers the interior of every block, whatever the figures say; the
+    product stays right.  A value naming no kernel of the dtype is refused."""
+    dt = int(dtype == np.float64)
+    packed_params(lib, 96, 96, 64)
+    mine = [k for k in library_kernels(lib) if k[2] == dt and k[4] * k[5] >= 8]
+    assert mine
+    rng = np.random.default_rng(dt)
+    # Two main kernels of other families and shapes: the largest of two transpositions.
+    chosen = {}
+    for k in sorted(mine, key=lambda k: -k[4] * k[5]):
+        chosen.setdefault(k[3], k)
+    for index, name, _, (ta, tb), mr, nr in list(chosen.values())[:2]:
+        assert set_pack_kernel(lib, dt, index + 1) == 0
+        M, N, K = 7 * mr + 3, 5 * nr + 1, 150
+        plan = lib.lib.at_plan_create_ex(dt, 0, 0, 0, M, N, K, M, K, M, 1)
+        assert plan
+        info = loader.at_plan_info()
+        lib.lib.at_plan_get_info(plan, ctypes.byref(info))
+        steps = (loader.at_step * info.nsteps)()
+        lib.lib.at_plan_steps(plan, steps, info.nsteps)
+        lib.lib.at_plan_destroy(plan)
+        assert info.path == 1 and info.kernel_trans == 2 * ta + tb, name
+        covered = sum(s.mb * s.nb for s in steps if s.kernel == index)
+        assert covered >= 0.5 * M * N, name
+        A, B = operand(rng, M, K, dtype, "F"), operand(rng, K, N, dtype, "F")
+        C = np.zeros((M, N), dtype, order="F")
+        rt.gemm(A, B, C)
+        assert_close(C, A, B, np.zeros_like(C), 1.0, 0.0, False, False)
+    other_dtype = [k[0] + 1 for k in library_kernels(lib) if k[2] != dt][:1]
+    for bad in (-1, lib.lib.at_kernel_count() + 1, *other_dtype):
+        assert set_pack_kernel(lib, dt, bad) != 0
+    assert set_pack_kernel(lib, dt, 0) == 0
+
+
 def run_plan(runtime, threads, A, B, C, ta, tb, alpha, beta):
     """at_plan_execute on Fortran operands through a plan made for `threads` threads."""
     M, N = C.shape

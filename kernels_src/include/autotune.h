@@ -145,6 +145,8 @@ typedef struct {
     int32_t grid[2];          /* thread grid: 0 least predicted load, 1 split M, 2 split N */
     double pack_flops_tn[2];  /* a tn product (op(A) = A^T, B as stored; column-major) is packed
                                  from these flops on too, where that is below pack_flops */
+    int32_t pack_kernel[2];   /* the packed path's main kernel: 1 + its index in this library's
+                                 kernel table (at_kernel_get); 0: the fastest by the table */
 } at_tune_params;
 
 /* The parameters plans are made with now (the library's table unless replaced). */
@@ -152,7 +154,8 @@ int at_params_get(at_tune_params *out);
 /* Replace them (NULL: back to the library's table); no cached plan of the old
  * ones is used again (the cache drops them on its next lookup).  Plans created
  * before stay valid and keep their own decisions.  AT_EINVAL for
- * a negative block or threshold, or a grid mode outside 0..2. */
+ * a negative block or threshold, a grid mode outside 0..2, or a pack_kernel
+ * that is not one of the library's kernels of that dtype. */
 int at_params_set(const at_tune_params *params);
 
 /* Whether this CPU runs every kernel of the library: AT_OK, or AT_ENOCPU with

@@ -48,8 +48,11 @@ typedef struct {
     double *sec;       /* predicted seconds of that block */
 } at_grid;
 
+/* favour: a kernel index whose blocks cost what the family's fastest kernel's do
+ * at depth K (the packed path's measured main kernel, at_tune_params.pack_kernel),
+ * or -1. */
 int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda,
-                   int64_t ldb);
+                   int64_t ldb, int favour);
 void at__grid_free(at_grid *g);
 /* Also ranks whole families: the packed path picks its panels' format by it. */
 double at__kernel_gflops(const at_table_entry *d, int64_t K);

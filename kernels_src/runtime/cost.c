@@ -201,14 +201,17 @@ void at__grid_free(at_grid *g)
 /* lda and ldb are those of operands read in place (0 for packed panels, whose
  * layout the measurements already reflect). */
 int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda,
-                   int64_t ldb)
+                   int64_t ldb, int favour)
 {
     int H = 0, W = 0;
+    double fastest = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
         const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
         if (!d) continue;
         if (d->mr > H) H = d->mr;
         if (d->nr > W) W = d->nr;
+        double r = at__kernel_gflops(&at_kernel_table[i], K);
+        if (r > fastest) fastest = r;
     }
     if (H < AT_GRID_MIN) H = AT_GRID_MIN;
     if (W < AT_GRID_MIN) W = AT_GRID_MIN;
@@ -233,7 +236,10 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
         for (int i = 0; i < at_kernel_table_count; i++) {
             const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
             if (!d || sme2_variable(d) != pass) continue;
-            double s = 2.0 * d->mr * d->nr * (double)K / (at__kernel_gflops(&at_kernel_table[i], K) * 1e9);
+            /* The favoured kernel at the family's best speed, a hair over: on a tie
+             * of cost per flop its blocks win, so it covers the blocks' interiors. */
+            double rate = i == favour ? fastest * (1 + 1e-9) : at__kernel_gflops(&at_kernel_table[i], K);
+            double s = 2.0 * d->mr * d->nr * (double)K / (rate * 1e9);
             /* A walk missing L1 every step bounds the call; flops and misses overlap. */
             int bpe = dtype == AT_F64 ? 8 : 4;
             double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +

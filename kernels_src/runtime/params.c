@@ -54,6 +54,12 @@ int at_params_get(at_tune_params *out)
 
 static int nonneg(double v) { return isfinite(v) && v >= 0; }
 
+/* 0 (the table's choice) or 1 + the index of a kernel of dtype d. */
+static int kernel_of(int32_t v, int d)
+{
+    return v == 0 || (v > 0 && v <= at_kernel_table_count && at_kernel_table[v - 1].kernel.dtype == d);
+}
+
 int at_params_set(const at_tune_params *in)
 {
     if (in) {
@@ -62,10 +68,12 @@ int at_params_set(const at_tune_params *in)
             ok = ok && in->blk_m[d] >= 0 && in->blk_n[d] >= 0 && in->blk_k[d] >= 0 &&
                  nonneg(in->pack_flops[d]) && nonneg(in->pack_flops_tn[d]) && nonneg(in->call_seconds[d]) &&
                  nonneg(in->edge_frac[d]) && in->edge_frac[d] <= 1 &&
-                 nonneg(in->pack_seconds[d]) && in->grid[d] >= 0 && in->grid[d] <= 2;
+                 nonneg(in->pack_seconds[d]) && in->grid[d] >= 0 && in->grid[d] <= 2 &&
+                 kernel_of(in->pack_kernel[d], d);
         if (!ok) {
             at__set_error("at_params_set: blocks, thresholds and weights must be finite and "
-                          ">= 0, edge_frac <= 1, grid 0..2");
+                          ">= 0, edge_frac <= 1, grid 0..2, pack_kernel 0 or 1 + the index of "
+                          "one of the library's kernels of its dtype");
             return AT_EINVAL;
         }
     }
