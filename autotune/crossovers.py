@@ -501,8 +501,9 @@ def measure_edge(runner: SuiteRunner, params: PlannerParams, dtype: str, peak_gf
 
 # -- the packed path's main kernel ----------------------------------------------------
 
-#: Kernels per dtype tried as the packed path's main kernel, beside the figures' choice.
-MAIN_CANDIDATES = 4
+#: Kernels per dtype tried as the packed path's main kernel, beside the figures' choice:
+#: this many by their figures, and this many by the grid's own rows (install.main_candidates).
+MAIN_CANDIDATES = 3
 #: The square each dtype's candidates run, packed and on one thread: deeper than the
 #: blocking's K slice, a few milliseconds a call on a desktop core.
 MAIN_SIDES: Mapping[str, int] = {"f32": 640, "f64": 512}

@@ -996,13 +996,31 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
 
 def main_candidates(stored: TunedTable, dtype: str, values: Mapping[str, int],
                     count: int | None = None) -> list[tuple[str, int]]:
-    """The packed path's candidate main kernels of ``dtype``: the library's fastest
-    by their figure at the deepest depth measured, as (name, ``pack_kernel`` value)."""
+    """The packed path's candidate main kernels of ``dtype``, as (name, ``pack_kernel``
+    value): the library's fastest by their figures at the deepest depth measured, then
+    the fastest there in the grid's own rows.
+
+    A confirmation run through a slow minute lowers the kernels it re-times and
+    leaves the rest at the grid's figures: one fresh install had fp64 NT 8x5 and
+    8x6 at 25 and 30 GFLOPS after it (the grid: 49 and 48), under NT 6x4's
+    unconfirmed 36, and the figures' four best ran a packed 512^3 at 24 GFLOPS or
+    less.  The grid's leaders join the candidates, and the plans decide.
+    """
     from .crossovers import MAIN_CANDIDATES
 
-    ranked = sorted((r for r in stored.selected() if r.spec.dtype == dtype and r.gflops_by_k
-                     and r.name in values), key=lambda r: -max(r.gflops_by_k)[1])
-    return [(r.name, values[r.name]) for r in ranked[:count or MAIN_CANDIDATES]]
+    count = count or MAIN_CANDIDATES
+    mine = [r for r in stored.selected() if r.spec.dtype == dtype and r.gflops_by_k and r.name in values]
+    by_figure = sorted(mine, key=lambda r: -max(r.gflops_by_k)[1])
+    deepest = {r.name: max(r.gflops_by_k)[0] for r in mine}
+    grid: dict[str, float] = {}
+    frame = stored.measurements
+    if len(frame) and {"kernel", "K", "median_gflops"} <= set(frame.columns):
+        for name, k, g in zip(frame["kernel"], frame["K"], frame["median_gflops"]):
+            if deepest.get(name) == k and g == g:
+                grid[name] = max(grid.get(name, 0.0), float(g))
+    by_grid = sorted(grid, key=lambda n: -grid[n])
+    names = list(dict.fromkeys([r.name for r in by_figure[:count]] + by_grid[:count]))
+    return [(name, values[name]) for name in names]
 
 
 #: The held-out check's name for the model's set with every measured crossover that held alone.
