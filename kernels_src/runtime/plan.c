@@ -242,9 +242,9 @@ static int build_packed(at_plan *p, int T)
         }
     }
     /* A main kernel measured at install (at_tune_params.pack_kernel) takes the place
-     * of the figures' choice: figures within 10 % of each other at depth hid
-     * 1.11x (1024^3) and 1.21x (2048^3) between fp32 NT 16x5 and 8x13 running a
-     * plan, with the same runtime and parameters (2-vCPU Zen 3). */
+     * of the figures' choice: the figures of one install took fp32 NT 8x13, which
+     * ran 1024^3 and 2048^3 1.11x and 1.21x slower than NT 16x5 in plans with the
+     * same runtime and parameters (2-vCPU Zen 3). */
     int favour = -1, pk = at__tp->pack_kernel[dt];
     if (pk > 0 && pk <= at_kernel_table_count) {
         const at_kernel *k = &at_kernel_table[pk - 1].kernel;
