@@ -547,7 +547,8 @@ def measure_main_kernel(runner: SuiteRunner, params: PlannerParams, dtype: str,
     with the same runtime and parameters NT 16x5 ran fp32 1024^3 and 2048^3 1.11x
     and 1.21x faster than 8x13.
     ``candidates`` are (name, 1 + index in the library) of the best kernels by
-    their figures; each candidate's plan and the figures' own are timed in
+    their figures and by the grid's rows (:func:`autotune.install.main_candidates`);
+    each candidate's plan and the figures' own are timed in
     interleaved rounds on one thread (:func:`autotune.suite.best_of_rounds`), and a
     candidate replaces the figures' choice only when ``margin`` faster.
     """
