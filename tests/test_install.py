@@ -384,6 +384,48 @@ def test_rounds_a_shared_host_slowed_leave_the_fastest_kernel_on_top(monkeypatch
     assert statistics.median([97.0 * f for f in slowdown]) < 88.0
 
 
+def test_a_confirmation_the_host_slowed_throughout_changes_no_figure(monkeypatch):
+    """Rounds whose leaders all ran at half their grid figures (the window, not the
+    kernels) are timed again, and when they stay slow every figure keeps the grid's:
+    16x4 (grid 95) stays over the unconfirmed 8x10 (78).  A window at the grid's
+    pace that finds one lucky figure still lowers it."""
+    from autotune.specs import KernelSpec
+    from autotune.table import KernelRecord
+    import pandas as pd
+
+    def record(mr, nr, at64):
+        spec = KernelSpec("avx2", "f32", mr, nr, False, False, "", 1)
+        return KernelRecord(spec, "validated", object_hash=spec.name, best_gflops=at64,
+                            gflops_by_k=((64, at64),))
+
+    records = {r.spec.name: r for r in (record(16, 4, 95.0), record(24, 3, 93.0), record(16, 6, 89.0),
+                                        record(8, 10, 78.0))}
+    calls = []
+
+    def slow(harness, target, names, ks, pads, min_time_ms, repeats, place=0):
+        calls.append(tuple(names))
+        return pd.DataFrame([{"kernel": n, "median_gflops": 0.5 * dict(records[n].gflops_by_k)[64],
+                              "pace_gflops": 99.0} for n in names])
+
+    class Timer:
+        harness, target, peak, emulated = "harness", "target", 100.0, False
+
+    timer = Timer()
+    monkeypatch.setattr(measure, "bench", slow)
+    assert install_mod.confirm_leaders(records, {n: timer for n in records}) == {}
+    assert len(calls) == 5 * (1 + install_mod.CONFIRM_SLOW_RETRIES)
+
+    def lucky_24x3(harness, target, names, ks, pads, min_time_ms, repeats, place=0):
+        truth = {"16x4": 94.0, "24x3": 60.0, "16x6": 90.0, "8x10": 78.0}
+        return pd.DataFrame([{"kernel": n, "median_gflops": truth[n.split("_")[4]], "pace_gflops": 99.0}
+                             for n in names])
+
+    monkeypatch.setattr(measure, "bench", lucky_24x3)
+    confirmed = install_mod.confirm_leaders(records, {n: timer for n in records})
+    assert {n.split("_")[4]: dict(r.gflops_by_k)[64] for n, r in confirmed.items()} == \
+        {"16x4": 94.0, "24x3": 60.0, "16x6": 90.0, "8x10": 78.0}  # 8x10 confirmed in 24x3's place
+
+
 def test_the_rounds_figure_is_the_second_fastest_sample():
     assert install_mod.rounds_figure([50.0, 90.0, 70.0, 95.0, 60.0]) == 90.0
     assert install_mod.rounds_figure([40.0, 80.0]) == 80.0
