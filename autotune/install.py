@@ -1130,7 +1130,7 @@ def rounds_figure(speeds: Sequence[float]) -> float:
     a minute apart (2-vCPU Zen 3).  The median of five rounds had fp32 NN 16x6 at 78
     GFLOPS and 24x4 at 84, under the grid's 88 for 8x14, which three confirmations
     never reached (in a loop over a packed block they ran at 96, 97 and 83), so the
-    packed path took 8x14 and fp32 large ran at 73% of the peak.  The second
+    packed path took 8x14 and fp32 large ran at 69-74 % of the peak.  The second
     fastest of rounds all contenders met alike is their speed on a core left alone,
     and no one fast moment decides.
     """

@@ -210,8 +210,11 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
         if (!d) continue;
         if (d->mr > H) H = d->mr;
         if (d->nr > W) W = d->nr;
-        double r = at__kernel_gflops(&at_kernel_table[i], K);
-        if (r > fastest) fastest = r;
+        /* (Only with a favoured kernel: the no-pack path plans without one.) */
+        if (favour >= 0) {
+            double r = at__kernel_gflops(&at_kernel_table[i], K);
+            if (r > fastest) fastest = r;
+        }
     }
     if (H < AT_GRID_MIN) H = AT_GRID_MIN;
     if (W < AT_GRID_MIN) W = AT_GRID_MIN;
