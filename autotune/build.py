@@ -33,7 +33,7 @@ from .codegen import quant_generator
 from . import files
 from .files import atomic_write_text
 from .specs import KernelSpec, QKernelSpec
-from .toolchain import Target, compiler_identity, slowdown
+from .toolchain import GCC_VECTOR_FLAGS, Target, compiler_identity, slowdown
 
 #: Seconds one compiler or linker run may take before it counts as failed.
 COMPILE_TIMEOUT = 300.0
@@ -656,6 +656,8 @@ def compile_qkernels(target: Target, kernels: Sequence[QKernelSpec], home: Path 
     source = "\n".join(unit.text for gen, mine in generators.items() for unit in gen.units(mine, emulate_vnni))
     name = f"at_qkernels_{target.isa}_{hashlib.sha256(source.encode()).hexdigest()[:12]}"
     compiler = kernel_compiler(target)
-    # -O3 as they were measured against the peers, whatever the float kernels take.
+    # -O3 with all its passes, as they were measured against the peers, whatever the
+    # float kernels take.
     extra = ("-O3",) + (() if "clang" in compiler.compiler_id.lower() else ("-fno-tree-reassoc",))
-    return _compile(compiler, source, name, "c", (*target.cflags, *extra), home)
+    flags = tuple(f for f in target.cflags if f not in GCC_VECTOR_FLAGS)
+    return _compile(compiler, source, name, "c", (*flags, *extra), home)

@@ -192,8 +192,8 @@ def _run(argv: Sequence[str], target: Target) -> None:
 
 
 def _compile_all(jobs: Sequence[tuple[Sequence[str], Sequence[str], Path, Path]], headers: Sequence[Path],
-                 cache: Path | None, target: Target) -> None:
-    """Compile each (cc, args, source, object) job, four at a time.
+                 cache: Path | None, target: Target, workers: int = 4) -> None:
+    """Compile each (cc, args, source, object) job, ``workers`` at a time.
 
     With a ``cache`` (the install's build folder) an object comes from it when its
     source, headers, compiler and flags are unchanged: tuning rebuilds a library
@@ -211,7 +211,7 @@ def _compile_all(jobs: Sequence[tuple[Sequence[str], Sequence[str], Path, Path]]
             raise LibraryError(str(exc)) from exc
         shutil.copyfile(cached, obj)
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(one, jobs))
 
 
@@ -383,10 +383,8 @@ def build_runtime(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    src = kernels_src()
-    runtime_dir, include_dir = src / "runtime", src / "include"
+    runtime_dir, include_dir, cflags, includes = _runtime_build(target)
     header = include_dir / "autotune.h"
-    cflags = runtime_cflags(target)
     ext = python_extension_flags() if with_extension else None
 
     parts: list[bytes | str] = [target.compiler_id, *target.cc, "--", *cflags, "--", *target.ldflags]
@@ -405,13 +403,48 @@ def build_runtime(
     def sources(tmp: Path) -> list[Job]:
         (tmp / "at_table.c").write_text(table_c)
         (tmp / QTABLE).write_text(qtable_c)
-        includes = [f"-I{include_dir}", f"-I{runtime_dir}"]
-        return [(target.cc, [*cflags, *includes], tmp / name if name in ("at_table.c", QTABLE) else runtime_dir / name,
-                 tmp / (Path(name).stem + ".o")) for name in (*RUNTIME_SOURCES, "at_table.c", QTABLE)]
+        return [*_runtime_jobs(target, tmp), *((target.cc, [*cflags, *includes], tmp / name,
+                                                 tmp / (Path(name).stem + ".o")) for name in ("at_table.c", QTABLE))]
 
     return _assemble(target, out_dir, parts, sources, _headers(include_dir, runtime_dir), ext,
-                     [*cflags, f"-I{include_dir}", f"-I{runtime_dir}"], target.ldflags,
+                     [*cflags, *includes], target.ldflags,
                      [*(str(obj) for obj in quant_objects), *object_paths], cache=cache)
+
+
+def _runtime_build(target: Target) -> tuple[Path, Path, list[str], list[str]]:
+    """The runtime's source and include folders, its flags and include flags for ``target``."""
+    src = kernels_src()
+    runtime_dir, include_dir = src / "runtime", src / "include"
+    return runtime_dir, include_dir, runtime_cflags(target), [f"-I{include_dir}", f"-I{runtime_dir}"]
+
+
+def _runtime_jobs(target: Target, tmp: Path) -> list[Job]:
+    """The compile jobs of the runtime C, which no table changes."""
+    runtime_dir, _, cflags, includes = _runtime_build(target)
+    return [(target.cc, [*cflags, *includes], runtime_dir / name, tmp / (Path(name).stem + ".o"))
+            for name in RUNTIME_SOURCES]
+
+
+def precompile_runtime(target: Target, root: Path) -> None:
+    """Compile the runtime C and the Python extension into the install's cache, so that
+    the library built once the kernels are chosen compiles its tables alone.
+
+    Install runs this, one compiler at a time, on the core the confirmation rounds
+    leave idle; it is the same compile, cache and key as :func:`build_table_library`'s,
+    so a failure here is left for that build to report.
+    """
+    runtime_dir, include_dir, cflags, includes = _runtime_build(target)
+    cache, headers = shared_dir(root) / "runtime", _headers(include_dir, runtime_dir)
+    ext = python_extension_flags()
+    with tempfile.TemporaryDirectory(prefix=".precompile-") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            _compile_all(_runtime_jobs(target, tmp), headers, cache, target, workers=1)
+            if ext:
+                _build_extension(target.cc, [*cflags, *includes], ext, tmp / f"_atfast{ext[1]}", tmp, target,
+                                 headers, cache)
+        except LibraryError:
+            pass
 
 
 def _build_extension(cc: Sequence[str], args: Sequence[str], ext: tuple[list[str], str] | None,

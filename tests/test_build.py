@@ -281,6 +281,28 @@ def test_a_library_with_another_table_compiles_the_table_alone(home, target, mon
 
 
 # What compilers print when the machine stops them, as seen from gcc, cc1 and as.
+
+
+def test_a_precompiled_runtime_leaves_the_library_its_tables_alone_to_compile(home, target, monkeypatch):
+    # Install compiles the runtime while the confirmation rounds time kernels; the
+    # library built afterwards must find every runtime object (and the extension) in
+    # the cache, or the early compile saved nothing.
+    from autotune import link
+
+    objects = build.build_kernels(target, tk.naive_sources(target.isa)[:2]).objects.values()
+    kernels = [(obj.spec, obj.path) for obj in objects]
+    early = _count_compiler_runs(monkeypatch)
+    link.precompile_runtime(target, home)
+    assert sorted(Path(argv[argv.index("-c") + 1]).name for argv in early if "-c" in argv) == \
+        sorted(link.RUNTIME_SOURCES)
+    late = _count_compiler_runs(monkeypatch)
+    library = link.build_runtime(target, kernels, link.emit_kernel_table_c([(s, {}) for s, _ in kernels],
+                                                                            {"provenance": "model"}, {}),
+                                 home / "lib" / "a", cache=build.shared_dir(home) / "runtime")
+    # (The extension, compiled and linked in one run without -c, is not among them.)
+    assert all("-c" in argv for argv in late)
+    assert sorted(Path(argv[argv.index("-c") + 1]).name for argv in late) == sorted(["at_table.c", link.QTABLE])
+    assert library.library.stat().st_size > 0
 ENVIRONMENT_FAILURES = {
     "full disk (cc1)": "cc1: fatal error: error writing to /tmp/ccQ1.s: No space left on device\n"
                        "compilation terminated.",
@@ -425,3 +447,27 @@ def test_the_core_budget_never_runs_more_than_its_cores():
     for t in threads:
         t.join(10)
     assert peak[0] == 2 and running[0] == 0
+
+
+@pytest.mark.parametrize("compiler", ["gcc", "clang-19"])
+def test_gcc_s_cheaper_vector_flags_reach_gcc_alone_and_never_the_quantised_kernels(compiler, monkeypatch):
+    # Clang warns about each of GCC's pass names; the quantised kernels were measured
+    # at -O3 with all its passes.
+    from autotune import toolchain
+    from autotune.families.x86 import qkernel
+    from autotune.host import detect
+
+    if not shutil.which(compiler):
+        pytest.skip(f"{compiler} is not installed")
+    host = detect()
+    if host.arch != "x86_64" or not host.has("avx2", "fma"):
+        pytest.skip("needs an x86-64 CPU with AVX2 and FMA")
+    monkeypatch.setenv("CC", compiler)
+    avx2 = toolchain.target_for("avx2", host)
+    extra = set(toolchain.GCC_VECTOR_FLAGS) & set(avx2.cflags)
+    assert extra == (set(toolchain.GCC_VECTOR_FLAGS) if compiler == "gcc" else set())
+    assert not set(toolchain.GCC_VECTOR_FLAGS) & set(toolchain.target_for("generic", host).cflags)
+    seen: list[tuple[str, ...]] = []
+    monkeypatch.setattr(build, "_compile", lambda target, source, name, language, flags, home: seen.append(flags))
+    build.compile_qkernels(avx2, [qkernel("q4s", "avx2", 1, 8)])
+    assert seen and not set(toolchain.GCC_VECTOR_FLAGS) & set(seen[0]) and "-O3" in seen[0]
