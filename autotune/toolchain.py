@@ -65,9 +65,9 @@ _COMMON = ("-O3", "-std=c11", "-fno-math-errno", "-fPIC")
 # to add to: 240 avx512 kernels timed at K = 4..256 ran at 0.998-1.003x their -O3
 # speed (geomean per K) and compiled 11 % faster; -O1 lost 2-5 %.  Of -O2's RTL
 # passes, global CSE, the second scheduling pass and the "expensive" cleanups
-# cost a fifth of an avx512 unit's compile and nothing at run time: 240 kernels
+# cost 12-18 % of the compile and nothing at run time: 240 kernels
 # of each family timed in interleaved rounds, both orders, ran at 1.007-1.05x
-# (avx512) and 0.995-1.009x (avx2) the speed with them (geomean per K, Zen 4).
+# (avx512) and 0.995-1.009x (avx2) their speed with those passes (geomean per K, Zen 4).
 # (GCC's names: Clang would warn about each.)  Portable C (generic) keeps -O3,
 # which vectorises its loops.
 _VECTOR = ("-O2",) + _COMMON[1:]
