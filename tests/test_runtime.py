@@ -699,25 +699,31 @@ def test_gemm_batch_c_entry_errors(lib):
         rt.api._state.batch(A, B, gamma=1.0)
 
 
-def _one_kernel_shapes(lib, code, candidates):
-    """The candidate (M, N, K) whose column-major plan is one kernel call."""
+def _shapes_planned_as(lib, code, candidates, one_kernel):
+    """The candidate (M, N, K) whose column-major plan reads A and B in place as one
+    kernel call (one_kernel) or as several."""
     found = []
     for M, N, K in candidates:
         plan = lib.lib.at_plan_create(code, 0, 0, 0, M, N, K, M, K, M)
         info = loader.at_plan_info()
         assert lib.lib.at_plan_get_info(plan, ctypes.byref(info)) == 0
-        if info.nsteps == 1 and info.path == 0:
+        if (info.nsteps == 1) == one_kernel and info.path == 0:
             found.append((M, N, K))
         lib.lib.at_plan_destroy(plan)
     return found
 
 
+SMALL_CANDIDATES = {True: [(1, 1, 1), (2, 2, 2), (3, 4, 5), (4, 4, 4), (8, 4, 8), (7, 3, 2)],
+                    False: [(15, 15, 15), (13, 33, 23), (17, 9, 13), (5, 7, 3), (31, 2, 9), (40, 40, 5)]}
+
+
+@pytest.mark.parametrize("one_kernel", [True, False], ids=["one-kernel", "several-steps"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
-def test_one_kernel_plans_keep_the_blas_rules_on_repeated_calls(lib, dtype):
-    """A repeated shape planned as one kernel runs it straight from cblas_?gemm and
-    at_plan_execute (the front-cache hit): alpha == 0 must still read neither A
-    nor B, beta == 0 must not read C, row-major must swap the operands, and the
-    bits must be those of the executor's first call."""
+def test_repeated_small_calls_keep_the_blas_rules(lib, dtype, one_kernel):
+    """A repeated shape runs from cblas_?gemm's front-cache hit: a plan of one kernel
+    calls it there, any other goes straight to the executor.  Either way alpha == 0
+    must still read neither A nor B, beta == 0 must not read C, row-major must swap
+    the operands, and the bits must be those of the first call's."""
     code = 0 if dtype == np.float32 else 1
     name = "cblas_sgemm" if code == 0 else "cblas_dgemm"
     ct = ctypes.c_float if code == 0 else ctypes.c_double
@@ -725,9 +731,8 @@ def test_one_kernel_plans_keep_the_blas_rules_on_repeated_calls(lib, dtype):
     I, P = ctypes.c_int, ctypes.c_void_p
     fn.restype = None
     fn.argtypes = [I, I, I, I, I, I, ct, P, I, P, I, ct, P, I]
-    shapes = _one_kernel_shapes(lib, code, [(1, 1, 1), (2, 2, 2), (3, 4, 5), (4, 4, 4),
-                                            (8, 4, 8), (7, 3, 2)])
-    assert shapes, "the test library plans no small shape as one kernel"
+    shapes = _shapes_planned_as(lib, code, SMALL_CANDIDATES[one_kernel], one_kernel)
+    assert shapes, f"the test library plans none of {SMALL_CANDIDATES[one_kernel]} so"
     rng = np.random.default_rng(21)
     for M, N, K in shapes:
         for order, (ta, tb) in itertools.product((101, 102), TRANS):
