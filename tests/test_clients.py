@@ -63,10 +63,21 @@ def failures(text: str, kinds: bool = False) -> list:
     return found if kinds else [node for node, _ in found]
 
 
-def confirm_or_excuse(differing: set[str], env: dict[str, str], library: Path, tmp_path: Path, text: str) -> None:
-    """Runs the tests whose outcome differed again, each alone in a new process, RERUNS
-    times preloaded and once without: a difference that comes back is ours and fails
-    the test; one that does not is said as a warning, with the first run's report.
+def suite_folder(suite: str) -> Path:
+    """The folder of the system Python's package ``suite``: what a ``--pyargs`` run's
+    node ids are relative to (``tests/test_matfuncs.py::...`` for scipy.linalg)."""
+    done = subprocess.run([str(SYSTEM_PYTHON), "-c", f"import os, {suite} as m; print(os.path.dirname(m.__file__))"],
+                          capture_output=True, text=True, timeout=120, env={"PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr
+    return Path(done.stdout.strip())
+
+
+def confirm_or_excuse(differing: set[str], env: dict[str, str], library: Path, folder: Path, cwd: Path,
+                      text: str) -> None:
+    """Runs the tests whose outcome differed again (node ids relative to ``folder``),
+    each alone in a new process, RERUNS times preloaded and once without: a difference
+    that comes back is ours and fails the test; one that does not is said as a
+    warning, with the first run's report.
 
     On 2026-12-03 CI (both cores busy) saw one scipy.linalg test fail preloaded, a
     test whose checks only a gross error could fail; on the same machine and the
@@ -75,13 +86,15 @@ def confirm_or_excuse(differing: set[str], env: dict[str, str], library: Path, t
     A flake must not fail a run, yet what it printed stays where a person reads it."""
     assert differing, ("the counts differ but no test is named", text[-5000:])
     for node in sorted(differing):
-        target = str((tmp_path / node.split("::", 1)[0]).resolve()) + "::" + node.split("::", 1)[1]
-        args = [str(SYSTEM_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", target]
-        alone = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+        path, rest = node.split("::", 1)
+        assert (folder / path).is_file(), (node, folder)
+        args = [str(SYSTEM_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                f"{folder / path}::{rest}"]
+        alone = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
         assert alone.returncode == 0, ("fails without the library too, but not in its suite", node,
                                        alone.stdout[-3000:])
         for _ in range(RERUNS):
-            again = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path,
+            again = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=cwd,
                                    env={**env, "LD_PRELOAD": str(library)})
             assert again.returncode == 0, ("fails again on the preloaded library", node, again.stdout[-5000:])
     report = text[text.find("= FAILURES ="):] if "= FAILURES =" in text else text[-5000:]
@@ -109,7 +122,7 @@ def test_debian_suites_give_the_same_outcome_on_the_preloaded_library(built, tmp
     preloaded = outcome(text)
     if any(preloaded.get(kind, 0) != alone.get(kind, 0) for kind in ("failed", "error")):
         flaky = set(failures(text)) ^ set(failures(alone_text))
-        confirm_or_excuse(flaky, env, built.library, tmp_path, text)
+        confirm_or_excuse(flaky, env, built.library, suite_folder(suite), tmp_path, text)
         for counts, run in ((preloaded, text), (alone, alone_text)):
             for node, kind in failures(run, kinds=True):
                 if node in flaky:  # it passed every rerun: counted as the pass it is
@@ -141,9 +154,22 @@ def test_a_difference_that_comes_back_fails_and_one_that_does_not_is_said(tmp_pa
     first = run_suite_at(tmp_path, env)
     assert sorted(failures(first)) == ["test_flaky.py::test_once"] and failures(first, kinds=True)[0][1] == "failed"
     with pytest.warns(UserWarning, match="test_flaky.py::test_once"):
-        confirm_or_excuse({"test_flaky.py::test_once"}, env, Path("libm.so.6"), tmp_path, first)
+        confirm_or_excuse({"test_flaky.py::test_once"}, env, Path("libm.so.6"), tmp_path, tmp_path, first)
     with pytest.raises(AssertionError, match="fails again on the preloaded library"):
-        confirm_or_excuse({"test_ours.py::test_preloaded"}, env, Path("libm.so.6"), tmp_path, first)
+        confirm_or_excuse({"test_ours.py::test_preloaded"}, env, Path("libm.so.6"), tmp_path, tmp_path, first)
+
+
+def test_a_suites_node_ids_name_files_of_its_folder(tmp_path):
+    """What confirm_or_excuse runs again: the ids a --pyargs run prints, under the folder."""
+    if not _has("scipy"):
+        pytest.skip("needs Debian's python3-scipy and python3-pytest (scripts/setup.sh --test installs them)")
+    done = subprocess.run([str(SYSTEM_PYTHON), "-m", "pytest", "--pyargs", "scipy.linalg", "-q", "-p", "no:cacheprovider",
+                           "-o", "addopts=", "--co", "-k", "TestFractionalMatrixPower"], capture_output=True, text=True,
+                          timeout=300, env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}, cwd=tmp_path)
+    nodes = [line for line in done.stdout.splitlines() if "::" in line]
+    assert nodes, done.stdout[-2000:]
+    folder = suite_folder("scipy.linalg")
+    assert all((folder / node.split("::", 1)[0]).is_file() for node in nodes), (folder, nodes[:3])
 
 
 def run_suite_at(folder: Path, env: dict[str, str]) -> str:
