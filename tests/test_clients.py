@@ -45,10 +45,14 @@ def outcome(text: str) -> dict[str, int]:
     return counts
 
 
+def system_pytest(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 1500) -> subprocess.CompletedProcess:
+    """The system Python's pytest on ``args``, quiet, with no cache and no one's addopts."""
+    return subprocess.run([str(SYSTEM_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
 def run_suite(suite: str, env: dict[str, str], tmp_path: Path) -> str:
-    done = subprocess.run([str(SYSTEM_PYTHON), "-m", "pytest", "--pyargs", suite, "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts="],
-                          capture_output=True, text=True, timeout=1500, env=env, cwd=tmp_path)
+    done = system_pytest(["--pyargs", suite], env, tmp_path)
     return done.stdout + done.stderr
 
 
@@ -88,14 +92,12 @@ def confirm_or_excuse(differing: set[str], env: dict[str, str], library: Path, f
     for node in sorted(differing):
         path, rest = node.split("::", 1)
         assert (folder / path).is_file(), (node, folder)
-        args = [str(SYSTEM_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                f"{folder / path}::{rest}"]
-        alone = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+        args = [f"{folder / path}::{rest}"]
+        alone = system_pytest(args, env, cwd, timeout=600)
         assert alone.returncode == 0, ("fails without the library too, but not in its suite", node,
                                        alone.stdout[-3000:])
         for _ in range(RERUNS):
-            again = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=cwd,
-                                   env={**env, "LD_PRELOAD": str(library)})
+            again = system_pytest(args, {**env, "LD_PRELOAD": str(library)}, cwd, timeout=600)
             assert again.returncode == 0, ("fails again on the preloaded library", node, again.stdout[-5000:])
     report = text[text.find("= FAILURES ="):] if "= FAILURES =" in text else text[-5000:]
     warnings.warn(f"{sorted(differing)} failed once in the suite and passed {RERUNS} times alone, "
@@ -151,7 +153,8 @@ def test_a_difference_that_comes_back_fails_and_one_that_does_not_is_said(tmp_pa
     (tmp_path / "test_ours.py").write_text(
         "import os\ndef test_preloaded():\n    assert 'LD_PRELOAD' not in os.environ\n")
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
-    first = run_suite_at(tmp_path, env)
+    done = system_pytest(["test_flaky.py"], env, tmp_path, timeout=300)
+    first = done.stdout + done.stderr
     assert sorted(failures(first)) == ["test_flaky.py::test_once"] and failures(first, kinds=True)[0][1] == "failed"
     with pytest.warns(UserWarning, match="test_flaky.py::test_once"):
         confirm_or_excuse({"test_flaky.py::test_once"}, env, Path("libm.so.6"), tmp_path, tmp_path, first)
@@ -163,16 +166,9 @@ def test_a_suites_node_ids_name_files_of_its_folder(tmp_path):
     """What confirm_or_excuse runs again: the ids a --pyargs run prints, under the folder."""
     if not _has("scipy"):
         pytest.skip("needs Debian's python3-scipy and python3-pytest (scripts/setup.sh --test installs them)")
-    done = subprocess.run([str(SYSTEM_PYTHON), "-m", "pytest", "--pyargs", "scipy.linalg", "-q", "-p", "no:cacheprovider",
-                           "-o", "addopts=", "--co", "-k", "TestFractionalMatrixPower"], capture_output=True, text=True,
-                          timeout=300, env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}, cwd=tmp_path)
+    done = system_pytest(["--pyargs", "scipy.linalg", "--co", "-k", "TestFractionalMatrixPower"],
+                         {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}, tmp_path, timeout=300)
     nodes = [line for line in done.stdout.splitlines() if "::" in line]
     assert nodes, done.stdout[-2000:]
     folder = suite_folder("scipy.linalg")
     assert all((folder / node.split("::", 1)[0]).is_file() for node in nodes), (folder, nodes[:3])
-
-
-def run_suite_at(folder: Path, env: dict[str, str]) -> str:
-    done = subprocess.run([str(SYSTEM_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
-                           "test_flaky.py"], capture_output=True, text=True, timeout=300, env=env, cwd=folder)
-    return done.stdout + done.stderr
