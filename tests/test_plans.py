@@ -48,11 +48,13 @@ def check_plan(p: plans.Plan) -> None:
             if p.path == "small":
                 want = p.trans if p.layout == "col" else p.trans[::-1]
                 assert spec.trans == p.kernel_trans
-                # A vector operand's transposition is free (plan.c, choose_vector_flags):
-                # only then may the kernels' flag differ from the caller's.
+                # A vector operand's transposition is free (plan.c, choose_vector_flags),
+                # and a few rows of an untransposed A may be copied into rows along K
+                # (choose_copy_a): only then may the kernels' flag differ from the caller's.
                 m, n = (p.N, p.M) if p.layout == "row" else (p.M, p.N)
-                assert spec.trans[0] == want[0] or m == 1
+                assert spec.trans[0] == want[0] or m == 1 or (p.a_copied and want[0] == "n")
                 assert spec.trans[1] == want[1] or n == 1
+                assert s.pack_a == p.a_copied and not s.pack_b
             else:
                 assert spec.trans == p.kernel_trans and s.pack_a and s.pack_b
     if p.K == 0:

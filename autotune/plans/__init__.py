@@ -70,6 +70,7 @@ class Plan:
     memops: float
     steps: tuple[Step, ...]       # the first STEP_LIMIT steps (all of them below that)
     nsteps: int = -1              # every step of the plan; -1: len(steps)
+    a_copied: bool = False        # small path: op(A) read from a copy in rows along K
     usage: tuple[tuple[str, int, int], ...] = ()  # (kernel, calls, elements of C) of every step
 
     def to_dict(self) -> dict:
@@ -213,7 +214,7 @@ def plan(
         path="packed" if info.path == 1 else "small", threads=info.threads,
         kernel_trans=_TRANS[info.kernel_trans], blocks=(info.blk_m, info.blk_n, info.blk_k),
         predicted_seconds=info.predicted_seconds, memops=info.memops, steps=tuple(steps),
-        nsteps=total, usage=usage,
+        nsteps=total, usage=usage, a_copied=bool(info.a_copied),
     )
 
 
@@ -237,7 +238,9 @@ def explain(p: Plan) -> str:
         f"lda={p.lda} ldb={p.ldb} ldc={p.ldc}",
         f"path: {p.path}" + (
             f" (blk_m={p.blocks[0]} blk_n={p.blocks[1]} blk_k={p.blocks[2]}, panels packed for "
-            f"{p.kernel_trans} kernels)" if p.path == "packed" else " (A and B read in place)"),
+            f"{p.kernel_trans} kernels)" if p.path == "packed" else
+            f" (A copied into rows along K for the {p.kernel_trans} kernels, B read in place)"
+            if p.a_copied else " (A and B read in place)"),
         f"threads: {p.threads}   steps: {p.step_count}",
         f"predicted: {p.predicted_seconds * 1e6:.2f} us ({p.predicted_gflops:.1f} GFLOPS)   "
         f"memops: {p.memops:.0f} elements (sum(mb+nb)*K + 2MN)",

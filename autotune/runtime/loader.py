@@ -48,7 +48,7 @@ class at_plan_info(ctypes.Structure):
         ("dtype", c_int32), ("layout", c_int32), ("trans_a", c_int32), ("trans_b", c_int32),
         ("M", c_int64), ("N", c_int64), ("K", c_int64),
         ("lda", c_int64), ("ldb", c_int64), ("ldc", c_int64),
-        ("path", c_int32), ("threads", c_int32), ("kernel_trans", c_int32), ("reserved", c_int32),
+        ("path", c_int32), ("threads", c_int32), ("kernel_trans", c_int32), ("a_copied", c_int32),
         ("nsteps", c_int64), ("blk_m", c_int64), ("blk_n", c_int64), ("blk_k", c_int64),
         ("predicted_seconds", ctypes.c_double), ("memops", ctypes.c_double),
     ]

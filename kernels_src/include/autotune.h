@@ -53,7 +53,8 @@ typedef struct {
     int32_t path;        /* 0: no packing (small GEMM), 1: Goto blocking with packed panels */
     int32_t threads;     /* threads the plan was split for (1 below the size threshold) */
     int32_t kernel_trans;/* transposition of the kernels used ("nn"=0 .. "tt"=3) */
-    int32_t reserved;
+    int32_t a_copied;    /* 1: the no-pack path reads op(A) from a copy in rows along K
+                          * (a few rows of an untransposed A), 0: in place */
     int64_t nsteps;      /* steps as at_plan_steps() reports them */
     int64_t blk_m, blk_n, blk_k; /* Goto blocks (0 on the no-pack path) */
     double predicted_seconds;

@@ -37,6 +37,11 @@ struct at_plan {
     _Atomic int refs;          /* the cache and each in-flight call hold one */
     int32_t ktrans_a, ktrans_b;/* operand formats the kernels read */
     int32_t streaming;         /* a step calls an SME2 kernel: the executor's streaming region */
+    /* No-pack path, a few rows of an untransposed A (plan.c, choose_copy_a): the
+     * executor copies op(A) into rows along K of leading dimension lda (ta is
+     * then 1) from the caller's A, whose leading dimension is src_lda. */
+    int32_t copy_a;
+    int64_t src_lda;
     /* No-pack path: steps in global coordinates, grouped by thread.
      * Packed path: micro steps relative to their block, grouped by tiling. */
     int64_t nsteps;

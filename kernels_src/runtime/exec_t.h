@@ -663,6 +663,77 @@ ready:
     return AT_OK;
 }
 
+#ifndef AT_COPY_A_STACK
+/* A copy of op(A) up to this size lives on the stack of its call (plan.c, choose_copy_a). */
+#define AT_COPY_A_STACK 8192
+#endif
+
+/* Element (i, k) of the caller's untransposed A into row i of the copy, at
+ * dst[k + i * lda]: the rows along K a copy_a plan's tn or tt kernels read.
+ * Four rows at a time, each pass a walk along K: a loop over all M rows inside
+ * the walk took 1.1 ns an element at M = 2 (Zen 4), this 0.3. */
+static void AT_FN(copy_a)(const at_plan *p, const AT_T *A, AT_T *dst)
+{
+    int64_t M = p->M, K = p->K, src = p->src_lda, ld = p->lda, i = 0;
+    for (; i + 4 <= M; i += 4) {
+        const AT_T *a = A + i;
+        AT_T *d = dst + i * ld;
+        for (int64_t k = 0; k < K; k++, a += src) {
+            d[k] = a[0];
+            d[k + ld] = a[1];
+            d[k + 2 * ld] = a[2];
+            d[k + 3 * ld] = a[3];
+        }
+    }
+    for (; i + 2 <= M; i += 2) {
+        const AT_T *a = A + i;
+        AT_T *d = dst + i * ld;
+        for (int64_t k = 0; k < K; k++, a += src) {
+            d[k] = a[0];
+            d[k + ld] = a[1];
+        }
+    }
+    for (; i < M; i++) {
+        const AT_T *a = A + i;
+        AT_T *d = dst + i * ld;
+        for (int64_t k = 0; k < K; k++, a += src) d[k] = a[0];
+    }
+}
+
+/* Shares [t0, t1) of a copy_a plan on one copy of op(A).  Apart from the shares'
+ * own callers so that their frames stay small: a 2 x 2 x 2 product's call costs
+ * what its kernel does. */
+static __attribute__((noinline)) int AT_FN(run_copied)(const at_plan *p, int t0, int t1,
+                                                       const AT_T *A, const AT_T *B, AT_T *C,
+                                                       AT_T alpha, AT_T beta)
+{
+    AT_T stack[AT_COPY_A_STACK / sizeof(AT_T)] __attribute__((aligned(64)));
+    size_t bytes = sizeof(AT_T) * (size_t)(p->M * p->lda);
+    AT_T *a = bytes <= sizeof stack ? stack : aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!a) return AT_ENOMEM;
+    AT_FN(copy_a)(p, A, a);
+    int rc = AT_OK;
+    for (int t = t0; t < t1; t++) {
+        int r = AT_FN(run_part)(p, t, a, B, C, alpha, beta);
+        if (r) rc = r;
+    }
+    if (a != stack) free(a);
+    return rc;
+}
+
+/* Shares [t0, t1) of one problem, whatever the plan. */
+static int AT_FN(run_shares)(const at_plan *p, int t0, int t1, const AT_T *A, const AT_T *B,
+                             AT_T *C, AT_T alpha, AT_T beta)
+{
+    if (p->copy_a) return AT_FN(run_copied)(p, t0, t1, A, B, C, alpha, beta);
+    int rc = AT_OK;
+    for (int t = t0; t < t1; t++) {
+        int r = AT_FN(run_part)(p, t, A, B, C, alpha, beta);
+        if (r) rc = r;
+    }
+    return rc;
+}
+
 /* One whole problem: the BLAS special cases, then the plan's parts [t0, t1). */
 static int AT_FN(run_item)(const at_plan *p, int t0, int t1, const void *A, const void *B,
                            void *C, double alpha, double beta)
@@ -674,12 +745,7 @@ static int AT_FN(run_item)(const at_plan *p, int t0, int t1, const void *A, cons
         if (t0 == 0) AT_FN(scale)(p->M, p->N, (AT_T *)C, p->ldc, b);
         return AT_OK;
     }
-    int rc = AT_OK;
-    for (int t = t0; t < t1; t++) {
-        int r = AT_FN(run_part)(p, t, (const AT_T *)A, (const AT_T *)B, (AT_T *)C, a, b);
-        if (r) rc = r;
-    }
-    return rc;
+    return AT_FN(run_shares)(p, t0, t1, (const AT_T *)A, (const AT_T *)B, (AT_T *)C, a, b);
 }
 
 /* One problem on a one-thread plan (batch 1): run_item's work with no job, no
@@ -701,18 +767,14 @@ static int AT_FN(run_one)(const at_plan *p, const void *A, const void *B, void *
     }
     /* (A plan with SME2 steps keeps run_part: it decides whether a share runs
      * in a streaming region.) */
-    if (p->info.path == 0 && !AT_STREAMING(p)) {
+    if (p->info.path == 0 && !AT_STREAMING(p) && !p->copy_a) {
         AT_FN(run_steps)(p->steps, p->thread_start[0], p->thread_start[p->info.threads], p->K,
                          (const AT_T *)A, p->lda, p->ta, (const AT_T *)B, p->ldb, p->tb,
                          (AT_T *)C, p->ldc, a, b);
         return AT_OK;
     }
-    int rc = AT_OK;
-    for (int t = 0; t < p->info.threads; t++) {
-        int r = AT_FN(run_part)(p, t, (const AT_T *)A, (const AT_T *)B, (AT_T *)C, a, b);
-        if (r) rc = r;
-    }
-    return rc;
+    return AT_FN(run_shares)(p, 0, p->info.threads, (const AT_T *)A, (const AT_T *)B, (AT_T *)C,
+                             a, b);
 }
 
 /* Items [lo, hi) of job j, each with every share of the plan in turn: what
@@ -738,7 +800,7 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
     }
     /* (A plan with SME2 steps keeps the generic walk below: its shares may run
      * in a streaming region, which run_part decides.) */
-    if (p->info.path == 0 && !AT_STREAMING(p)) {
+    if (p->info.path == 0 && !AT_STREAMING(p) && !p->copy_a) {
         const at_step *st = p->steps;
         int64_t s0 = p->thread_start[0], s1 = p->thread_start[p->info.threads];
         int64_t K = p->K, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
@@ -785,10 +847,8 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
         const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);
         const AT_T *y = Bp ? (const AT_T *)Bp[i] : (const AT_T *)(B0 + i * sb);
         AT_T *z = j->C ? (AT_T *)j->C[i] : (AT_T *)(j->C0 + i * sc);
-        for (int t = 0; t < p->info.threads; t++) {
-            int r = AT_FN(run_part)(p, t, x, y, z, a, b);
-            if (r) rc = r;
-        }
+        int r = AT_FN(run_shares)(p, 0, p->info.threads, x, y, z, a, b);
+        if (r) rc = r;
     }
     return rc;
 }

@@ -154,6 +154,36 @@ static int nopack_tile(at_nopack *o, int dtype, int ta, int tb, int64_t m, int64
     return at__tile_block(&o->g, m, n, &o->st, &o->seconds);
 }
 
+/* A few rows of an untransposed op(A) leave the families read in place short of
+ * lanes: nn vectorises along M and, of 2 rows, gathers or masks (f32 2 x 256 x
+ * 256, one thread, 2-vCPU Zen 4: 30 GFLOPS against OpenBLAS's 97); nt the same.
+ * Copied into rows along K (its M x K elements, a 1/N share of the product's
+ * loads), op(A) reads in the transposed format: the tn kernels' dot products
+ * along K, or with op(B) = B^T the tt kernels' rows of B against broadcasts of
+ * A, which fill their vectors at any M.  The copy is taken when the tiler
+ * predicts it and the other family's tiling faster than the tiling in place;
+ * each share copies the whole of A (a share is a range of columns when M is
+ * this small), on its stack or, past AT_COPY_A_STACK (exec_t.h), in a buffer of
+ * its call. */
+#define AT_COPY_A_ROWS 16
+#define AT_COPY_A_BYTES ((int64_t)1 << 20)
+#define AT_COPY_A_CALL_SECONDS 40e-9 /* a buffer and the walk over K, besides the elements */
+
+/* Rows of the copy start on 64-byte lines, and a row of a multiple of 4 KiB gets
+ * another line: rows a page apart fall in one L1 set, and a kernel reads up to
+ * 16 of them at once. */
+static int64_t copy_a_ld(int64_t K, int64_t elem)
+{
+    int64_t line = 64 / elem, ld = (K + line - 1) / line * line;
+    if ((ld * elem) % 4096 == 0) ld += line;
+    return ld;
+}
+
+static double copy_a_seconds(const at_plan *p, int dtype)
+{
+    return (double)p->M * (double)p->K * at__pack_seconds(dtype) + AT_COPY_A_CALL_SECONDS;
+}
+
 /* `pre`: the tiling choose_vector_flags already made for the plan's own flags
  * and leading dimensions, or one not built. */
 static int build_nopack(at_plan *p, int T, at_nopack *pre)
@@ -194,7 +224,7 @@ static int build_nopack(at_plan *p, int T, at_nopack *pre)
     for (int64_t k = 0; k < p->nsteps; k++) p->steps[k].thread = it[k].thread;
     rc = group_by_thread(p, it, p->nsteps, sizeof *p->steps, p->steps);
     free(it);
-    p->info.predicted_seconds = load;
+    p->info.predicted_seconds = load + (p->copy_a ? copy_a_seconds(p, p->info.dtype) : 0);
     p->info.memops = memops + 2.0 * (double)p->M * (double)p->N;
     p->info.nsteps = p->nsteps;
     p->info.path = 0;
@@ -204,7 +234,9 @@ static int build_nopack(at_plan *p, int T, at_nopack *pre)
      * only the executor packs, and an SME2 kernel (fn_s) runs in the executor's
      * streaming region.  Decided here, from the kernel's record, so every
      * translation unit of the runtime agrees. */
-    if (rc == AT_OK && p->nsteps == 1 && p->info.threads == 1 && p->steps[0].kernel >= 0) {
+    p->info.a_copied = p->copy_a;
+    for (int64_t k = 0; p->copy_a && k < p->nsteps; k++) p->steps[k].pack = AT_PACK_A;
+    if (rc == AT_OK && !p->copy_a && p->nsteps == 1 && p->info.threads == 1 && p->steps[0].kernel >= 0) {
         const at_kernel *k = &at_kernel_table[p->steps[0].kernel].kernel;
         if (k->pack_a_ld == 0 && k->pack_b_ld == 0 && k->fn_s == NULL) p->single = k->fn;
     }
@@ -454,6 +486,37 @@ static int choose_vector_flags(at_plan *p, int dtype, at_nopack *kept)
     return AT_OK;
 }
 
+static int choose_copy_a(at_plan *p, int dtype, at_nopack *kept)
+{
+    int64_t elem = dtype == AT_F32 ? 4 : 8, ld = copy_a_ld(p->K, elem);
+    if (p->ta || p->M > AT_COPY_A_ROWS || p->M * ld * elem > AT_COPY_A_BYTES) return AT_OK;
+    int rc = AT_OK;
+    if (!kept->built) {
+        rc = nopack_family(kept, dtype, p->ta, p->tb, p->M, p->N, p->K, p->lda, p->ldb);
+        if (rc) return rc;
+    }
+    at_nopack o;
+    rc = nopack_family(&o, dtype, 1, p->tb, p->M, p->N, p->K, ld, p->ldb);
+    if (rc) {
+        nopack_free(&o);
+        return rc;
+    }
+    /* Priced as on one thread whatever the plan's threads: the kernels, and so the
+     * bits of C, stay those of any thread count.  (With threads each share copies
+     * all of A, so a copy that barely pays on one thread may not on several.) */
+    if (o.built && (!kept->built || o.seconds + copy_a_seconds(p, dtype) < kept->seconds)) {
+        nopack_free(kept);
+        *kept = o;
+        p->copy_a = 1;
+        p->src_lda = p->lda;
+        p->lda = ld;
+        p->ta = 1;
+    } else {
+        nopack_free(&o);
+    }
+    return AT_OK;
+}
+
 /* Whether the column-major problem of p takes the packed path.  Without a
  * kernel of its own transposition it must: the panels are packed into the form
  * of the kernels there are.  Otherwise from pack_flops on, the crossover the
@@ -647,8 +710,10 @@ static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int6
     } else {
         at_nopack kept;
         if (!(rc = choose_vector_flags(p, dtype, &kept))) {
-            rc = takes_packed_path(p, dtype, flops) ? build_packed(p, threads)
-                                                     : build_nopack(p, threads, &kept);
+            if (takes_packed_path(p, dtype, flops))
+                rc = build_packed(p, threads);
+            else if (!(rc = choose_copy_a(p, dtype, &kept)))
+                rc = build_nopack(p, threads, &kept);
         }
         nopack_free(&kept);
     }
