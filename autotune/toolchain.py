@@ -69,7 +69,10 @@ _COMMON = ("-O3", "-std=c11", "-fno-math-errno", "-fPIC")
 # of each family timed in interleaved rounds, both orders, ran at 1.007-1.05x
 # (avx512) and 0.995-1.009x (avx2) their speed with those passes (geomean per K, Zen 4).
 # (GCC's names: Clang would warn about each.)  Portable C (generic) keeps -O3,
-# which vectorises its loops.
+# which vectorises its loops.  -fno-expensive-optimizations also turns off GCC's
+# vzeroupper insertion, which Intel cores need before the SSE code that calls a
+# kernel (a 48x8 call at K = 4 took 6x its time on a Xeon): the generated kernels
+# and the peak loops clear the upper halves themselves (codegen._x86._leave_vector_state).
 _VECTOR = ("-O2",) + _COMMON[1:]
 GCC_VECTOR_FLAGS = ("-fno-gcse", "-fno-schedule-insns2", "-fno-expensive-optimizations")
 _X86_FLAGS = {

@@ -23,6 +23,7 @@ from autotune.codegen import GeneratedSource, generate, generator_module
 from autotune.codegen.bench import build_probe_library, cflags
 from autotune.families.x86 import family, register_file
 from autotune.specs import DTYPES, TRANSPOSITIONS, KernelSpec
+from autotune import host, toolchain
 from autotune.toolchain import X86_REQUIRES, find_cc
 
 
@@ -226,6 +227,28 @@ def test_sampled_kernels_compute_gemm(sampled_libs, isa, dtype, trans):
     assert not failures, "\n".join(failures[:10])
 
 
+@pytest.mark.parametrize("isa", [isa for isa in RUNNABLE if isa != "generic"])
+def test_dot_kernels_sum_any_number_of_accumulators(isa, tmp_path):
+    """The dot kernels' horizontal sums fold W accumulators per vector of sums
+    (_x86._fold_sums): counts just below, at and above multiples of W, in several
+    vectors of sums, with the lanes of absent accumulators folded as zeros."""
+    specs = []
+    for dtype in DTYPES:
+        w = register_file(isa).lanes(dtype)
+        by_count = {}
+        for s in family(isa, dtype, "tn"):  # tn is the family of dot kernels
+            by_count.setdefault(s.mr * s.nr, s)
+        want = {1, w - 1, w, w + 1, 2 * w - 1, 2 * w + 1, max(by_count)}
+        specs += [by_count[c] for c in sorted(want & set(by_count))]
+        assert len(want & set(by_count)) >= 4, (dtype, sorted(by_count))
+    for spec in specs:
+        text = generate(spec).text
+        assert "sums[" in text and "reduce_add" not in text, spec.name
+    lib = build_probe_library(specs, tmp_path).load()
+    failures = check_kernels(lib, specs, seed=zlib.crc32(isa.encode()))
+    assert not failures, "\n".join(failures[:10])
+
+
 def test_checker_catches_a_wrong_kernel(tmp_path):
     """The numerical check must be able to fail: a kernel with its alpha ignored is caught."""
     spec = KernelSpec("generic", "f32", 3, 2, unroll=2)
@@ -311,6 +334,38 @@ def _assembly(name: str, tmp_path) -> list[str]:
     path.write_text(src.text)
     return subprocess.run([*find_cc(), *cflags(spec.isa), "-S", str(path), "-o", "-"],
                           capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+@pytest.mark.parametrize("name", ["at_sgemm_avx512_nn_48x8_u4", "at_dgemm_avx512_tn_2x14_u2",
+                                  "at_sgemm_avx512_tt_4x32_u2", "at_sgemm_avx2_nn_16x4_u4",
+                                  "at_dgemm_avx2_tn_3x3_u1", "at_dgemm_avx512_nn_3x2_gather_u4"])
+def test_kernels_return_with_the_upper_halves_cleared(name, tmp_path):
+    """Every return of a vector kernel follows a vzeroupper, under the flags the
+    install compiles with (GCC's own vzeroupper pass is off under them): the
+    runtime and the harness that call kernels are SSE code, which on Intel cores
+    runs several times slower after 256- or 512-bit code left the upper halves dirty."""
+    spec = KernelSpec.from_name(name)
+    src = generate(spec)
+    path = tmp_path / src.filename
+    path.write_text(src.text)
+    flags = toolchain.target_for(spec.isa, host.detect()).cflags if spec.isa in RUNNABLE \
+        else cflags(spec.isa)
+    asm = subprocess.run([*find_cc(), *flags, "-S", str(path), "-o", "-"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    rets = 0
+    since_clear = False
+    for line in asm:
+        op = line.split()[0] if line.split() else ""
+        if op == "vzeroupper":
+            since_clear = True
+        elif op == "ret":
+            assert since_clear, f"{name}: a ret with no vzeroupper before it"
+            rets += 1
+        elif re.match(r"^\w+:", line):  # a function's own label starts a new body
+            since_clear = False
+        elif op.startswith("v") and since_clear and re.search(r"%[yz]mm", line):
+            since_clear = False  # wide code after the clear dirties the halves again
+    assert rets >= 1
 
 
 def _loops(asm: list[str]) -> list[tuple[str, list[str]]]:

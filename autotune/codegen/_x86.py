@@ -99,11 +99,6 @@ class Vocabulary:
     def add(self, a: str, b: str) -> str:
         return f"{self.op('add')}({a}, {b})"
 
-    def hsum(self, v: str) -> str:
-        if self.masked == "k":
-            return f"{self.op('reduce_add')}({v})"
-        return f"at_hsum({v})"
-
 
 def _store_first_helper(voc: Vocabulary, ctype: str) -> list[str]:
     """AVX2: the first ``n`` lanes of a vector stored as 4-, 2- and 1-lane pieces.
@@ -159,29 +154,6 @@ _IN_REGISTER = [
     "#define AT_IN_REGISTER(v) __asm__(\"\" : \"+v\"(v))",
     "#endif",
 ]
-
-
-def _hsum_helper(voc: Vocabulary, ctype: str) -> list[str]:
-    """AVX2 has no horizontal-sum intrinsic: a three-step fold to a scalar."""
-    if voc.masked == "k":
-        return []
-    if voc.suffix == "ps":
-        body = [
-            "    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));",
-            "    x = _mm_add_ps(x, _mm_movehl_ps(x, x));",
-            "    x = _mm_add_ss(x, _mm_movehdup_ps(x));",
-            "    return _mm_cvtss_f32(x);",
-        ]
-    else:
-        body = [
-            "    __m128d x = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));",
-            "    x = _mm_add_sd(x, _mm_unpackhi_pd(x, x));",
-            "    return _mm_cvtsd_f64(x);",
-        ]
-    # Guarded: the build compiles several kernels as one translation unit.
-    guard = f"AT_HSUM_{voc.suffix.upper()}_DEFINED"
-    return [f"#ifndef {guard}", f"#define {guard}", f"static inline {ctype} at_hsum({voc.vtype} v)", "{",
-            *body, "}", "#endif", ""]
 
 
 _STRATEGY_NOTES = {
@@ -267,7 +239,7 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     out("#include <stdint.h>")
     out("#include <immintrin.h>")
     out()
-    for line in _hsum_helper(voc, T) + (_store_first_helper(voc, T) if tail < w else []):
+    for line in _store_first_helper(voc, T) if tail < w else []:
         out(line)
     if kind != "dot":
         for line in _IN_REGISTER:
@@ -289,6 +261,7 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
             out.depth = 1
             out("(void)lda; (void)ldb; (void)ldc;")
             _emit_broadcast(out, spec, voc, kind, sets, unroll)
+            _leave_vector_state(out)
             out.depth = 0
             out("}")
             out()
@@ -311,9 +284,23 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
         _emit_dot(out, spec, voc, budget.sets)
     else:
         _emit_broadcast(out, spec, voc, kind, budget.sets, spec.unroll)
+    _leave_vector_state(out)
     out.depth = 0
     out("}")
     return "\n".join(out.lines) + "\n"
+
+
+def _leave_vector_state(out: _Writer) -> None:
+    """vzeroupper before the kernel returns, written out rather than left to the
+    compiler: GCC inserts it in a pass that -fno-expensive-optimizations
+    (toolchain.GCC_VECTOR_FLAGS) turns off.  Its callers (the runtime, the
+    harness) are SSE code, and on Intel cores SSE instructions after 256- or
+    512-bit ones with the upper halves still dirty run slowly: a 48x8 fp32 kernel
+    at K = 4 took 189 ns a call from such a caller, 31 with the halves cleared
+    (2-vCPU Xeon, family 6 model 207, 2026-12-04); AMD's Zen cores pay nothing, which is how the
+    flag got in unnoticed."""
+    out("/* The upper halves cleared for the caller's SSE code (slow after them on Intel). */")
+    out("_mm256_zeroupper();")
 
 
 def _signature(out: _Writer, spec: KernelSpec, name: str, qualifiers: str) -> None:
@@ -776,16 +763,138 @@ def _emit_dot(out: _Writer, spec: KernelSpec, voc: Vocabulary, sets: int) -> Non
     out.close()
     _merge_sets(out, voc, sets, acc, mr, nr)
     out()
-    out("/* Horizontal sums, then the scalar update of the block. */")
+    # C's elements in column-major order, so that a vector of sums holds whole columns.
+    sums = _fold_sums(out, voc, [acc(0, i, j) for j in range(nr) for i in range(mr)])
+    out("/* The scalar update of the block. */")
     out.open("if (beta == 0)")
     for j in range(nr):
         for i in range(mr):
-            out(f"C[{i} + {j} * ldc] = alpha * {voc.hsum(acc(0, i, j))};")
+            out(f"C[{i} + {j} * ldc] = alpha * {sums[j * mr + i]};")
     out.close(" else {")
     out.depth += 1
     for j in range(nr):
         for i in range(mr):
             c = f"C[{i} + {j} * ldc]"
-            out(f"{c} = alpha * {voc.hsum(acc(0, i, j))} + beta * {c};")
+            out(f"{c} = alpha * {sums[j * mr + i]} + beta * {c};")
     out.close()
+
+
+# ---------------------------------------------------------------------------
+# Horizontal sums of many accumulators at once
+# ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _FoldStep:
+    """One level of the fold: (x, y) -> lo(x, y) + hi(x, y), where lo and hi
+    rearrange the lanes of the pair so that the sum halves what each vector
+    carries of each accumulator (and doubles the accumulators per vector)."""
+
+    lo: str   # C template over {x} and {y}
+    hi: str
+    lanes_lo: object  # the same permutations on lists of lanes, for the lane map
+    lanes_hi: object
+
+
+def _blocks(v: list, size: int) -> list[list]:
+    return [v[b:b + size] for b in range(0, len(v), size)]
+
+
+def _shuffle128(imm: int):
+    """_mm512_shuffle_f32x4 / f64x2: blocks a[imm0], a[imm1], b[imm2], b[imm3] of 128 bits."""
+    def lanes(a: list, b: list) -> list:
+        ba, bb = _blocks(a, len(a) // 4), _blocks(b, len(b) // 4)
+        picks = [ba[imm & 3], ba[imm >> 2 & 3], bb[imm >> 4 & 3], bb[imm >> 6 & 3]]
+        return [lane for block in picks for lane in block]
+    return lanes
+
+
+def _permute128(imm: int):
+    """_mm256_permute2f128: halves chosen from (a.lo, a.hi, b.lo, b.hi)."""
+    def lanes(a: list, b: list) -> list:
+        halves = _blocks(a, len(a) // 2) + _blocks(b, len(b) // 2)
+        return halves[imm & 3] + halves[imm >> 4 & 3]
+    return lanes
+
+
+def _unpack(block: int, element: int, high: bool):
+    """unpacklo/unpackhi within each 128-bit block of ``block`` lanes, on
+    elements of ``element`` lanes (2 for a pd unpack of fp32 data)."""
+    def lanes(a: list, b: list) -> list:
+        out = []
+        for xa, xb in zip(_blocks(a, block), _blocks(b, block)):
+            ea, eb = _blocks(xa, element), _blocks(xb, element)
+            half = len(ea) // 2
+            for k in range(half, 2 * half) if high else range(half):
+                out += ea[k] + eb[k]
+        return out
+    return lanes
+
+
+def _fold_steps(voc: Vocabulary) -> list[_FoldStep]:
+    bits = int(voc.prefix.removeprefix("_mm"))
+    block = voc.lanes * 128 // bits
+    p, sfx = voc.prefix, voc.suffix
+    steps = []
+    if bits == 512:
+        shuf = f"{p}_shuffle_{'f32x4' if sfx == 'ps' else 'f64x2'}"
+        for lo, hi in ((0x44, 0xEE), (0x88, 0xDD)):
+            steps.append(_FoldStep(f"{shuf}({{x}}, {{y}}, 0x{lo:02X})", f"{shuf}({{x}}, {{y}}, 0x{hi:02X})",
+                                   _shuffle128(lo), _shuffle128(hi)))
+    else:
+        perm = f"{p}_permute2f128_{sfx}"
+        steps.append(_FoldStep(f"{perm}({{x}}, {{y}}, 0x20)", f"{perm}({{x}}, {{y}}, 0x31)",
+                               _permute128(0x20), _permute128(0x31)))
+    steps.append(_FoldStep(f"{p}_unpacklo_{sfx}({{x}}, {{y}})", f"{p}_unpackhi_{sfx}({{x}}, {{y}})",
+                           _unpack(block, 1, False), _unpack(block, 1, True)))
+    if sfx == "ps":
+        def as_pd(op: str) -> str:
+            return f"{p}_castpd_ps({p}_{op}_pd({p}_castps_pd({{x}}), {p}_castps_pd({{y}})))"
+        steps.append(_FoldStep(as_pd("unpacklo"), as_pd("unpackhi"),
+                               _unpack(block, 2, False), _unpack(block, 2, True)))
+    return steps
+
+
+def _fold_sums(out: _Writer, voc: Vocabulary, accs: list[str]) -> list[str]:
+    """Sum each accumulator's lanes, ``lanes`` accumulators per vector: pairs of
+    vectors fold level by level into one vector whose lane l is the sum of one
+    accumulator, stored to a stack array.  About 3 instructions per accumulator,
+    where a reduction of each alone takes 8: a tn 2x14 fp32 kernel's 28 sums
+    cost a third of its FMAs at K = 256.  Returns the C expression of each sum.
+
+    Which lane ends with which accumulator follows from the shuffles; it is
+    worked out here on lists of lanes, and checked: every lane of the result
+    must hold all the lanes of exactly one accumulator."""
+    w, T = voc.lanes, ("float" if voc.suffix == "ps" else "double")
+    steps = _fold_steps(voc)
+    assert 1 << len(steps) == w, (voc, len(steps))
+    groups = math.ceil(len(accs) / w)
+    out(f"/* Horizontal sums: {len(accs)} accumulators fold into {groups} vector(s) of sums. */")
+    out(f"{T} sums[{groups * w}] __attribute__((aligned(64)));")
+    where: dict[int, int] = {}
+    for g in range(groups):
+        names = accs[g * w:(g + 1) * w]
+        names += [voc.zero()] * (w - len(names))
+        # Lanes as (accumulator, lane) pairs; an absent accumulator is None.
+        vecs = [(name, [[(g * w + v, lane)] if v + g * w < len(accs) else [] for lane in range(w)])
+                for v, name in enumerate(names)]
+        for level, step in enumerate(steps):
+            folded = []
+            for k in range(0, len(vecs), 2):
+                (x, lx), (y, ly) = vecs[k], vecs[k + 1]
+                name = f"s{g}_{level}_{k // 2}"
+                lo, hi = step.lo.format(x=x, y=y), step.hi.format(x=x, y=y)
+                out(f"const {voc.vtype} {name} = {voc.add(lo, hi)};")
+                lanes = [a + b for a, b in zip(step.lanes_lo(lx, ly), step.lanes_hi(lx, ly))]
+                folded.append((name, lanes))
+            vecs = folded
+        (name, lanes), = vecs
+        out(f"{voc.op('store')}(sums + {g * w}, {name});")
+        for lane, parts in enumerate(lanes):
+            owners = {a for a, _ in parts}
+            assert len(owners) <= 1 and (not owners or sorted(l for _, l in parts) == list(range(w))), \
+                (voc, lane, parts)
+            if owners:
+                where[owners.pop()] = g * w + lane
+    assert sorted(where) == list(range(len(accs)))
+    return [f"sums[{where[q]}]" for q in range(len(accs))]
 
