@@ -28,7 +28,7 @@ from .quant_shapes import MEASURE_KN
 from .table import TableError, TunedTable, kernel_score, library_dir, load, table_path
 from .specs import SVL_CHOICES
 from .toolchain import KNOWN_ISAS, ToolchainError
-from .trials import crossover_lines, edge_lines, held_out_line, main_kernel_lines, summary_line
+from .trials import crossover_lines, edge_lines, held_out_line, main_kernel_lines, summary_line, thread_cost_lines
 
 DESCRIPTION = """\
 Install-time autotuned GEMM. `autotune install` generates fixed-size micro-kernels
@@ -561,7 +561,8 @@ def print_decisions(table: TunedTable, out: Console) -> None:
                   highlight=False, soft_wrap=True)
     for line in crossover_lines(table.settings.get("crossovers")):
         out.print(f"crossover {line}", highlight=False, soft_wrap=True)
-    for line in edge_lines(table.settings.get("edge")) + main_kernel_lines(table.settings.get("main_kernel")):
+    for line in (edge_lines(table.settings.get("edge")) + main_kernel_lines(table.settings.get("main_kernel"))
+                 + thread_cost_lines(table.settings.get("thread_cost"))):
         out.print(line, highlight=False, soft_wrap=True)
     out.print(summary_line(table.tuning), highlight=False)
     held = held_out_line(table.tuning)

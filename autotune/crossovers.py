@@ -499,6 +499,71 @@ def measure_edge(runner: SuiteRunner, params: PlannerParams, dtype: str, peak_gf
     return EdgeSpeed(dtype, round(gflops, 3), float(f"{frac:.4g}"), peak_gflops, by_block)
 
 
+# -- the fixed cost of a threaded call -----------------------------------------------
+
+#: Squares the threads' fixed cost is timed on: large enough that both threads'
+#: shares are even and a call's work is tens of microseconds, small enough that
+#: the cost is a visible part of it.
+THREAD_COST_SIDES: tuple[int, ...] = (64, 96, 128)
+
+
+@dataclass(frozen=True)
+class ThreadCost:
+    """What a call on all threads costs beyond its busiest share (``thread_seconds``):
+    ``seconds`` as measured (None where it was not: one thread, a busy machine),
+    ``value`` the parameter stored, ``call_s`` the timer's own cost of a call (a
+    1x1x1 product on one thread), ``by_side`` the estimate at each square."""
+
+    threads: int
+    seconds: float | None
+    value: float
+    call_s: float | None = None
+    by_side: Mapping[str, float] = field(default_factory=dict)
+    source: str = "measured"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "by_side": dict(self.by_side)}
+
+
+def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int, rounds: int = 3,
+                        busy: bool = False) -> ThreadCost:
+    """The fixed cost of a parallel region, from squares timed on one thread and on all.
+
+    A plan splits over threads only where its busiest share plus this cost beats
+    one thread (plan.c, split_if_it_pays).  The squares split evenly, so a call on
+    ``threads`` threads takes the timer's own cost, a ``1/threads`` share of the
+    work and the region's: ``t_all - c - (t_one - c) / threads`` at each size, the
+    median of them stored.  (thread_flops, a threshold on flops, let 48^3 split on
+    a 2-vCPU Xeon VM where the region cost 0.9 us and the split lost 30 %.)
+    """
+    model = float(params.thread_seconds)
+    if threads < 2 or busy:
+        return ThreadCost(threads, None, model, source="busy" if busy else "one thread")
+    from .suite import best_of_rounds
+
+    forced = params.with_values("f32", {"thread_flops": 0.0, "thread_seconds": 0.0})
+    shapes = {("call", 1): SuiteShape("probe", "f32", "nn", 1, 1, 1, threads=1)}
+    for side in THREAD_COST_SIDES:
+        shapes[(side, 1)] = SuiteShape("probe", "f32", "nn", side, side, side, threads=1)
+        shapes[(side, threads)] = SuiteShape("probe", "f32", "nn", side, side, side, threads=threads)
+    runner.set_params(forced)
+    try:
+        best = best_of_rounds({key: (lambda s=shape: runner.time_shape(s)) for key, shape in shapes.items()},
+                              rounds)
+    finally:
+        runner.set_params(params)
+    call = best[("call", 1)]
+    by_side = {f"{side}^3": max(0.0, best[(side, threads)] - call - (best[(side, 1)] - call) / threads)
+               for side in THREAD_COST_SIDES}
+    seconds = statistics.median(by_side.values())
+    from .params import BY_NAME
+
+    param = BY_NAME["thread_seconds"]
+    value = float(f"{min(param.high, max(param.low, seconds)):.3g}")
+    return ThreadCost(threads, round(seconds, 10), value, round(call, 10),
+                      {k: round(v, 10) for k, v in by_side.items()})
+
+
 # -- the packed path's main kernel ----------------------------------------------------
 
 #: Kernels per dtype tried as the packed path's main kernel, beside the figures' choice:

@@ -902,7 +902,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     program's recorded shapes, which join the search's suite.
     """
     from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, measure_edge, measure_main_kernel,
-                             probe_shapes, quiet_wait_s, specs_for, wait_for_quiet)
+                             measure_thread_cost, probe_shapes, quiet_wait_s, specs_for, wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
     from .tune import QUICK_BUDGET_S, default_budget, tune
@@ -927,7 +927,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
         busy = load is not None and load >= BUSY_LOAD
         quant = dict(stored.settings.get("quant") or {})
         split_quant = bool(quant.get("selected")) and stored.host.cores > 1
-        total = 2 * len(dtypes) + sum(len(s.sides) for s in sweeps) + \
+        total = 2 * len(dtypes) + 1 + sum(len(s.sides) for s in sweeps) + \
             (len(qsuite.THREAD_SIDES) if split_quant else 0)
         effort = QUICK if options.quick else FULL
         with (make_progress(console) if show else nullcontext()) as progress:
@@ -950,6 +950,12 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
                                                 rounds=2 if options.quick else 3, busy=busy)
                 model = model.with_values(dt, {"pack_kernel": mains[dt].value})
                 _advance(progress, task)()
+            # And what a threaded call costs beyond its share: the thread sweep then
+            # times splits that are taken only where they pay.
+            thread_cost = measure_thread_cost(runner, model, stored.host.cores,
+                                              rounds=2 if options.quick else 3, busy=busy)
+            model = model.with_values("f32", {"thread_seconds": thread_cost.value})
+            _advance(progress, task)()
             measured, found = measure_crossovers(runner, model, sweeps, _advance(progress, task), busy,
                                                  effort, meter=load_meter)
             if split_quant:
@@ -971,6 +977,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
                          settings={**stored.settings, "crossovers": [c.to_dict() for c in recorded],
                                    "edge": {dt: e.to_dict() for dt, e in edges.items()},
                                    "main_kernel": {dt: m.to_dict() for dt, m in mains.items()},
+                                   "thread_cost": thread_cost.to_dict(),
                                    "other_load": None if load is None else round(load, 2),
                                    **({"quant": quant} if quant else {})})
         result = tune(stored, library.library, budget_s=budget, seed=options.seed, home=root,

@@ -263,6 +263,9 @@ def analytic_params(
         for name in ("call_seconds", "edge_frac", "pack_seconds", "grid"):
             params[name][dtype] = DEFAULTS.get(dtype, name)
     params["thread_flops"] = round(thread_crossover_flops(geo, peaks.get("f32")), -3)
+    # What a parallel region costs is the pool's and the machine's, no cache's: the
+    # default until the install times it (autotune.crossovers.measure_thread_cost).
+    params["thread_seconds"] = DEFAULTS.thread_seconds
     params["provenance"] = provenance
     params["simd_bytes"] = geo.simd_bytes
     return params

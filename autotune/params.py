@@ -111,6 +111,9 @@ PARAMS: tuple[Param, ...] = (
     Param("pack_kernel", "int32_t", True, 0, "measured",
           "the packed path's main kernel: 1 + its index in the library's kernel table, which the "
           "table's selection orders (0: the fastest by the kernels' figures; measured at install)"),
+    Param("thread_seconds", "double", False, 1e-6, "measured",
+          "fixed cost of a call on several threads (waking and joining the pool): a plan splits only "
+          "where its busiest share plus this beats one thread (measured at install)", low=0.0, high=1e-4),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PER_DTYPE: tuple[str, ...] = tuple(p.name for p in PARAMS if p.per_dtype)
@@ -145,6 +148,7 @@ class PlannerParams:
     grid: tuple[int, int] = (0, 0)
     pack_flops_tn: tuple[float, float] = (2.0 * 160**3,) * 2
     pack_kernel: tuple[int, int] = (0, 0)
+    thread_seconds: float = 1e-6
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> "PlannerParams":

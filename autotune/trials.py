@@ -229,6 +229,20 @@ def edge_lines(edge: Any) -> list[str]:
     return lines
 
 
+def thread_cost_lines(cost: Any) -> list[str]:
+    """The measured fixed cost of a threaded call (autotune.crossovers.measure_thread_cost,
+    ``settings["thread_cost"]``), in a line: what a split must save to be taken."""
+    if not isinstance(cost, Mapping):
+        return []
+    value = float(cost.get("value") or 0.0)
+    if cost.get("seconds") is None:
+        why = {"busy": "other processes kept the cores busy"}.get(str(cost.get("source")), "one thread")
+        return [f"thread cost: {value * 1e6:.2f} us, the default (not timed: {why})"]
+    sides = ", ".join(f"{k} {float(v) * 1e6:.2f}" for k, v in (cost.get("by_side") or {}).items())
+    return [f"thread cost: {value * 1e6:.2f} us a call on {cost.get('threads')} threads beyond its busiest "
+            f"share (measured at {sides} us; a plan splits only where it saves more)"]
+
+
 def main_kernel_lines(mains: Any) -> list[str]:
     """The packed path's main kernel per dtype (autotune.crossovers.measure_main_kernel,
     ``settings["main_kernel"]``) in a line each: which kernel runs the blocks and why."""

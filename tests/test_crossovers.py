@@ -744,3 +744,51 @@ def test_the_packed_path_takes_the_kernel_that_ran_its_blocks_fastest() -> None:
                         "one thread, 1.22x the figures' choice)")
     assert "none of 1 candidates ran a packed 512^3 on one thread 3% faster" in lines[1]
     assert "not timed: other processes kept the cores busy" in lines[2]
+
+
+class PooledMachine:
+    """A call costs the timer's ``call_s``, its work at 100 GFLOPS shared evenly by
+    its threads, and ``region_s`` when it runs on more than one."""
+
+    def __init__(self, region_s: float, call_s: float = 0.7e-6, cores: int = 2) -> None:
+        self.region_s, self.call_s, self.cores = region_s, call_s, cores
+        self.params: PlannerParams | None = None
+        self.timed: list[tuple[SuiteShape, PlannerParams]] = []
+
+    def set_params(self, params: PlannerParams) -> None:
+        self.params = params
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        assert self.params is not None
+        self.timed.append((shape, self.params))
+        threads = self.cores if shape.threads == 0 else shape.threads
+        work = shape.flops / 100e9
+        return self.call_s + (work / threads + self.region_s if threads > 1 else work)
+
+
+@pytest.mark.parametrize("region_s", [0.0, 0.9e-6, 20e-6])
+def test_the_thread_cost_is_the_regions_own_not_the_timers(region_s: float) -> None:
+    params = PlannerParams()
+    machine = PooledMachine(region_s)
+    cost = cx.measure_thread_cost(machine, params, threads=2)
+    assert cost.seconds == pytest.approx(region_s, abs=1e-9)
+    assert cost.value == pytest.approx(region_s, abs=1e-9) and cost.call_s == pytest.approx(0.7e-6)
+    assert set(cost.by_side) == {f"{s}^3" for s in cx.THREAD_COST_SIDES}
+    # Timed with every split forced (no threshold, no cost), handed back on the caller's.
+    assert all(p.thread_flops == 0.0 and p.thread_seconds == 0.0 for _, p in machine.timed)
+    assert {s.threads for s, _ in machine.timed} == {1, 2} and machine.params == params
+    assert cx.ThreadCost(**cost.to_dict()) == cost
+    from autotune.trials import thread_cost_lines
+
+    (line,) = thread_cost_lines(cost.to_dict())
+    assert line.startswith(f"thread cost: {region_s * 1e6:.2f} us a call on 2 threads")
+
+
+def test_one_thread_or_a_busy_machine_keeps_the_default_thread_cost() -> None:
+    params = PlannerParams()
+    for cost in (cx.measure_thread_cost(PooledMachine(5e-6), params, threads=1),
+                 cx.measure_thread_cost(PooledMachine(5e-6), params, threads=2, busy=True)):
+        assert cost.seconds is None and cost.value == params.thread_seconds
+    from autotune.trials import thread_cost_lines
+
+    assert "not timed: other processes kept the cores busy" in thread_cost_lines(cost.to_dict())[0]

@@ -42,7 +42,7 @@ def packed_params(runtime, blk_m: int, blk_n: int, blk_k: int) -> None:
     for d in range(2):
         p.pack_flops[d] = 0.0
         p.blk_m[d], p.blk_n[d], p.blk_k[d] = blk_m, blk_n, blk_k
-    p.thread_flops = 0.0
+    p.thread_flops = p.thread_seconds = 0.0
     assert runtime.lib.at_params_set(ctypes.byref(p)) == 0
 
 

@@ -141,7 +141,7 @@ def test_chunked_plans_compute_the_product(lib, dtype):
     for d in range(2):
         p.pack_flops[d] = 0.0
         p.blk_m[d], p.blk_n[d], p.blk_k[d] = 8, 8, 16
-    p.thread_flops = 0.0
+    p.thread_flops = p.thread_seconds = 0.0
     assert lib.lib.at_params_set(ctypes.byref(p)) == 0
     rt.set_num_threads(2)
     try:

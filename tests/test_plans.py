@@ -8,6 +8,7 @@ change who runs a step, never the tiling.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import subprocess
 import sys
@@ -105,6 +106,78 @@ def test_problem_above_pack_flops_takes_packed_path_and_splits_threads(lib):
     assert p.threads > 1
     busy = {s.thread for s in p.steps}
     assert busy == set(range(p.threads))
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 64), (210, 210, 210)])
+def test_a_split_is_taken_only_where_it_beats_one_thread_by_the_regions_cost(lib, shape):
+    """thread_seconds is what a parallel region costs: a plan whose busiest share
+    plus that is not below one thread's time runs on one thread, packed or not."""
+    params = loader.at_tune_params()
+    assert lib.lib.at_params_get(ctypes.byref(params)) == 0
+    params.thread_flops = 0.0
+    params.pack_flops[0] = 2.0 * 200 ** 3
+    try:
+        for cost, threads in ((0.0, 2), (1e-4, 1)):
+            params.thread_seconds = cost
+            assert lib.lib.at_params_set(ctypes.byref(params)) == 0
+            p = plans.plan(*shape, "f32", "nn", threads=2)
+            assert p.path == ("packed" if shape[0] > 200 else "small")
+            assert p.threads == threads and {s.thread for s in p.steps} == set(range(threads))
+            one = plans.plan(*shape, "f32", "nn", threads=1)
+            assert sorted((s.i0, s.j0, s.mb, s.nb) for s in p.steps) == \
+                sorted((s.i0, s.j0, s.mb, s.nb) for s in one.steps)
+            if threads == 2:  # the region's cost is part of the prediction
+                assert p.predicted_seconds < one.predicted_seconds
+            else:
+                assert p.predicted_seconds == pytest.approx(one.predicted_seconds)
+        params.thread_seconds = -1.0
+        assert lib.lib.at_params_set(ctypes.byref(params)) != 0
+    finally:
+        lib.lib.at_params_set(None)
+
+
+def _shared_lines(p: plans.Plan, elem: int) -> int:
+    """Lines of (column-major) C that two threads write: a column where one
+    thread's step ends at a row that does not start a 64-byte line and another
+    thread's step begins."""
+    owner_at: dict[tuple[int, int], int] = {}
+    for s in p.steps:
+        for j in range(s.j0, s.j0 + s.nb):
+            owner_at[(s.i0, j)] = s.thread
+    shared = 0
+    for s in p.steps:
+        row = s.i0 + s.mb
+        if row < p.M and ((p.ldc * elem) % 64 or (row * elem) % 64):
+            shared += sum(owner_at.get((row, j), s.thread) != s.thread for j in range(s.j0, s.j0 + s.nb))
+    return shared
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("shape", [(87, 93, 56), (97, 83, 61), (45, 200, 40), (130, 120, 30), (300, 90, 20)])
+def test_threads_do_not_share_lines_of_c(lib, dtype, shape):
+    """Two threads storing into one line of C pass it between their cores at
+    every store: a split by rows at a row inside a line ran f32 87 x 93 x 56 at
+    half the speed of the split by columns on a 2-vCPU Xeon (threads.c).  The
+    split of the same tiling where the lines are whole (ldc a multiple of 16) is
+    blind to them: counted on the real ldc, a split chosen for it must share no
+    more, and at most a few lines where the bands' column cuts differ."""
+    params = loader.at_tune_params()
+    assert lib.lib.at_params_get(ctypes.byref(params)) == 0
+    params.thread_flops = params.thread_seconds = 0.0
+    params.pack_flops[0] = params.pack_flops[1] = 1e15
+    assert lib.lib.at_params_set(ctypes.byref(params)) == 0
+    try:
+        p = plans.plan(*shape, dtype, "nn", threads=2)
+        # Whole lines per column, so no split shares one: the planner does not look.
+        blind = plans.plan(*shape, dtype, "nn", threads=2, ldc=(shape[0] + 15) // 16 * 16)
+    finally:
+        lib.lib.at_params_set(None)
+    elem = 4 if dtype == "f32" else 8
+    assert p.threads == 2 and {s.thread for s in p.steps} == {0, 1}
+    # The same tiling (ldc does not change it), split another way.
+    assert sorted((s.i0, s.j0, s.mb, s.nb) for s in p.steps) == sorted((s.i0, s.j0, s.mb, s.nb) for s in blind.steps)
+    unaware = _shared_lines(dataclasses.replace(blind, ldc=p.ldc), elem)
+    assert _shared_lines(p, elem) <= min(unaware, 16), plans.explain(p)
 
 
 @pytest.mark.parametrize("shape, packed", [
@@ -262,7 +335,7 @@ def test_a_tall_or_wide_product_splits_along_its_long_side(lib, shape):
     # Threads for any size: the library's own threshold may keep these on one.
     params = loader.at_tune_params()
     assert lib.lib.at_params_get(ctypes.byref(params)) == 0
-    params.thread_flops = 0.0
+    params.thread_flops = params.thread_seconds = 0.0
     assert lib.lib.at_params_set(ctypes.byref(params)) == 0
     try:
         p = plans.plan(*shape, "f32", threads=2)

@@ -27,7 +27,7 @@ from ..host import cache_doubts, describe
 from ..quant_shapes import MEASURE_KN
 from ..table import TunedTable
 from ..table import load as load_table
-from ..trials import crossover_lines, crossover_name, edge_lines, held_out_line, main_kernel_lines
+from ..trials import crossover_lines, crossover_name, edge_lines, held_out_line, main_kernel_lines, thread_cost_lines
 from . import data, figures
 from .extras import ReportExtras, collect_extras
 
@@ -333,7 +333,8 @@ def _decisions(table: TunedTable) -> dict[str, Any]:
     lines = [f"Doubtful cache report: {d}." for d in cache_doubts(table.host)]
     lines += [f"Crossover {line}." for line in crossover_lines(crossovers)]
     lines += [f"{line[0].upper()}{line[1:]}." for line in edge_lines(table.settings.get("edge"))
-              + main_kernel_lines(table.settings.get("main_kernel"))]
+              + main_kernel_lines(table.settings.get("main_kernel"))
+              + thread_cost_lines(table.settings.get("thread_cost"))]
     held = held_out_line(table.tuning)
     if held:
         lines.append(held[0].upper() + held[1:] + ".")

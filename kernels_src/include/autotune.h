@@ -148,6 +148,9 @@ typedef struct {
                                  from these flops on too, where that is below pack_flops */
     int32_t pack_kernel[2];   /* the packed path's main kernel: 1 + its index in this library's
                                  kernel table (at_kernel_get); 0: the fastest by the table */
+    double thread_seconds;    /* fixed cost of a call on several threads (waking and joining
+                                 the pool): a plan splits only where its busiest share plus
+                                 this beats one thread */
 } at_tune_params;
 
 /* The parameters plans are made with now (the library's table unless replaced). */

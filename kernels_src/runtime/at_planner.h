@@ -89,8 +89,10 @@ typedef struct {
     int32_t thread;
 } at_item;
 
+/* ldc (elements) and elem (bytes) place C's lines: a candidate is charged for
+ * each line two threads write (threads.c). */
 double at__split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m_step,
-                         int64_t n_step, int T, int mode);
+                         int64_t n_step, int T, int mode, int64_t ldc, int64_t elem);
 
 #pragma GCC visibility pop
 

@@ -63,7 +63,7 @@ static int kernel_of(int32_t v, int d)
 int at_params_set(const at_tune_params *in)
 {
     if (in) {
-        int ok = nonneg(in->thread_flops);
+        int ok = nonneg(in->thread_flops) && nonneg(in->thread_seconds);
         for (int d = 0; d < 2; d++)
             ok = ok && in->blk_m[d] >= 0 && in->blk_n[d] >= 0 && in->blk_k[d] >= 0 &&
                  nonneg(in->pack_flops[d]) && nonneg(in->pack_flops_tn[d]) && nonneg(in->call_seconds[d]) &&
