@@ -435,6 +435,20 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
     return params, tuple(found)
 
 
+def _best_times(runner: SuiteRunner, forced: PlannerParams, shapes: Mapping[Any, SuiteShape], rounds: int,
+                then: PlannerParams) -> dict[Any, float]:
+    """Each shape's best time over ``rounds`` interleaved rounds on the ``forced``
+    parameters; the runner is left on ``then`` whatever happens."""
+    from .suite import best_of_rounds
+
+    runner.set_params(forced)
+    try:
+        return best_of_rounds({key: (lambda s=shape: runner.time_shape(s)) for key, shape in shapes.items()},
+                              rounds)
+    finally:
+        runner.set_params(then)
+
+
 # -- the edge code's speed ------------------------------------------------------------
 
 #: Blocks the edge code is timed on, at two depths: the difference of the two times
@@ -474,17 +488,11 @@ def measure_edge(runner: SuiteRunner, params: PlannerParams, dtype: str, peak_gf
     (f64).  With ``edge_frac`` set to 1 every block of these products is edge code.
     """
     from .params import BY_NAME
-    from .suite import best_of_rounds
 
     forced = params.with_values(dtype, {"edge_frac": 1.0})
     shapes = {(mb, nb, k): SuiteShape("probe", dtype, "nn", mb, nb, k, threads=1)
               for mb, nb in EDGE_BLOCKS for k in EDGE_DEPTHS}
-    runner.set_params(forced)
-    try:
-        best = best_of_rounds({key: (lambda s=shape: runner.time_shape(s)) for key, shape in shapes.items()},
-                              rounds)
-    finally:
-        runner.set_params(params)
+    best = _best_times(runner, forced, shapes, rounds, then=params)
     low, high = EDGE_DEPTHS
     by_block = {}
     for mb, nb in EDGE_BLOCKS:
@@ -539,19 +547,12 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
     model = float(params.thread_seconds)
     if threads < 2 or busy:
         return ThreadCost(threads, None, model, source="busy" if busy else "one thread")
-    from .suite import best_of_rounds
-
     forced = params.with_values("f32", {"thread_flops": 0.0, "thread_seconds": 0.0})
     shapes = {("call", 1): SuiteShape("probe", "f32", "nn", 1, 1, 1, threads=1)}
     for side in THREAD_COST_SIDES:
         shapes[(side, 1)] = SuiteShape("probe", "f32", "nn", side, side, side, threads=1)
         shapes[(side, threads)] = SuiteShape("probe", "f32", "nn", side, side, side, threads=threads)
-    runner.set_params(forced)
-    try:
-        best = best_of_rounds({key: (lambda s=shape: runner.time_shape(s)) for key, shape in shapes.items()},
-                              rounds)
-    finally:
-        runner.set_params(params)
+    best = _best_times(runner, forced, shapes, rounds, then=params)
     call = best[("call", 1)]
     by_side = {f"{side}^3": max(0.0, best[(side, threads)] - call - (best[(side, 1)] - call) / threads)
                for side in THREAD_COST_SIDES}
