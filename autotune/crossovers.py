@@ -538,11 +538,15 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
     """The fixed cost of a parallel region, from squares timed on one thread and on all.
 
     A plan splits over threads only where its busiest share plus this cost beats
-    one thread (plan.c, split_if_it_pays).  The squares split evenly, so a call on
-    ``threads`` threads takes the timer's own cost, a ``1/threads`` share of the
-    work and the region's: ``t_all - c - (t_one - c) / threads`` at each size, the
-    median of them stored.  (thread_flops, a threshold on flops, let 48^3 split on
-    a 2-vCPU Xeon VM where the region cost 0.9 us and the split lost 30 %.)
+    one thread (plan.c, split_if_it_pays).  A call on ``threads`` threads takes the
+    timer's own cost c, its busiest share of the work and the region's:
+    ``t_all - c - (t_one - c) * share`` at each size, the median of them stored.
+    ``share`` is the busiest thread's part of the work as the planner predicts it
+    (a runner with ``predicted_seconds``), else ``1 / threads``: the imbalance of a
+    split is the planner's to weigh, not the region's cost.  (Counted as cost, the
+    uneven split of 64^3 on a 2-vCPU Xeon VM read 3 us where the squares that split
+    evenly read 0.4-1.7.  thread_flops, a threshold on flops, let 48^3 split there
+    where the region cost about 1 us and the split lost 30 %.)
     """
     model = float(params.thread_seconds)
     if threads < 2 or busy:
@@ -554,7 +558,18 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
         shapes[(side, threads)] = SuiteShape("probe", "f32", "nn", side, side, side, threads=threads)
     best = _best_times(runner, forced, shapes, rounds, then=params)
     call = best[("call", 1)]
-    by_side = {f"{side}^3": max(0.0, best[(side, threads)] - call - (best[(side, 1)] - call) / threads)
+    predict = getattr(runner, "predicted_seconds", None)
+    share = dict.fromkeys(THREAD_COST_SIDES, 1.0 / threads)
+    if predict is not None:
+        runner.set_params(forced)
+        try:
+            for side in THREAD_COST_SIDES:
+                one, split = predict(shapes[(side, 1)]), predict(shapes[(side, threads)])
+                if one > 0 and 0 < split <= one:
+                    share[side] = split / one
+        finally:
+            runner.set_params(params)
+    by_side = {f"{side}^3": max(0.0, best[(side, threads)] - call - (best[(side, 1)] - call) * share[side])
                for side in THREAD_COST_SIDES}
     seconds = statistics.median(by_side.values())
     from .params import BY_NAME

@@ -210,6 +210,19 @@ class LibraryRunner:
                 values[info.name.decode()] = i + 1
         return values
 
+    def predicted_seconds(self, shape: SuiteShape) -> float:
+        """What the planner predicts for ``shape`` on the current parameters (its busiest thread)."""
+        buf = self._buffers_for(shape)
+        plan = self.lib.at_plan_create_ex(*buf.plan_args)
+        if not plan:
+            raise TuningError(f"cannot plan {shape.label}: {self.lib.at_last_error().decode()}")
+        try:
+            info = at_plan_info()
+            self.lib.at_plan_get_info(plan, ctypes.byref(info))
+            return float(info.predicted_seconds)
+        finally:
+            self.lib.at_plan_destroy(plan)
+
     def plan_signature(self, shape: SuiteShape) -> bytes:
         """A digest of the plan the current parameters give ``shape``: its summary and every step."""
         buf = self._buffers_for(shape)

@@ -792,3 +792,26 @@ def test_one_thread_or_a_busy_machine_keeps_the_default_thread_cost() -> None:
     from autotune.trials import thread_cost_lines
 
     assert "not timed: other processes kept the cores busy" in thread_cost_lines(cost.to_dict())[0]
+
+
+class UnevenMachine(PooledMachine):
+    """Its splits give the busiest thread 70 % of the work, as the planner predicts."""
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        assert self.params is not None
+        threads = self.cores if shape.threads == 0 else shape.threads
+        work = shape.flops / 100e9
+        return self.call_s + (0.7 * work + self.region_s if threads > 1 else work)
+
+    def predicted_seconds(self, shape: SuiteShape) -> float:
+        work = shape.flops / 100e9
+        return 0.7 * work if (self.cores if shape.threads == 0 else shape.threads) > 1 else work
+
+
+def test_an_uneven_split_is_the_planners_to_weigh_not_the_regions_cost() -> None:
+    cost = cx.measure_thread_cost(UnevenMachine(1e-6), PlannerParams(), threads=2)
+    assert cost.seconds == pytest.approx(1e-6, abs=1e-9)
+    # Without the prediction, the 20 % of the work over an even share would read as cost.
+    plain = cx.measure_thread_cost(type("Blind", (UnevenMachine,), {"predicted_seconds": None})(1e-6),
+                                   PlannerParams(), threads=2)
+    assert plain.seconds > 2e-6
