@@ -543,10 +543,12 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
     ``t_all - c - (t_one - c) * share`` at each size, the median of them stored.
     ``share`` is the busiest thread's part of the work as the planner predicts it
     (a runner with ``predicted_seconds``), else ``1 / threads``: the imbalance of a
-    split is the planner's to weigh, not the region's cost.  (Counted as cost, the
-    uneven split of 64^3 on a 2-vCPU Xeon VM read 3 us where the squares that split
-    evenly read 0.4-1.7.  thread_flops, a threshold on flops, let 48^3 split there
-    where the region cost about 1 us and the split lost 30 %.)
+    split is the planner's to weigh, not the region's cost.  The calls come from
+    Python, a microsecond or so apart, and what a worker that starts its share late
+    costs them is counted too (docs/performance.md, the Xeon section): on a 2-vCPU
+    Xeon VM three installs read 1.6, 2.0 and 5.0 us, where calls from C back to back
+    showed about 1.  (thread_flops, a threshold on flops, had let 48^3 split there,
+    1.72 us a call against 1.34 on one thread.)
     """
     model = float(params.thread_seconds)
     if threads < 2 or busy:

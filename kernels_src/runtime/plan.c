@@ -188,7 +188,7 @@ static double copy_a_seconds(const at_plan *p, int dtype)
  * share plus the fixed cost of a parallel region (thread_seconds, measured at
  * install) below `single`, one thread's time.  thread_flops alone let 48^3 f32
  * split on a 2-vCPU Xeon VM, 1.72 us a call against 1.34 on one thread: the
- * region there costs about 0.9 us, a third of the product.  Returns the
+ * region there costs about 1 us, more than the split saves.  Returns the
  * predicted seconds (the region's cost included) and sets *T to the threads
  * the plan uses. */
 static double split_if_it_pays(at_plan *p, at_item *it, int64_t n, int64_t m_step, int64_t n_step,
