@@ -512,7 +512,7 @@ def measure_edge(runner: SuiteRunner, params: PlannerParams, dtype: str, peak_gf
 #: Squares the threads' fixed cost is timed on: large enough that both threads'
 #: shares are even and a call's work is tens of microseconds, small enough that
 #: the cost is a visible part of it.
-THREAD_COST_SIDES: tuple[int, ...] = (64, 96, 128)
+THREAD_COST_SIDES: tuple[int, ...] = (64, 80, 96, 112, 128)
 
 
 @dataclass(frozen=True)
@@ -540,7 +540,7 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
     A plan splits over threads only where its busiest share plus this cost beats
     one thread (plan.c, split_if_it_pays).  A call on ``threads`` threads takes the
     timer's own cost c, its busiest share of the work and the region's:
-    ``t_all - c - (t_one - c) * share`` at each size, the median of them stored.
+    ``t_all - c - (t_one - c) * share`` at each size, their lower quartile stored.
     ``share`` is the busiest thread's part of the work as the planner predicts it
     (a runner with ``predicted_seconds``), else ``1 / threads``: the imbalance of a
     split is the planner's to weigh, not the region's cost.  The calls come from
@@ -573,7 +573,10 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
             runner.set_params(params)
     by_side = {f"{side}^3": max(0.0, best[(side, threads)] - call - (best[(side, 1)] - call) * share[side])
                for side in THREAD_COST_SIDES}
-    seconds = statistics.median(by_side.values())
+    # The lower quartile: a size now and then reads several times the others (a
+    # worker that started late in every call of its samples), never less.
+    ordered = sorted(by_side.values())
+    seconds = ordered[(len(ordered) - 1) // 4]
     from .params import BY_NAME
 
     param = BY_NAME["thread_seconds"]
