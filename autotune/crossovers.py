@@ -540,7 +540,7 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
     A plan splits over threads only where its busiest share plus this cost beats
     one thread (plan.c, split_if_it_pays).  A call on ``threads`` threads takes the
     timer's own cost c, its busiest share of the work and the region's:
-    ``t_all - c - (t_one - c) * share`` at each size, their lower quartile stored.
+    ``t_all - c - (t_one - c) * share`` at each size, their median stored.
     ``share`` is the busiest thread's part of the work as the planner predicts it
     (a runner with ``predicted_seconds``), else ``1 / threads``: the imbalance of a
     split is the planner's to weigh, not the region's cost.  The calls come from
@@ -573,10 +573,11 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
             runner.set_params(params)
     by_side = {f"{side}^3": max(0.0, best[(side, threads)] - call - (best[(side, 1)] - call) * share[side])
                for side in THREAD_COST_SIDES}
-    # The lower quartile: a size now and then reads several times the others (a
-    # worker that started late in every call of its samples), never less.
-    ordered = sorted(by_side.values())
-    seconds = ordered[(len(ordered) - 1) // 4]
+    # The median: a size now and then reads several times the others (a worker
+    # that started late in every call of its samples).  Not a lower quantile:
+    # Python's callers meet that worker, and with the lower quartile (1.37 us on a
+    # 2-vCPU Xeon VM) 64^3 split and ran at 0.70x numpy from Python.
+    seconds = statistics.median(by_side.values())
     from .params import BY_NAME
 
     param = BY_NAME["thread_seconds"]
