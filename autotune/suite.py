@@ -13,9 +13,10 @@ import ctypes
 import hashlib
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Sequence, TypeVar
+from typing import Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -210,8 +211,9 @@ class LibraryRunner:
                 values[info.name.decode()] = i + 1
         return values
 
-    def predicted_seconds(self, shape: SuiteShape) -> float:
-        """What the planner predicts for ``shape`` on the current parameters (its busiest thread)."""
+    @contextmanager
+    def _planned(self, shape: SuiteShape) -> Iterator[tuple[int, at_plan_info]]:
+        """The plan the current parameters give ``shape`` and its summary, destroyed after."""
         buf = self._buffers_for(shape)
         plan = self.lib.at_plan_create_ex(*buf.plan_args)
         if not plan:
@@ -219,19 +221,18 @@ class LibraryRunner:
         try:
             info = at_plan_info()
             self.lib.at_plan_get_info(plan, ctypes.byref(info))
-            return float(info.predicted_seconds)
+            yield plan, info
         finally:
             self.lib.at_plan_destroy(plan)
 
+    def predicted_seconds(self, shape: SuiteShape) -> float:
+        """What the planner predicts for ``shape`` on the current parameters (its busiest thread)."""
+        with self._planned(shape) as (_, info):
+            return float(info.predicted_seconds)
+
     def plan_signature(self, shape: SuiteShape) -> bytes:
         """A digest of the plan the current parameters give ``shape``: its summary and every step."""
-        buf = self._buffers_for(shape)
-        plan = self.lib.at_plan_create_ex(*buf.plan_args)
-        if not plan:
-            raise TuningError(f"cannot plan {shape.label}: {self.lib.at_last_error().decode()}")
-        try:
-            info = at_plan_info()
-            self.lib.at_plan_get_info(plan, ctypes.byref(info))
+        with self._planned(shape) as (plan, info):
             steps = (at_step * max(1, info.nsteps))()
             self.lib.at_plan_steps(plan, steps, info.nsteps)
             digest = hashlib.blake2b(digest_size=16)
@@ -243,8 +244,6 @@ class LibraryRunner:
             for name in _STEP_DTYPE.names:
                 digest.update(np.ascontiguousarray(table[name]).tobytes())
             return digest.digest()
-        finally:
-            self.lib.at_plan_destroy(plan)
 
     def time_shape(self, shape: SuiteShape) -> float:
         buf = self._buffers_for(shape)

@@ -231,21 +231,28 @@ double at__split_threads(at_item *it, int64_t n, int64_t M, int64_t N, int64_t m
     int64_t *box = malloc(sizeof *box * 4 * (size_t)T);
     int32_t *own = malloc(sizeof *own * (size_t)(n ? n : 1));
     at_lpt *ord = malloc(sizeof *ord * (size_t)(n ? n : 1));
-    at_place *rows = malloc(sizeof *rows * (size_t)(n ? n : 1));
-    int64_t *below = malloc(sizeof *below * (size_t)(N ? N : 1));
-    int32_t *owner = malloc(sizeof *owner * (size_t)(N ? N : 1));
-    double best = INFINITY;
-    if (!load || !cand_load || !cand_reach || !box || !own || !ord || !rows || !below || !owner) goto done;
     /* Items whose first row starts a line of every column share none: with all
-     * of them so, or one item, nothing is counted (nor sorted). */
-    int split_lines = 0, sorted = 1;
-    for (int64_t k = 0; k < n; k++) {
-        rows[k] = (at_place){it[k].i0, it[k].j0, k};
+     * of them so (and a packed plan's blocks usually are), nothing is counted,
+     * sorted or allocated for it. */
+    int split_lines = 0;
+    for (int64_t k = 0; k < n; k++)
         split_lines |= it[k].i0 > 0 && ((ldc * elem) % 64 != 0 || (it[k].i0 * elem) % 64 != 0);
-        if (k && by_row(&rows[k - 1], &rows[k]) > 0) sorted = 0;
+    at_place *rows = split_lines ? malloc(sizeof *rows * (size_t)n) : NULL;
+    int64_t *below = split_lines ? malloc(sizeof *below * (size_t)(N ? N : 1)) : NULL;
+    int32_t *owner = split_lines ? malloc(sizeof *owner * (size_t)(N ? N : 1)) : NULL;
+    double best = INFINITY;
+    if (!load || !cand_load || !cand_reach || !box || !own || !ord ||
+        (split_lines && (!rows || !below || !owner)))
+        goto done;
+    if (split_lines) {
+        int sorted = 1;
+        for (int64_t k = 0; k < n; k++) {
+            rows[k] = (at_place){it[k].i0, it[k].j0, k};
+            if (k && by_row(&rows[k - 1], &rows[k]) > 0) sorted = 0;
+        }
+        if (!sorted) qsort(rows, (size_t)n, sizeof *rows, by_row);
     }
-    if (split_lines && !sorted) qsort(rows, (size_t)n, sizeof *rows, by_row);
-    const double line_cost = split_lines ? AT_SHARED_LINE_SECONDS : 0.0;
+    const double line_cost = AT_SHARED_LINE_SECONDS;
     /* Candidate q is grid first + q, then runs, then LPT. */
 #define AT_CAND(q) ((q) <= last - first ? first + (q) : (q) == last - first + 1 ? AT_RUNS : AT_LPT)
     for (int64_t q = 0; q < ncand; q++) {
