@@ -1012,14 +1012,23 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
 def main_candidates(stored: TunedTable, dtype: str, values: Mapping[str, int],
                     count: int | None = None) -> list[tuple[str, int]]:
     """The packed path's candidate main kernels of ``dtype``, as (name, ``pack_kernel``
-    value): the library's fastest by their figures at the deepest depth measured, then
-    the fastest there in the grid's own rows.
+    value): the library's fastest by their figures at the deepest depth measured, the
+    fastest there in the grid's own rows, then per transposition the largest register
+    blocks by the model (:func:`autotune.families.model_score`) among the kernels
+    whose figure there is at least :data:`MODEL_FLOOR` of the best.
 
     A confirmation run through a slow minute lowers the kernels it re-times and
     leaves the rest at the grid's figures: one fresh install had fp64 NT 8x5 and
     8x6 at 25 and 30 GFLOPS after it (the grid: 49 and 48), under NT 6x4's
     unconfirmed 36, and the figures' four best ran a packed 512^3 at 24 GFLOPS or
     less.  The grid's leaders join the candidates, and the plans decide.
+
+    The figures rank a kernel alone, its operands in L1 or streaming from L2 at
+    the grid's depth; in a packed product the larger block loads less per FMA and
+    is called fewer times.  On a 2-vCPU Xeon (AVX-512) the figures' six best f64
+    kernels were all 8 rows tall (NT 8x7 81 GFLOPS at K = 256), and every one ran
+    a packed 512^3 at 60-61 GFLOPS, where NN 24x8 and NN 32x5, at 63 and 62 in
+    the grid, ran it at 70-71 (five interleaved rounds; 1024^3 and 2048^3 alike).
     """
     from .crossovers import MAIN_CANDIDATES
 
@@ -1034,8 +1043,21 @@ def main_candidates(stored: TunedTable, dtype: str, values: Mapping[str, int],
             if deepest.get(name) == k and g == g:
                 grid[name] = max(grid.get(name, 0.0), float(g))
     by_grid = sorted(grid, key=lambda n: -grid[n])
-    names = list(dict.fromkeys([r.name for r in by_figure[:count]] + by_grid[:count]))
+    figure = {r.name: max(max(r.gflops_by_k)[1], grid.get(r.name, 0.0)) for r in mine}
+    floor = MODEL_FLOOR * max(figure.values(), default=0.0)
+    by_model: list[str] = []
+    for trans in sorted({r.spec.trans for r in mine}):
+        near = [r for r in mine if r.spec.trans == trans and figure[r.name] >= floor]
+        near.sort(key=lambda r: (-families.model_score(r.spec), -figure[r.name]))
+        by_model += [r.name for r in near[:count]]
+    names = list(dict.fromkeys([r.name for r in by_figure[:count]] + by_grid[:count] + by_model))
     return [(name, values[name]) for name in names]
+
+
+#: How close to the best figure a kernel must be for the model to propose it as the
+#: packed path's main kernel (main_candidates): the f64 blocks that won there were
+#: at 0.76-0.77 of it.
+MODEL_FLOOR = 0.7
 
 
 #: The held-out check's name for the model's set with every measured crossover that held alone.

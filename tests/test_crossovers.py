@@ -746,6 +746,37 @@ def test_the_packed_path_takes_the_kernel_that_ran_its_blocks_fastest() -> None:
     assert "not timed: other processes kept the cores busy" in lines[2]
 
 
+class LuckyOnce(MainKernels):
+    """One candidate whose first call alone ran fast (a quiet instant of a shared host)."""
+
+    def __init__(self, figures: float, by_value: dict[int, float], lucky: int, lucky_seconds: float) -> None:
+        super().__init__(figures, by_value)
+        self.lucky, self.lucky_seconds, self.lucky_used = lucky, lucky_seconds, False
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        seconds = super().time_shape(shape)
+        if self.params.get(shape.dtype, "pack_kernel") == self.lucky and not self.lucky_used:
+            self.lucky_used = True
+            return self.lucky_seconds
+        return seconds
+
+
+def test_a_candidate_that_led_by_one_lucky_sample_does_not_replace_the_figures_choice() -> None:
+    """With a dozen candidates one of them leads by chance now and then: the leader races
+    the figures' choice again, and a lead that does not come back changes nothing."""
+    params = PlannerParams.from_mapping(analytic_params(None))
+    candidates = [(f"nn_{i}", i) for i in range(1, 13)]
+    machine = LuckyOnce(10.0, {i: 10.5 for i in range(1, 13)}, lucky=5, lucky_seconds=6.0)
+    main = cx.measure_main_kernel(machine, params, "f64", candidates)
+    assert (main.value, main.name) == (0, None)
+    assert main.seconds["nn_5"] == 10.5 and main.seconds["figures"] == 10.0
+    # A lead that holds in the second race is taken.
+    steady = cx.measure_main_kernel(MainKernels(10.0, {i: 10.5 if i != 5 else 8.5 for i in range(1, 13)}),
+                                    params, "f64", candidates)
+    assert (steady.value, steady.name) == (5, "nn_5")
+
+
+
 class PooledMachine:
     """A call costs the timer's ``call_s``, its work at 100 GFLOPS shared evenly by
     its threads, and ``region_s`` when it runs on more than one."""

@@ -610,6 +610,36 @@ def test_the_grids_leaders_join_the_main_kernel_candidates():
                              measurements=pd.DataFrame(rows, columns=["kernel", "K", "median_gflops"]))
     values = {r.name: i + 1 for i, r in enumerate(kernels)}
     names = [n.split("_")[4] for n, _ in install_mod.main_candidates(stored, "f64", values, count=2)]
+    # the figures' two, the grid's two; the model's two largest blocks are the grid's
     assert names == ["6x4", "4x4", "8x5", "8x6"]
-    assert [v for _, v in install_mod.main_candidates(stored, "f64", values, count=1)] == [1, 4]
+    assert [v for _, v in install_mod.main_candidates(stored, "f64", values, count=1)] == [1, 4, 5]
     assert install_mod.main_candidates(stored, "f32", values) == []
+
+
+def test_the_models_large_blocks_join_the_main_kernel_candidates():
+    """The figures rank kernels alone; in a packed product the larger register block
+    won (Xeon: f64 NN 24x8 and 32x5 at 0.77 of NT 8x7's figure ran a packed 512^3
+    1.16x faster).  Per transposition, the blocks of the highest compute-to-memory
+    ratio within MODEL_FLOOR of the best figure are candidates; slower ones are not."""
+    from types import SimpleNamespace
+
+    from autotune.specs import KernelSpec
+    from autotune.table import KernelRecord
+    import pandas as pd
+
+    def record(trans_b, mr, nr, figure):
+        spec = KernelSpec("avx512", "f64", mr, nr, False, trans_b, "", 1)
+        return KernelRecord(spec, "validated", object_hash=spec.name, best_gflops=figure,
+                            gflops_by_k=((256, figure),))
+
+    kernels = [record(True, 8, 7, 81.4), record(True, 8, 6, 79.8), record(True, 8, 5, 73.8),
+               record(False, 24, 8, 63.0), record(False, 32, 5, 61.9), record(False, 28, 4, 65.6),
+               record(False, 16, 12, 56.4), record(True, 16, 12, 58.0), record(False, 4, 4, 40.0)]
+    stored = SimpleNamespace(selected=lambda: tuple(kernels),
+                             measurements=pd.DataFrame(columns=["kernel", "K", "median_gflops"]))
+    values = {r.name: i + 1 for i, r in enumerate(kernels)}
+    names = [n.split("_", 3)[3] for n, _ in install_mod.main_candidates(stored, "f64", values, count=2)]
+    # by figure: nt 8x7, 8x6; by the model: nn 24x8 (6.0) and 32x5 (5.9), not 16x12
+    # (56.4 < 0.7 x 81.4); nt 16x12 (6.9), then nt 8x7 (already in)
+    assert names == ["nt_8x7_u1", "nt_8x6_u1", "nn_24x8_u1", "nn_32x5_u1", "nt_16x12_u1"]
+    assert install_mod.MODEL_FLOOR * 81.4 > 56.4
