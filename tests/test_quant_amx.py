@@ -228,6 +228,10 @@ def test_real_amx_kernels_on_a_cpu_that_has_them(tmp_path):
     except quant.QuantizationError:
         pytest.skip("the CPU has AMX but the OS refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)")
     _validate(lib, FORMS)
+    # The tile state is granted to the process: the pool's workers run tiles too, and
+    # every thread count gives one thread's bits.
+    assert_same_bits_on_threads(lib, lambda kind: x86.amx_qkernel(kind, 16, 32).name, block=64)
+    assert_same_bits_on_threads(lib, lambda kind: x86.amx_qkernel(kind, 32, 32).name, block=32)
 
 
 def test_install_never_builds_amx_kernels_on_a_cpu_without_them(tmp_path):
