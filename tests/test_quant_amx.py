@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -90,7 +91,8 @@ def test_family_records_follow_the_tile_model():
     assert {k.isa for k in FORMS} == {"amx"} and {k.family for k in FORMS} == {"amx"}
     for k in FORMS:
         assert qkernel(k.name) == k and x86.qkernel(k.kind, "amx", k.mr, k.nr) == k
-        assert set(k.features) == {"avx2", "fma", "amx_tile", "amx_int8"} <= set(host.GEMM_FEATURES_OTHER)
+        assert set(k.features) == {"avx2", "fma", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"} \
+            <= set(host.GEMM_FEATURES_OTHER + host.GEMM_FEATURES_AVX512)
         assert sum(x86.amx_tiles(k.mr, k.nr)) <= x86.AMX_TILES and k.gemv == (k.mr == 1)
         assert 96 % k.mr == 0  # qgemm.c's PASS_ROWS: a pass is whole row tiles
     assert x86.amx_tiles(32, 32) == (4, 2, 2) and x86.amx_tiles(1, 16) == (1, 1, 1)
@@ -178,15 +180,17 @@ def test_real_amx_kernels_compile_to_tile_instructions(tmp_path, compiler):
     functions = _functions(objdump, obj)
     for k in FORMS:
         body = functions[k.name]
-        for instruction in ("ldtilecfg", "tilezero", "tileloadd", "tdpbssd", "tilestored", "tilerelease"):
+        for instruction in ("sttilecfg", "ldtilecfg", "tilezero", "tileloadd", "tdpbssd", "tilestored"):
             assert instruction in body, (compiler, k.name, instruction)
+        assert "tilerelease" not in body, (compiler, k.name)  # the driver's, once a share is done
         # tdpbssd %tmm<B>,%tmm<A>,%tmm<C> (AT&T): exactly the model's C += A x B products
         c_tiles, a_tiles, b_tiles = x86.amx_tiles(k.mr, k.nr)
         products = set(re.findall(r"tdpbssd\s+%tmm(\d),%tmm(\d),%tmm(\d)", body))
         want = {(str(c_tiles + a_tiles + g), str(c_tiles + i), str(i * b_tiles + g))
                 for i in range(a_tiles) for g in range(b_tiles)}
         assert products == want, (compiler, k.name, products)
-        assert "zmm" not in body and "vpdpbusd" not in body, (compiler, k.name)
+        # the scaling step 16 columns an instruction; no VNNI products beside the tiles'
+        assert re.search(r"vfmadd\w*ps\s.*%zmm", body) and "vpdpbusd" not in body, (compiler, k.name)
 
 
 def test_real_amx_kernels_are_refused_where_the_cpu_cannot_run_them(tmp_path):
@@ -234,13 +238,45 @@ def test_real_amx_kernels_on_a_cpu_that_has_them(tmp_path):
     assert_same_bits_on_threads(lib, lambda kind: x86.amx_qkernel(kind, 32, 32).name, block=32)
 
 
+def _tile_state_in_use(tmp_path) -> Callable[[], int]:
+    """XINUSE's tile bits (XGETBV with ECX = 1: bit 17 TILECFG, bit 18 TILEDATA) of the calling thread."""
+    source, lib = tmp_path / "xinuse.c", tmp_path / "libxinuse.so"
+    source.write_text("#include <stdint.h>\nint at_tiles_in_use(void) { uint32_t lo, hi;\n"
+                      "    __asm__ volatile(\"xgetbv\" : \"=a\"(lo), \"=d\"(hi) : \"c\"(1));\n"
+                      "    return (int)((lo >> 17) & 3); }\n")
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
+    return ctypes.CDLL(str(lib)).at_tiles_in_use
+
+
+def test_no_thread_keeps_the_tile_state_after_a_product(tmp_path):
+    """The kernels keep their configuration loaded from call to call (one ldtilecfg per
+    shape, not per call) and qgemm.c releases the tiles when a share is done: after a
+    product the calling thread holds no tile state, on one thread and on two."""
+    missing = _amx_missing()
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)} (amx), which this CPU does not have")
+    lib = validation_library(tmp_path, [x86.amx_qkernel("q4s", 16, 32), x86.amx_qkernel("q4s", 1, 32)],
+                             emulate=False)
+    in_use = _tile_state_in_use(tmp_path)
+    rng = np.random.default_rng(5)
+    w = quant.quantize_weights(rng.standard_normal((512, 96)).astype(np.float32), 4, 32, True)
+    A = rng.standard_normal((40, 512)).astype(np.float32)
+    for threads in (1, 2):
+        lib.at_set_num_threads(threads)
+        C = qapi.call(lib, A, w, None, None)
+        assert in_use() == 0, f"{threads} thread(s): the tile state is still in use"
+        assert qsuite._check(C, quant.reference_qmatmul(A, w), quant.scaling_error_bound(A, w)) is None
+    lib.at_set_num_threads(0)
+
+
 def test_install_never_builds_amx_kernels_on_a_cpu_without_them(tmp_path):
     """install builds, validates and selects only the ISAs the (capped) host reports, so
     a kernel it keeps has run and validated on the installing CPU: here no AMX kernel."""
-    base = ["avx2", "fma"]
+    base = ["avx2", "fma", "avx512f", "avx512_vnni"]
     assert x86.AMX_ISA not in x86.quant_isas(base)
     assert x86.AMX_ISA in x86.quant_isas(base + ["amx_tile", "amx_int8"])
     assert x86.AMX_ISA not in x86.quant_isas(base + ["amx_tile"])  # tiles without the int8 products
+    assert x86.AMX_ISA not in x86.quant_isas(["avx2", "fma", "amx_tile", "amx_int8"])  # the scaling's zmm
     capped = host.apply_isa_cap(dataclasses.replace(host.detect(), features=(*base, "amx_tile", "amx_int8")),
                                 "avx2")
     assert x86.AMX_ISA not in x86.quant_isas(capped.features)
@@ -257,21 +293,29 @@ def test_one_object_holds_kernels_of_both_generators(tmp_path):
     assert [quant_generator(k).__name__ for k in mixed] == ["autotune.codegen.quant_x86", "autotune.codegen.quant_amx"]
     lib = validation_library(tmp_path, mixed, emulate=True)
     assert qapi.kernel_names(lib) == [k.name for k in mixed]
-    assert '"at_q4s_amx_16x32", 0, 16, 32, at_q4s_amx_16x32, "amx_int8 amx_tile avx2 fma"' in contract.qregistry(mixed)
+    assert ('"at_q4s_amx_16x32", 0, 16, 32, at_q4s_amx_16x32, "amx_int8 amx_tile avx2 avx512_vnni avx512f fma"'
+            in contract.qregistry(mixed))
 
 
 def test_install_selects_smaller_amx_tiles_for_the_rows_a_block_leaves():
     """select(): an AMX block kernel brings the fastest AMX tile of each smaller mr (largest
-    first, before the GEMV form); other ISAs keep one block kernel and one GEMV per kind."""
+    first, before the GEMV form) that ran M = 16 faster than the GEMV did; other ISAs keep
+    one block kernel and one GEMV per kind."""
     seconds = {}
     for kind in KINDS:
-        for mr, nr, s in ((32, 32, 3.0), (16, 32, 1.0), (16, 16, 2.0), (8, 32, 5.0), (4, 32, 4.0), (1, 32, 9.0)):
+        for mr, nr, s in ((32, 32, 3.0), (16, 32, 1.0), (16, 16, 2.0), (8, 32, 5.0), (4, 32, 4.0), (2, 32, 4.4),
+                          (1, 32, 9.0)):
             seconds[x86.amx_qkernel(kind, mr, nr).name] = {1: s, 16: s, 64: s}
         for mr, nr, s in ((4, 16, 6.0), (1, 32, 0.5)):
-            seconds[x86.qkernel(kind, "avx2", mr, nr).name] = {1: s, 16: s, 64: s}
-    want = [[f"at_{kind}_amx_16x32", f"at_{kind}_amx_8x32", f"at_{kind}_amx_4x32", f"at_{kind}_avx2_1x32"]
+            seconds[x86.qkernel(kind, "avx2", mr, nr).name] = {1: s, 16: 9 * s if mr == 1 else s, 64: s}
+    # the GEMV takes 4.5 at M = 16: the 4- and 2-row tiles beat it there, the 8-row one does not
+    want = [[f"at_{kind}_amx_16x32", f"at_{kind}_amx_4x32", f"at_{kind}_amx_2x32", f"at_{kind}_avx2_1x32"]
             for kind in KINDS]
     assert qsuite.select(seconds) == tuple(n for names in want for n in names)
+    # a GEMV never timed at M = 16 is priced at 16 single rows (8.0): every smaller tile joins
+    no_16 = {n: ({1: s[1]} if "avx2_1x32" in n else s) for n, s in seconds.items()}
+    assert qsuite.select(no_16)[:4] == ("at_q4s_amx_16x32", "at_q4s_amx_8x32", "at_q4s_amx_4x32",
+                                       "at_q4s_amx_2x32")
     avx2_only = {n: s for n, s in seconds.items() if "_avx2_" in n}
     assert qsuite.select(avx2_only) == tuple(f"at_{kind}_avx2_{t}" for kind in KINDS for t in ("4x16", "1x32"))
 
@@ -284,7 +328,8 @@ def test_the_librarys_choice_gives_the_rows_left_to_smaller_tiles(tmp_path, monk
 
     def doubled_4x32(k, emulate):
         text = real(k, emulate)
-        return text.replace("_mm256_mul_ps(sar, ", "_mm256_mul_ps(_mm256_add_ps(sar, sar), ") if k.mr == 4 else text
+        return text.replace("at_z_mul(sar, ", "at_z_mul(at_z_fmadd(sar, at_z_set1_ps(1.0f), sar), ") \
+            if k.mr == 4 else text
 
     monkeypatch.setattr(quant_amx, "_kernel", doubled_4x32)
     kernels = [x86.amx_qkernel("q4a", mr, 32) for mr in (16, 4, 1)]

@@ -61,6 +61,7 @@ AT_Z at_zf at_z_load2_ps(const float *lo, const float *hi)
     return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(lo))),
                                                _mm256_castps_pd(_mm256_loadu_ps(hi)), 1));
 }}
+AT_Z at_zi at_z_load(const int32_t *p) {{ return _mm512_loadu_si512(p); }}
 AT_Z at_zf at_z_load_ps(const float *p) {{ return _mm512_loadu_ps(p); }}
 AT_Z void at_z_store_ps(float *p, at_zf x) {{ _mm512_storeu_ps(p, x); }}
 AT_Z at_zf at_z_zero_ps(void) {{ return _mm512_setzero_ps(); }}
@@ -104,6 +105,7 @@ AT_Z at_zf at_z_load2_ps(const float *lo, const float *hi)
     at_zf r = {{{{_mm256_loadu_ps(lo), _mm256_loadu_ps(hi)}}}};
     return r;
 }}
+AT_Z at_zi at_z_load(const int32_t *p) {each("at_zi", "_mm256_loadu_si256((const __m256i *)(p + 8 * h))")}
 AT_Z at_zf at_z_load_ps(const float *p) {each("at_zf", "_mm256_loadu_ps(p + 8 * h)")}
 AT_Z void at_z_store_ps(float *p, at_zf x) {{ _mm256_storeu_ps(p, x.h[0]); _mm256_storeu_ps(p + 8, x.h[1]); }}
 AT_Z at_zf at_z_zero_ps(void) {each("at_zf", "_mm256_setzero_ps()")}
@@ -124,8 +126,12 @@ AT_Z at_zf at_z_fnmadd(at_zf x, at_zf y, at_zf z) {each("at_zf", "_mm256_fnmadd_
 
 
 def primitives(emulate: bool) -> str:
-    """The C text the zmm kernels need before them: real AVX-512 or emulated on ymm."""
-    return _emulated_primitives() if emulate else _real_primitives()
+    """The C text the zmm kernels need before them: real AVX-512 or emulated on ymm.
+
+    Guarded: the AMX kernels' unit (autotune.codegen.quant_amx, whose scaling step
+    is written against them) may share one source with this one's."""
+    text = _emulated_primitives() if emulate else _real_primitives()
+    return f"#ifndef AT_ZMM_PRIMITIVES\n#define AT_ZMM_PRIMITIVES\n{text}#endif\n"
 
 
 def kernel(k: QKernelSpec, emulate: bool = False) -> str:

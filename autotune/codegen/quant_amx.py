@@ -29,14 +29,23 @@ an ``mr x nr`` block of C from A's int8 codes and W in the ``qpanel8`` format, o
   ``isum`` itself; asymmetric ones keep unsigned nibbles and subtract
   ``z * sum(qa of the block)`` in f32 (exact: integers below 2**24).
 * **Block scales**: every block ends with its int32 tiles stored (``tilestored``) to
-  a stack buffer and ``C += float(isum) * (sa * sw)`` with one FMA per column, in
-  order of K, on C's tile in memory: the vector kernels' arithmetic, so the results
-  are within :func:`autotune.quant.scaling_error_bound` of the reference.
+  a stack buffer and ``C += float(isum) * (sa * sw)`` with one FMA per 16 columns, in
+  order of K, on C's tile in memory: the vector kernels' arithmetic, lane for lane,
+  so the results are within :func:`autotune.quant.scaling_error_bound` of the
+  reference.  With blocks of 32 this step, not the tile products, bounds the kernel
+  (a 2-vCPU Xeon, 2026-12-06: half the samples of a 32x32 kernel when it ran eight
+  columns an AVX2 instruction), so it is written against the zmm kernels'
+  primitives (:mod:`autotune.codegen._quant_zmm`): AVX-512 for real, pairs of ymm
+  where the tiles are emulated.
 
 The tile state is requested once per process by the runtime (``features.c``:
 ``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); where it is refused the
-``amx_tile`` feature tests false and qgemm.c runs the other kernels.  Each call
-releases the tiles when done (``tilerelease``).
+``amx_tile`` feature tests false and qgemm.c runs the other kernels.  A call leaves
+its configuration loaded for the next one (``sttilecfg`` tells whether the one in
+force is its own; ``ldtilecfg`` and ``tilerelease`` on every call took 7 % of a
+32x32 kernel's samples at K = 4096, and the driver calls a kernel per slice of K),
+and qgemm.c releases the tiles (``tilerelease``) when a thread's share of the
+product is done, so no thread keeps the tile state past a call.
 
 ``units(kernels, emulate=True)`` writes the same kernels with the tile instructions
 replaced by plain C that does what each does on the configured shapes (and records,
@@ -53,11 +62,13 @@ from ..contract import qkernel_signature as _signature, qkernel_unused
 from ..families.x86 import AMX_ISA, AMX_ROW_BYTES, AMX_ROWS, AMX_TILE_COLUMNS, AMX_TILES, amx_fits, amx_tiles
 from ..qformat import PANEL, SUB, SYMMETRIC_ZERO_POINT, weight_format
 from ..specs import QKernelSpec
-from . import QuantUnit
+from . import QuantUnit, _quant_zmm
+from .quant_x86 import _EMULATED_DPBUSD
 
 FLAGS_GUARD = "!defined(__AVX2__) || !defined(__FMA__)"
-#: The compilers' target attribute of the AMX functions (the unit's flags give AVX2 and FMA).
-TARGET_ATTRIBUTE = "amx-tile,amx-int8"
+#: The compilers' target attribute of the AMX functions (the unit's flags give AVX2 and FMA;
+#: the scaling step's zmm primitives need AVX512F and, by their own attribute, VNNI).
+TARGET_ATTRIBUTE = f"amx-tile,amx-int8,{_quant_zmm.TARGET}"
 #: The emulated mode's report of a tile operation the hardware would refuse (#UD).
 FAULT_FUNCTION = "at_amx_emulated_fault"
 
@@ -91,12 +102,12 @@ static inline void at_amx_configure(at_amx_tilecfg *cfg, int c, int a, int b, in
 #: clang's builtins need no help; the fences cost it nothing.
 _REAL = """#define AT_AMX_FENCE(p) __asm__ volatile("" : : "r"(p) : "memory")
 #define AT_AMX_CONFIG(cfg) do { AT_AMX_FENCE(cfg); _tile_loadconfig(cfg); } while (0)
+#define AT_AMX_CURRENT(cfg) do { _tile_storeconfig(cfg); AT_AMX_FENCE(cfg); } while (0)
 #define AT_AMX_ZERO(t) _tile_zero(t)
 #define AT_AMX_LOAD(t, base, stride) \\
     do { AT_AMX_FENCE(base); _tile_loadd(t, base, stride); AT_AMX_FENCE(base); } while (0)
 #define AT_AMX_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define AT_AMX_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
-#define AT_AMX_RELEASE() _tile_release()
 """
 
 #: The tile operations in plain C: tiles as bytes per thread, each instruction's effect on
@@ -185,18 +196,19 @@ static void at_amx_emu_dpbssd(int c, int a, int b)
         }}
 }}
 
-static void at_amx_emu_release(void)
+/* sttilecfg: the configuration in force, or 64 zero bytes where none is. */
+static void at_amx_emu_current(at_amx_tilecfg *cfg)
 {{
-    at_amx_emu.configured = 0;
-    memset(&at_amx_emu.cfg, 0, sizeof at_amx_emu.cfg);
+    if (at_amx_emu.configured) *cfg = at_amx_emu.cfg;
+    else memset(cfg, 0, sizeof *cfg);
 }}
 
 #define AT_AMX_CONFIG(cfg) at_amx_emu_config(cfg)
+#define AT_AMX_CURRENT(cfg) at_amx_emu_current(cfg)
 #define AT_AMX_ZERO(t) at_amx_emu_zero(t)
 #define AT_AMX_LOAD(t, base, stride) at_amx_emu_load(t, base, stride)
 #define AT_AMX_STORE(t, base, stride) at_amx_emu_store(t, base, stride)
 #define AT_AMX_DPBSSD(c, a, b) at_amx_emu_dpbssd(c, a, b)
-#define AT_AMX_RELEASE() at_amx_emu_release()
 """
 
 
@@ -247,7 +259,11 @@ def _kernel(k: QKernelSpec, emulate: bool) -> str:
            "     * row); blocks of 32 in one step of 32. */",
            "    const int64_t step = sub % 2 ? 1 : 2;",
            f"    at_amx_configure(&cfg, {c_tiles}, {a_tiles}, {b_tiles}, {rows}, (int)(step * {SUB}));",
-           "    AT_AMX_CONFIG(&cfg);"]
+           "    /* The tiles stay configured from call to call (the driver releases them when the",
+           "     * thread's share is done): ldtilecfg only where another shape is in force. */",
+           "    at_amx_tilecfg now;",
+           "    AT_AMX_CURRENT(&now);",
+           "    if (memcmp(&now, &cfg, sizeof cfg)) AT_AMX_CONFIG(&cfg);"]
     if four:
         out.append("    const __m256i low4 = _mm256_set1_epi8(0x0F);")
     if k.kind == "q4s":
@@ -272,23 +288,25 @@ def _kernel(k: QKernelSpec, emulate: bool) -> str:
     out.append("        }")
     out += [f"        AT_AMX_STORE({t}, isum + {i * AMX_ROWS * nr + g * AMX_TILE_COLUMNS}, {4 * nr});"
             for (i, g), t in tile_c.items()]
-    out.append("        /* The block's scaling step: C += float(isum) * (sa * sw), one FMA per 8 columns. */")
-    for p in range(k.panels):
-        out.append(f"        const __m256 w{p} = _mm256_loadu_ps(ws + {p} * sstride + b * {PANEL});")
+    out.append("        /* The block's scaling step: C += float(isum) * (sa * sw), one FMA per 16 columns. */")
+    groups = range(nr // AMX_TILE_COLUMNS)
+    for q in groups:  # panels 2q and 2q + 1: the 16 columns of one zmm
+        lo, hi = f"{2 * q} * sstride + b * {PANEL}", f"{2 * q + 1} * sstride + b * {PANEL}"
+        out.append(f"        const at_zf w{q} = at_z_load2_ps(ws + {lo}, ws + {hi});")
         if k.kind == "q4a":
-            out.append(f"        const __m256 z{p} = _mm256_loadu_ps(wz + {p} * sstride + b * {PANEL});")
+            out.append(f"        const at_zf z{q} = at_z_load2_ps(wz + {lo}, wz + {hi});")
     out += [f"        for (int64_t r = 0; r < {mr}; ++r) {{",
-            "            const __m256 sar = _mm256_set1_ps(sa[r * lds + b]);"]
+            "            const at_zf sar = at_z_set1_ps(sa[r * lds + b]);"]
     if k.kind == "q4a":
-        out.append("            const __m256 asr = _mm256_set1_ps(asum[r * lds + b]);")
+        out.append("            const at_zf asr = at_z_set1_ps(asum[r * lds + b]);")
     out += ["            float *c = C + r * ldc;", f"            const int32_t *s = isum + r * {nr};"]
-    for p in range(k.panels):
-        x = f"_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(s + {p * PANEL})))"
+    for q in groups:
+        x = f"at_z_cvt(at_z_load(s + {q * AMX_TILE_COLUMNS}))"
         if k.kind == "q4a":
-            x = f"_mm256_fnmadd_ps(z{p}, asr, {x})"
-        out.append(f"            _mm256_storeu_ps(c + {p * PANEL}, _mm256_fmadd_ps({x}, _mm256_mul_ps(sar, w{p}), "
-                   f"_mm256_loadu_ps(c + {p * PANEL})));")
-    out += ["        }", "    }", "    AT_AMX_RELEASE();", "}"]
+            x = f"at_z_fnmadd(z{q}, asr, {x})"
+        out.append(f"            at_z_store_ps(c + {q * AMX_TILE_COLUMNS}, at_z_fmadd({x}, at_z_mul(sar, w{q}), "
+                   f"at_z_load_ps(c + {q * AMX_TILE_COLUMNS})));")
+    out += ["        }", "    }", "}"]
     return "\n".join(out)
 
 
@@ -321,5 +339,7 @@ def generate(kernels: Sequence[QKernelSpec], emulate: bool = False) -> str:
         "",
         _CONFIG,
         _EMULATED if emulate else _REAL,
+        *((_EMULATED_DPBUSD,) if emulate else ()),
+        _quant_zmm.primitives(emulate),
     ]
     return "\n".join(head + [_kernel(k, emulate) + "\n" for k in sorted(kernels)])

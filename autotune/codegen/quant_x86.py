@@ -243,7 +243,9 @@ def _kernel(k: QKernelSpec, emulate_vnni: bool = False) -> str:
 #: vpdpbusd in exact AVX2 arithmetic, for ``generate(emulate_vnni=True)``: the bytes
 #: widened to int16 (unsigned a, signed b), even and odd pairs through vpmaddwd (each
 #: product at most 255 * 128 in magnitude), the two halves of each lane's four added.
-_EMULATED_DPBUSD = """/* vpdpbusd emulated with AVX2 (validation on CPUs without VNNI; not for speed). */
+_EMULATED_DPBUSD = """#ifndef AT_EMULATED_DPBUSD
+#define AT_EMULATED_DPBUSD
+/* vpdpbusd emulated with AVX2 (validation on CPUs without VNNI; not for speed). */
 static inline __m256i at_emulated_dpbusd(__m256i sum, __m256i a, __m256i b)
 {
     const __m256i even_a = _mm256_and_si256(a, _mm256_set1_epi16(0x00FF)), odd_a = _mm256_srli_epi16(a, 8);
@@ -251,6 +253,7 @@ static inline __m256i at_emulated_dpbusd(__m256i sum, __m256i a, __m256i b)
     return _mm256_add_epi32(sum, _mm256_add_epi32(_mm256_madd_epi16(even_a, even_b),
                                                    _mm256_madd_epi16(odd_a, odd_b)));
 }
+#endif
 """
 
 
