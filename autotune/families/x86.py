@@ -434,9 +434,9 @@ AMX_ROWS = 16
 AMX_ROW_BYTES = 64
 #: int32 columns of one C tile row, and so the columns of one B tile.
 AMX_TILE_COLUMNS = AMX_ROW_BYTES // 4
-#: The tile instructions, plus the AVX2 and FMA the nibble expansion and the scaling use.
-#: Every CPU with AMX has AVX-512 with VNNI (Sapphire Rapids on): the kernels' scaling
-#: step runs on zmm, through the zmm kernels' primitives.
+#: The tile instructions, AVX2 and FMA for the nibble expansion, and AVX-512 with VNNI
+#: for the scaling step (zmm, through the zmm kernels' primitives, whose target names
+#: VNNI): every CPU with AMX has them (Sapphire Rapids on).
 AMX_FEATURES = ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile", "amx_int8")
 #: Rows a kernel may cover: qgemm.c's passes are 96 rows (PASS_ROWS), which a tile's mr
 #: must divide; beyond 16 rows a kernel holds two A tiles.
