@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -23,3 +24,14 @@ def best_simd_isa() -> str:
 def requires_isa(isa: str) -> pytest.MarkDecorator:
     """Skip a test on hosts that cannot run ``isa`` kernels, saying which ISA is missing."""
     return pytest.mark.skipif(isa not in native_isas(), reason=f"needs {isa} kernels, which this host cannot run")
+
+
+def cpu_features() -> set[str]:
+    """What the CPU itself has: the runtime (qgemm.c, cpu.c) asks it, and AUTOTUNE_ISA,
+    which caps what install builds, does not change its answer."""
+    cap = os.environ.pop(host.ISA_CAP_VARIABLE, None)
+    try:
+        return set(host.detect.__wrapped__().features)
+    finally:
+        if cap is not None:
+            os.environ[host.ISA_CAP_VARIABLE] = cap

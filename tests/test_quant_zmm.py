@@ -35,7 +35,7 @@ from autotune.qformat import KINDS, PAD_COLUMNS
 from autotune.runtime import qapi
 from autotune.specs import QKernelSpec
 
-from .isa import requires_isa
+from .isa import cpu_features, requires_isa
 from .qlib import validation_library
 
 pytestmark = requires_isa("avx2")
@@ -181,20 +181,10 @@ def test_real_zmm_kernels_on_a_cpu_that_has_them(tmp_path):
                 assert np.array_equal(C, qapi.call(lib, A, w, None, None, _partner(k)), equal_nan=True), k.name
 
 
-def _cpu_features() -> set[str]:
-    """What the CPU itself has: qgemm.c asks it, and AUTOTUNE_ISA does not change its answer."""
-    cap = os.environ.pop(host.ISA_CAP_VARIABLE, None)
-    try:
-        return set(host.detect.__wrapped__().features)
-    finally:
-        if cap is not None:
-            os.environ[host.ISA_CAP_VARIABLE] = cap
-
-
 def test_qgemm_never_runs_a_zmm_kernel_on_a_cpu_without_its_features(tmp_path):
     """The real (not emulated) kernels in a registry, preferred first: on this CPU qgemm.c
     refuses them by name and its own choice is the AVX2 kernel after them."""
-    if set(x86.QUANT_FEATURES[ZMM]) <= _cpu_features():
+    if set(x86.QUANT_FEATURES[ZMM]) <= cpu_features():
         pytest.skip("this CPU has AVX-512 VNNI: the zmm kernels run here (test_real_zmm_kernels_on_a_cpu_that_has_them)")
     zmm, ymm = [x86.qkernel(kind, ZMM, 4, 32) for kind in KINDS], [x86.qkernel(kind, "avx2", 4, 16) for kind in KINDS]
     lib = validation_library(tmp_path, zmm + ymm, emulate=False)
