@@ -51,12 +51,12 @@ def _amx_missing() -> list[str]:
 
 
 def _require_amx() -> None:
-    """Skip, naming what is missing, where the (capped) host has no AMX."""
-    missing = _amx_missing()
+    """Skip, naming what is missing, where the CPU itself has no AMX: the libraries these
+    tests build hold the real kernels whatever AUTOTUNE_ISA caps (which limits what install
+    builds), and the runtime asks the CPU, so under the cap they run here too."""
+    missing = [f for f in x86.AMX_FEATURES if f not in cpu_features()]
     if missing:
-        cap = os.environ.get(host.ISA_CAP_VARIABLE)
-        pytest.skip(f"needs {', '.join(missing)} (amx), which this CPU does not have"
-                    + (f" under {host.ISA_CAP_VARIABLE}={cap}" if cap else ""))
+        pytest.skip(f"needs {', '.join(missing)} (amx), which this CPU does not have")
 
 
 def _fault(lib) -> str | None:

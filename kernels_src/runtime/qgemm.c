@@ -501,7 +501,9 @@ static int on_tiles(const at_qkernel_entry *e) { return e && strstr(e->features,
 static void release_tiles(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    __asm__ volatile("tilerelease" ::: "memory");
+    /* tilerelease as bytes: every x86 library links this file, and assemblers
+     * before binutils 2.36 do not know the mnemonic. */
+    __asm__ volatile(".byte 0xc4, 0xe2, 0x78, 0x49, 0xc0" ::: "memory");
 #endif
 }
 
