@@ -58,6 +58,7 @@ class ArmInstall:
     table: TunedTable
     library: Path
     target: Target  # the SME2 family's; its runner is QEMU
+    home: Path  # the install's AUTOTUNE_HOME: its compiled objects, to link again from
 
 
 def _run_wide_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -94,8 +95,8 @@ def sme2_install(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
     with open(shared / "sme2-install.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if finished.exists():
-            return ArmInstall(tables.load("sme2", home), Path(finished.read_text()), target)
+            return ArmInstall(tables.load("sme2", home), Path(finished.read_text()), target, home)
         result = install(InstallOptions(target="sme2", quick=True, home=home), host=host)
         assert result.library is not None, result.notes
         tables.atomic_write_text(finished, str(result.library))
-    return ArmInstall(result.table, result.library, target)
+    return ArmInstall(result.table, result.library, target, home)

@@ -30,14 +30,14 @@ pytestmark = pytest.mark.skipif(not (TESTERS / "xblat3s").exists(),
                                 reason="needs Debian's libblas-test (scripts/setup.sh --test installs it)")
 
 
-def widened_input(shipped: Path, routine: str) -> str:
-    """The shipped input with N in SIZES and every routine but ``routine`` turned off."""
+def widened_input(shipped: Path, routine: str, sizes: tuple[int, ...] = SIZES) -> str:
+    """The shipped input with N in ``sizes`` and every routine but ``routine`` turned off."""
     lines = []
     for line in shipped.read_text().splitlines():
         if "NUMBER OF VALUES OF N" in line:
-            line = f"{len(SIZES)}                 NUMBER OF VALUES OF N"
+            line = f"{len(sizes)}                 NUMBER OF VALUES OF N"
         elif "VALUES OF N" in line:
-            line = " ".join(map(str, SIZES)) + "  VALUES OF N"
+            line = " ".join(map(str, sizes)) + "  VALUES OF N"
         elif re.match(r"^(cblas_)?[sdSD][A-Z0-9a-z]+\s+[TF]\s", line):
             name = line.split()[0]
             line = re.sub(r"^(\S+\s+)[TF]", rf"\g<1>{'T' if name == routine else 'F'}", line)

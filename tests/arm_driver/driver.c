@@ -1,6 +1,7 @@
 /* Validation driver for generated Arm kernels, run under QEMU by tests/test_arm_kernels.py.
  *
- *   driver [--seed N] kernels   check every kernel of the linked registry
+ *   driver [--seed N] [--max-depth K] kernels
+ *                               check every kernel of the linked registry (at depths up to K)
  *   driver [--seed N] pack      check the SME2 transposing packs at the running SVL
  *
  * One JSON object per line on stdout.  Each kernel is compared with a double
@@ -79,6 +80,7 @@ static size_t footprint(int64_t rows, int64_t cols, int64_t ld)
 uint64_t rt_abi_call(void (*fn)(void), const uint64_t x[8], double d0, double d1, int64_t mode);
 static uint64_t abi_broken;
 
+/* Ascending: --max-depth stops at the first one past it. */
 static const int depths[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 64, 257};
 static const double ab[][2] = {{1.0, 0.0}, {1.0, 1.0}, {-0.75, 2.5}, {0.5, -1.0}};
 
@@ -166,7 +168,7 @@ static double run_case(const at_kernel *k, int64_t K, int pad, double alpha, dou
     return worst;
 }
 
-static int check_kernels(void)
+static int check_kernels(int max_depth)
 {
     int failures = 0;
     for (int n = 0; n < drv_kernels_count; ++n) {
@@ -176,7 +178,7 @@ static int check_kernels(void)
         int cases = 0, ok = 1;
         double worst = 0.0;
         char bad[160] = "";
-        for (size_t d = 0; d < sizeof depths / sizeof *depths && ok; ++d)
+        for (size_t d = 0; d < sizeof depths / sizeof *depths && depths[d] <= max_depth && ok; ++d)
             for (int pad = 0; pad <= 3 && ok; pad += 3)
                 for (size_t s = 0; s < sizeof ab / sizeof *ab && ok; ++s) {
                     abi_broken = 0;
@@ -256,16 +258,19 @@ int main(int argc, char **argv)
 {
     uint64_t seed = 12345;
     const char *cmd = "kernels";
+    int max_depth = 1 << 30;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--max-depth") && i + 1 < argc)
+            max_depth = atoi(argv[++i]);
         else
             cmd = argv[i];
     }
     rng_state = seed * 0x9E3779B97F4A7C15ULL + 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(cmd, "kernels"))
-        return check_kernels();
+        return check_kernels(max_depth);
 #ifdef DRV_SME
     if (!strcmp(cmd, "pack"))
         return check_pack();
