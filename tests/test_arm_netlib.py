@@ -45,8 +45,8 @@ CPUS = ("cortex-a76", "max,sme256=on", "neoverse-v1", "max,sme512=on")
 SME2_TESTERS = {"max,sme256=on": "xblat3d", "max,sme512=on": "xblat3s"}
 SME2_CPUS = tuple(SME2_TESTERS)
 #: The SME2 models' sizes: still below, at and past one, two and four tiles of either
-#: SVL, without 13 and 47, whose products were over half of those runs' emulation
-#: (each 8-9 minutes with them on a 2-core CI machine).
+#: SVL, without 13 and 47, which carry over half of the flops of the calls (sum of
+#: M N K over every triple: (125 / 185)^3 of it is left).
 SME2_SIZES = tuple(n for n in SIZES if n not in (13, 47))
 RUNS = [pytest.param(*case, cpu, id=f"{case[0]}-{cpu}")
         for cpu in CPUS for case in CASES
