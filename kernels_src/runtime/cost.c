@@ -127,15 +127,21 @@ static double model_gflops(const at_kernel *d)
     return peak_of(d->dtype) * simd * area / (area + 2.0 * (d->mr + d->nr));
 }
 
-/* Median GFLOPS interpolated linearly in log K between grid points. */
+/* Median GFLOPS interpolated linearly in log K between grid points.  Below the
+ * shallowest point a call takes as long as it did there: at such depths a call
+ * is its fixed cost (entry, the K loop's set-up, the stores of C), which does
+ * not shrink with K.  Scaled as a constant rate instead, fp32 2x2 (10.9 ns a
+ * call at K = 4) was priced at 5.4 ns for K = 2, and the edge code at 7.3 took
+ * 2x2x2, which then ran at 27 ns a call; on the 2x2 kernel, 7 (2-vCPU Xeon VM). */
 double at__kernel_gflops(const at_table_entry *d, int64_t K)
 {
     if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0) return model_gflops(&d->kernel);
     int n = d->nk;
-    double lk = log((double)(K > 0 ? K : 1));
+    if (K < 1) K = 1;
+    double lk = log((double)K);
     double g;
     if (K <= d->k[0]) {
-        g = d->gflops[0];
+        g = d->gflops[0] * (double)K / (double)d->k[0];
     } else if (K >= d->k[n - 1]) {
         g = d->gflops[n - 1];
     } else {
@@ -153,6 +159,25 @@ static double edge_gflops(int dtype)
     double f = at__weight(at__tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
     double g = f * peak_of(dtype);
     return g > 0.5 ? g : 0.5;
+}
+
+/* What a block of edge code costs before its flops, at least: the quickest
+ * kernel call the table measured at its shallowest depth (0 without
+ * measurements).  edge_frac is the edge code's rate on large blocks, timed at
+ * two depths so that the calls cancel; a call of the edge code has its set-up
+ * too, which the kernels' figures include and that rate leaves out.  (It is
+ * more: a whole 1x1x1 product ran 16 ns on edge code, 8 on a 1x1 kernel.) */
+static double edge_entry_seconds(int dtype)
+{
+    if (at_facts.provenance == AT_PROVENANCE_MODEL) return 0;
+    double least = 0;
+    for (int i = 0; i < at_kernel_table_count; i++) {
+        const at_table_entry *d = &at_kernel_table[i];
+        if (d->kernel.dtype != dtype || d->nk <= 0 || !(d->gflops[0] > 0)) continue;
+        double t = 2.0 * d->kernel.mr * d->kernel.nr * (double)d->k[0] / (d->gflops[0] * 1e9);
+        if (least == 0 || t < least) least = t;
+    }
+    return least;
 }
 
 /* ---- L1 set conflicts of operands read in place ------------------------------
@@ -226,12 +251,12 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
         at__grid_free(g);
         return AT_ENOMEM;
     }
-    double eg = edge_gflops(dtype), call = call_seconds(dtype);
+    double eg = edge_gflops(dtype), call = call_seconds(dtype), entry = edge_entry_seconds(dtype);
     for (int h = 1; h <= H; h++)
         for (int w = 1; w <= W; w++) {
             size_t c = (size_t)(h - 1) * W + (w - 1);
             g->kid[c] = AT_EDGE;
-            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + call;
+            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + entry + call;
         }
     /* Fixed blocks first, so on a tie a block keeps its own kernel; then each
      * variable block offers its cost to every block it can compute. */
