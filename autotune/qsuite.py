@@ -298,8 +298,30 @@ def _verdict(results: Sequence[tuple[int, np.ndarray]], calls: Sequence[tuple]) 
     return "validated"
 
 
+def _rows_left(name: str, mine: Mapping[str, Mapping[int, float]], one: str | None) -> dict[int, float]:
+    """A block kernel's seconds at each measured M below its height, where it was not
+    timed: qgemm.c gives all those rows to the GEMV form (``one``, a row at a time)
+    or, an AMX kernel's, to a smaller AMX tile (its tails, which join where they beat
+    the GEMV form), whichever is faster.  An AMX 32-row tile ran M = 64 at 562 us
+    against 611 for the 16-row one (K = N = 1024, a Xeon VM), and was never chosen
+    while M = 16, where it does nothing, counted as not measured."""
+    mr, isa = qkernel(name).mr, qkernel(name).isa
+    filled = {}
+    for m in MEASURE_M:
+        if m == 1 or m >= mr or m in mine[name]:
+            continue
+        ways = [s[m] for n, s in mine.items()
+                if isa == x86.AMX_ISA and m in s and 1 < qkernel(n).mr <= m and qkernel(n).isa == isa]
+        if one is not None:
+            ways.append(mine[one].get(m, m * mine[one][1]))
+        if ways:
+            filled[m] = min(ways)
+    return filled
+
+
 def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
-    """Per kind: the fastest mr = 1 kernel at M = 1, the fastest block kernel over M > 1.
+    """Per kind: the fastest mr = 1 kernel at M = 1, the fastest block kernel over M > 1
+    (at an M below its height, by what is done with those rows: :func:`_rows_left`).
 
     An AMX block kernel comes with the fastest AMX tile of each smaller mr that ran here,
     largest first: qgemm.c gives them the rows it leaves (``tail_kernel``) before the
@@ -314,9 +336,10 @@ def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
     for kind in KINDS:
         mine = {n: s for n, s in seconds.items() if qkernel(n).kind == kind and s}
         gemv = [n for n in mine if qkernel(n).mr == 1 and 1 in mine[n]]
+        one = min(gemv, key=lambda n: mine[n][1]) if gemv else None
+        mine = {n: {**_rows_left(n, mine, one), **s} for n, s in mine.items()}
         blocks = [n for n in mine if qkernel(n).mr > 1 and all(m in mine[n] for m in MEASURE_M if m > 1)]
         total = {n: sum(mine[n][m] for m in MEASURE_M if m > 1) for n in blocks}
-        one = min(gemv, key=lambda n: mine[n][1]) if gemv else None
         if blocks:
             best = qkernel(min(blocks, key=total.__getitem__))
             chosen.append(best.name)

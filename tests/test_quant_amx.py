@@ -324,6 +324,28 @@ def test_install_selects_smaller_amx_tiles_for_the_rows_a_block_leaves():
     assert qsuite.select(avx2_only) == tuple(f"at_{kind}_avx2_{t}" for kind in KINDS for t in ("4x16", "1x32"))
 
 
+def test_a_tile_taller_than_the_smaller_m_is_judged_with_the_rows_it_leaves():
+    """The 32-row AMX tile is timed at M = 64 only (at M = 16 qmatmul gives every row to
+    the tails or the GEMV form).  It is chosen where its M = 64 time and the 16 rows it
+    leaves (the 16-row tile's time, faster than the GEMV's) beat the 16-row tile at both:
+    562 against 611 us at M = 64 on a Xeon VM.  The tails then follow as before."""
+    seconds = {}
+    for kind in KINDS:
+        seconds[x86.amx_qkernel(kind, 32, 32).name] = {64: 562.0}
+        for mr, s16, s64 in ((16, 176.0, 611.0), (8, 241.0, 861.0), (4, 381.0, 1400.0), (2, 617.0, 2417.0)):
+            seconds[x86.amx_qkernel(kind, mr, 32).name] = {16: s16, 64: s64}
+        seconds[x86.amx_qkernel(kind, 1, 32).name] = {1: 109.0, 16: 1111.0}
+    want = [[f"at_{kind}_amx_32x32", f"at_{kind}_amx_16x32", f"at_{kind}_amx_8x32", f"at_{kind}_amx_4x32",
+             f"at_{kind}_amx_2x32", f"at_{kind}_amx_1x32"] for kind in KINDS]
+    assert qsuite.select(seconds) == tuple(n for names in want for n in names)
+    # Slower at M = 64 than the 16-row tile: the 16-row tile stays the block kernel.
+    slow = {n: ({64: 650.0} if "_32x32" in n else s) for n, s in seconds.items()}
+    assert qsuite.select(slow)[0] == "at_q4s_amx_16x32" and not any("_32x32" in n for n in qsuite.select(slow))
+    # Without smaller tiles its 16 rows go to the GEMV form, a row at a time.
+    alone = {n: s for n, s in seconds.items() if "_32x32" in n or "_1x32" in n}
+    assert qsuite.select(alone) == tuple(f"at_{kind}_amx_{t}" for kind in KINDS for t in ("32x32", "1x32"))
+
+
 def test_the_librarys_choice_gives_the_rows_left_to_smaller_tiles(tmp_path, monkeypatch):
     """qgemm.c's tail tiles: with 16x32, 4x32 and 1x32 registered, M = 21 is 16 rows of the
     first, 4 of the second and 1 of the GEMV.  The 4x32 kernel is built with its scales

@@ -8,12 +8,11 @@
  * one element at a time runs at the adder's latency, not its throughput: 1.8
  * GFLOPS for a 15 x 15 x 64 block on a Xeon VM.  Blocks of 4 rows x 2 columns
  * keep eight chains in flight and load each element of A and B once for them
- * (3.7x faster there); an odd last column goes 4 rows at a time, the rows
- * under the blocks one row by 4 columns, then one element at a time.  Every element's sum keeps its order over p, so the
- * bits do not depend on the blocking.  The transpositions become strides (ai
- * between rows of op(A), ap between its columns; bp, bj for op(B)) rather than
- * branches in the inner loop, which the compiler had copied into four loops
- * with their own set-up: 27 ns for a whole 2 x 2 x 2 product, 19 with strides. */
+ * (3.7x faster there); an odd last column goes 4 rows at a time, the rows under
+ * the blocks one row by 4 columns, then one element at a time.  Every element's
+ * sum keeps its order over p, so the bits do not depend on the blocking.  The
+ * transpositions are strides (ai between rows of op(A), ap between its columns;
+ * bp, bj for op(B)), not branches in the inner loops. */
 #ifndef AT_EDGE_STORE
 #define AT_EDGE_STORE
 #define AT_EDGE_PUT(c, s) ((c) = beta == (AT_T)0 ? alpha * (s) : alpha * (s) + beta * (c))
