@@ -298,6 +298,11 @@ def _verdict(results: Sequence[tuple[int, np.ndarray]], calls: Sequence[tuple]) 
     return "validated"
 
 
+def _gemv_seconds(seconds: Mapping[int, float], m: int) -> float:
+    """The GEMV form's time for m rows: as timed, or m single rows where it was not."""
+    return seconds.get(m, m * seconds[1])
+
+
 def _rows_left(name: str, mine: Mapping[str, Mapping[int, float]], one: str | None) -> dict[int, float]:
     """A block kernel's seconds at each measured M below its height, where it was not
     timed: qgemm.c gives all those rows to the GEMV form (``one``, a row at a time)
@@ -313,7 +318,7 @@ def _rows_left(name: str, mine: Mapping[str, Mapping[int, float]], one: str | No
         ways = [s[m] for n, s in mine.items()
                 if isa == x86.AMX_ISA and m in s and 1 < qkernel(n).mr <= m and qkernel(n).isa == isa]
         if one is not None:
-            ways.append(mine[one].get(m, m * mine[one][1]))
+            ways.append(_gemv_seconds(mine[one], m))
         if ways:
             filled[m] = min(ways)
     return filled
@@ -345,7 +350,7 @@ def select(seconds: Mapping[str, Mapping[int, float]]) -> tuple[str, ...]:
             chosen.append(best.name)
             if best.isa == x86.AMX_ISA:
                 rows = min(m for m in MEASURE_M if m > 1)
-                bar = mine[one].get(rows, rows * mine[one][1]) if one else math.inf
+                bar = _gemv_seconds(mine[one], rows) if one else math.inf
                 smaller = [n for n in blocks if qkernel(n).isa == best.isa and qkernel(n).mr < best.mr]
                 for mr in sorted({qkernel(n).mr for n in smaller}, reverse=True):
                     tile = min((n for n in smaller if qkernel(n).mr == mr), key=total.__getitem__)

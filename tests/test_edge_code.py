@@ -43,20 +43,17 @@ def sequential(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha, beta) -> np.n
     return out if beta == 0 else out + dtype(beta) * c
 
 
-def run_on_edge_code(runner: LibraryRunner, dtype: str, ta: bool, tb: bool, m: int, n: int, k: int,
-                     alpha: float, beta: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """C = alpha op(A) op(B) + beta C through a plan of edge steps only, with leading
-    dimensions past the matrices; (result, expected)."""
-    index, np_dtype = DTYPES[dtype]
-    rng = np.random.default_rng(seed)
-    op_a = rng.standard_normal((m, k)).astype(np_dtype)
-    op_b = rng.standard_normal((k, n)).astype(np_dtype)
-    c0 = rng.standard_normal((m, n)).astype(np_dtype)
+def on_edge_code(runner: LibraryRunner, ta: bool, tb: bool, op_a: np.ndarray, op_b: np.ndarray,
+                 c0: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    """alpha op(A) op(B) + beta C0 through a plan of edge steps only, the operands
+    stored with leading dimensions past the matrices (their padding is checked)."""
+    (m, k), n = op_a.shape, op_b.shape[1]
+    index = 0 if op_a.dtype == np.float32 else 1
     lda, ldb, ldc = (k if ta else m) + 3, (n if tb else k) + 2, m + 1
     # Column-major storage with padding rows: stored[:rows] is the matrix.
-    a_store = np.zeros((lda, max(1, m if ta else k)), dtype=np_dtype, order="F")
-    b_store = np.zeros((ldb, max(1, k if tb else n)), dtype=np_dtype, order="F")
-    c_store = np.full((ldc, max(1, n)), np.nan if beta == 0 else 0.0, dtype=np_dtype, order="F")
+    a_store = np.zeros((lda, max(1, m if ta else k)), dtype=op_a.dtype, order="F")
+    b_store = np.zeros((ldb, max(1, k if tb else n)), dtype=op_a.dtype, order="F")
+    c_store = np.full((ldc, max(1, n)), np.nan if beta == 0 else 0.0, dtype=op_a.dtype, order="F")
     if ta:
         a_store[:k, :m] = op_a.T
     else:
@@ -68,7 +65,7 @@ def run_on_edge_code(runner: LibraryRunner, dtype: str, ta: bool, tb: bool, m: i
     if beta != 0:
         c_store[:m, :n] = c0
     lib = runner.lib
-    runner.set_params(PlannerParams().with_values(dtype, {"edge_frac": 1.0}))
+    runner.set_params(PlannerParams().with_values("f32" if index == 0 else "f64", {"edge_frac": 1.0}))
     try:
         plan = lib.at_plan_create_ex(index, 0, int(ta), int(tb), m, n, k, lda, ldb, ldc, 1)
         assert plan, lib.at_last_error().decode()
@@ -84,10 +81,10 @@ def run_on_edge_code(runner: LibraryRunner, dtype: str, ta: bool, tb: bool, m: i
         finally:
             lib.at_plan_destroy(plan)
     finally:
-        runner.lib.at_params_set(None)  # back to the library's own parameters
+        lib.at_params_set(None)  # back to the library's own parameters
     # The padding rows of C are untouched.
     assert np.isnan(c_store[m:, :n]).all() if beta == 0 else not c_store[m:, :n].any()
-    return c_store[:m, :n], sequential(op_a, op_b, c0, alpha, beta)
+    return c_store[:m, :n]
 
 
 # Rows and columns below, at and past the code's blocks of 4 x 2 and its rows of
@@ -100,9 +97,13 @@ SHAPES = [(1, 1, 1), (2, 2, 2), (3, 5, 7), (4, 2, 3), (4, 3, 1), (5, 7, 3), (7, 
 @pytest.mark.parametrize("trans", ["nn", "nt", "tn", "tt"])
 def test_edge_code_sums_each_element_in_order(runner, dtype, trans) -> None:
     ta, tb = trans[0] == "t", trans[1] == "t"
+    np_dtype = DTYPES[dtype][1]
     for number, (m, n, k) in enumerate(SHAPES):
+        rng = np.random.default_rng(number)
+        op_a, op_b, c0 = (rng.standard_normal(shape).astype(np_dtype) for shape in ((m, k), (k, n), (m, n)))
         for alpha, beta in ((1.0, 0.0), (-0.75, 0.5)):
-            got, want = run_on_edge_code(runner, dtype, ta, tb, m, n, k, alpha, beta, seed=number)
+            got = on_edge_code(runner, ta, tb, op_a, op_b, c0, alpha, beta)
+            want = sequential(op_a, op_b, c0, alpha, beta)
             assert got.dtype == want.dtype
             where = f"{dtype} {trans} {m}x{n}x{k} beta={beta}"
             if EXACT:
@@ -114,24 +115,11 @@ def test_edge_code_sums_each_element_in_order(runner, dtype, trans) -> None:
 
 def test_edge_code_passes_nan_and_inf_through_as_blas(runner) -> None:
     """A NaN in A reaches its row of C, an Inf in B its column."""
-    m, n, k = 6, 5, 4
-    index, np_dtype = DTYPES["f64"]
-    a = np.ones((m, k), order="F")
-    b = np.ones((k, n), order="F")
+    a = np.ones((6, 4))
+    b = np.ones((4, 5))
     a[2, 1] = np.nan
     b[3, 4] = np.inf
-    c = np.zeros((m, n), order="F")
-    runner.set_params(PlannerParams().with_values("f64", {"edge_frac": 1.0}))
-    try:
-        plan = runner.lib.at_plan_create_ex(index, 0, 0, 0, m, n, k, m, k, m, 1)
-        assert plan
-        try:
-            assert runner.lib.at_plan_execute(plan, ctypes.c_double(1.0), a.ctypes.data, b.ctypes.data,
-                                              ctypes.c_double(0.0), c.ctypes.data) == 0
-        finally:
-            runner.lib.at_plan_destroy(plan)
-    finally:
-        runner.lib.at_params_set(None)  # back to the library's own parameters
+    c = on_edge_code(runner, False, False, a, b, np.zeros((6, 5)), 1.0, 0.0)
     with np.errstate(invalid="ignore"):
         want = a @ b
     np.testing.assert_array_equal(c, want)

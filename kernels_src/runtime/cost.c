@@ -161,23 +161,17 @@ static double edge_gflops(int dtype)
     return g > 0.5 ? g : 0.5;
 }
 
-/* What a block of edge code costs before its flops, at least: the quickest
- * kernel call the table measured at its shallowest depth (0 without
- * measurements).  edge_frac is the edge code's rate on large blocks, timed at
- * two depths so that the calls cancel; a call of the edge code has its set-up
- * too, which the kernels' figures include and that rate leaves out.  (It is
- * more: a whole 1x1x1 product ran 16 ns on edge code, 8 on a 1x1 kernel.) */
-static double edge_entry_seconds(int dtype)
+/* A kernel call's time at the shallowest depth measured (0 without measurements):
+ * its fixed cost, about.  The quickest of a grid's kernels is what a block of edge
+ * code costs before its flops, at least: edge_frac is the edge code's rate on
+ * large blocks, timed at two depths so that the calls cancel, and a call of the
+ * edge code has its set-up too, which the kernels' figures include and that rate
+ * leaves out.  (It is more: a whole 1x1x1 product ran 16 ns on edge code, 8 on a
+ * 1x1 kernel.) */
+static double shallowest_call_seconds(const at_table_entry *d)
 {
-    if (at_facts.provenance == AT_PROVENANCE_MODEL) return 0;
-    double least = 0;
-    for (int i = 0; i < at_kernel_table_count; i++) {
-        const at_table_entry *d = &at_kernel_table[i];
-        if (d->kernel.dtype != dtype || d->nk <= 0 || !(d->gflops[0] > 0)) continue;
-        double t = 2.0 * d->kernel.mr * d->kernel.nr * (double)d->k[0] / (d->gflops[0] * 1e9);
-        if (least == 0 || t < least) least = t;
-    }
-    return least;
+    if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0 || !(d->gflops[0] > 0)) return 0;
+    return 2.0 * d->kernel.mr * d->kernel.nr * (double)d->k[0] / (d->gflops[0] * 1e9);
 }
 
 /* ---- L1 set conflicts of operands read in place ------------------------------
@@ -229,12 +223,14 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
                    int64_t ldb, int favour)
 {
     int H = 0, W = 0;
-    double fastest = 0;
+    double fastest = 0, entry = 0;
     for (int i = 0; i < at_kernel_table_count; i++) {
         const at_kernel *d = at__kernel_for(i, dtype, ta, tb);
         if (!d) continue;
         if (d->mr > H) H = d->mr;
         if (d->nr > W) W = d->nr;
+        double t = shallowest_call_seconds(&at_kernel_table[i]);
+        if (t > 0 && (entry == 0 || t < entry)) entry = t;
         /* (Only with a favoured kernel: the no-pack path plans without one.) */
         if (favour >= 0) {
             double r = at__kernel_gflops(&at_kernel_table[i], K);
@@ -251,7 +247,7 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
         at__grid_free(g);
         return AT_ENOMEM;
     }
-    double eg = edge_gflops(dtype), call = call_seconds(dtype), entry = edge_entry_seconds(dtype);
+    double eg = edge_gflops(dtype), call = call_seconds(dtype);
     for (int h = 1; h <= H; h++)
         for (int w = 1; w <= W; w++) {
             size_t c = (size_t)(h - 1) * W + (w - 1);
