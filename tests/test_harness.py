@@ -146,14 +146,34 @@ def test_bench_reports_each_grid_point(kit):
 def test_a_sample_lasts_the_minimum_time_not_up_to_twice_it(kit):
     # The count is scaled from a short calibration run; doubling it until a run
     # lasted min_time made samples 1-2x as long, and the install's grid slower.
+    # A sample is cut into slices of about 20 us (the fastest one counts): together
+    # they last min_time.
     exe, names, _ = kit
     min_ms = 0.5
     events, proc = run(exe, "bench", "--k", "4,8,12,16,24,32,48,64,96", "--pad", "0", "--min-time-ms",
                        str(min_ms), "--repeats", "3", names["naive"][2])
     assert proc.returncode == 0
-    lengths = sorted(p["iters"] * p["ns_per_call"] / (min_ms * 1e6) for p in events if p["event"] == "bench")
-    assert len(lengths) == 9
+    points = [p for p in events if p["event"] == "bench"]
+    assert len(points) == 9
+    slice_lengths = sorted(p["iters"] * p["ns_per_call"] for p in points)
+    assert 0.5 * 20e3 <= slice_lengths[len(points) // 2] <= 1.5 * 20e3, slice_lengths
+    lengths = sorted(p["slices"] * p["iters"] * p["ns_per_call"] / (min_ms * 1e6) for p in points)
     assert 0.7 <= lengths[len(lengths) // 2] <= 1.3, lengths
+
+
+def test_a_sample_is_cut_into_slices(kit):
+    # A virtual core can run at half speed for stretches shorter than a sample: the
+    # fastest of many short slices is its full speed.  A sample shorter than a slice
+    # is one run; a call longer than a slice is one run per slice.
+    exe, names, _ = kit
+    kernel = names["naive"][2]
+    events, proc = run(exe, "bench", "--k", "16", "--pad", "0", "--min-time-ms", "0.01", "--repeats", "1", kernel)
+    assert proc.returncode == 0
+    (point,) = [p for p in events if p["event"] == "bench"]
+    assert point["slices"] == 1
+    events, proc = run(exe, "bench", "--k", "16", "--pad", "0", "--min-time-ms", "1", "--repeats", "1", kernel)
+    (point,) = [p for p in events if p["event"] == "bench"]
+    assert 25 <= point["slices"] <= 75, point
 
 
 def test_placements_move_the_operands_and_keep_the_grid(kit):

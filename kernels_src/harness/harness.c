@@ -543,19 +543,37 @@ static volatile double at_sink;
 #define AT_BENCH_STREAM_K 256
 #define AT_BENCH_STREAM_BYTES ((size_t)192 << 10)
 
+/* A sample is the fastest of the slices it is cut into, runs of about this many
+ * nanoseconds that together last min_time.  A virtual core's speed can halve for
+ * stretches of tens of microseconds to milliseconds (other work on the host): on
+ * a 2-vCPU Xeon (family 6 model 207) an 8x8 fp32 kernel at K = 64 took 103 or
+ * 205 ns a call, switching every 250 us on average, so one run of 0.5 ms timed
+ * either speed, while the pace loop beside it (the best of three 20 us runs)
+ * read full speed.  Timed together in their harness, that install's 8-row
+ * kernels entered its table at about half their speed.  The fastest slice is the
+ * core's full speed unless the whole sample ran slow; alternating the two ways
+ * on that VM, 8x8 timed 82 GFLOPS in six runs of eight by slices, and 46-83 by
+ * one run. */
+#define AT_BENCH_SLICE_NS 20000.0
+
 static double time_calls(const at_kernel *e, long long iters, int64_t K, const void *A,
                          int64_t lda, const void *B, int64_t ldb, size_t b_stride, int b_copies,
                          void *C, int64_t ldc, size_t c_stride)
 {
     /* alpha = beta = 1: the accumulate form a plan uses for every K block
-     * after the first; one loop per dtype keeps the dispatch out of the timing. */
+     * after the first; one loop per dtype keeps the dispatch out of the timing.
+     * The copy of B read first moves on from run to run, so that runs shorter
+     * than a turn of the copies still read their B from the whole span. */
+    static long long turn = 0;
+    const long long q0 = turn % b_copies;
+    turn += iters;
     double t0, t1;
     if (e->dtype == AT_F64) {
         at_dgemm_fn fn = (at_dgemm_fn)e->fn;
         double *c = (double *)C;
         t0 = at_now_ns();
         const double *b = (const double *)B;
-        for (long long it = 0, q = 0; it < iters; ++it, q = q + 1 == b_copies ? 0 : q + 1)
+        for (long long it = 0, q = q0; it < iters; ++it, q = q + 1 == b_copies ? 0 : q + 1)
             fn(K, (const double *)A, lda, b + (size_t)q * b_stride, ldb,
                c + (size_t)(it % AT_BENCH_C_COPIES) * c_stride, ldc, 1.0, 1.0);
         t1 = at_now_ns();
@@ -565,7 +583,7 @@ static double time_calls(const at_kernel *e, long long iters, int64_t K, const v
         float *c = (float *)C;
         t0 = at_now_ns();
         const float *b = (const float *)B;
-        for (long long it = 0, q = 0; it < iters; ++it, q = q + 1 == b_copies ? 0 : q + 1)
+        for (long long it = 0, q = q0; it < iters; ++it, q = q + 1 == b_copies ? 0 : q + 1)
             fn(K, (const float *)A, lda, b + (size_t)q * b_stride, ldb,
                c + (size_t)(it % AT_BENCH_C_COPIES) * c_stride, ldc, 1.0f, 1.0f);
         t1 = at_now_ns();
@@ -668,25 +686,35 @@ static int bench_point(const at_kernel *e, const at_bench_opts *o, int64_t K, in
         tC = (void *)placed(C, c_stride * AT_BENCH_C_COPIES * elem_size(dt), &where, &blocks[2]);
     }
 
-    /* Doubling the count until one run lasts a sixteenth of min_time warms the
+    /* Doubling the count until one run lasts a sixteenth of a slice warms the
      * caches and the branch predictors up (the pace loop below warms the clock),
-     * and scaling that count gives a sample of min_time.  Doubling all the way,
-     * as the first version did, spent one to two samples' time on calibration
-     * and overshot the sample by up to 2x: 2.3 ms a grid point where 0.7 do. */
+     * and scaling that count gives a slice.  Doubling all the way, as the first
+     * version did, spent one to two samples' time on calibration and overshot
+     * the sample by up to 2x: 2.3 ms a grid point where 0.7 do. */
     const double min_ns = o->min_time_ms * 1e6;
+    const double slice_ns = min_ns < AT_BENCH_SLICE_NS ? min_ns : AT_BENCH_SLICE_NS;
     long long iters = 1;
     double took;
     time_calls(e, 1, K, tA, klda, tB, kldb, b_stride, b_copies, tC, sc.ld, c_stride);
-    while ((took = time_calls(e, iters, K, tA, klda, tB, kldb, b_stride, b_copies, tC, sc.ld, c_stride)) < min_ns / 16
+    while ((took = time_calls(e, iters, K, tA, klda, tB, kldb, b_stride, b_copies, tC, sc.ld, c_stride)) < slice_ns / 16
            && iters < (1LL << 40))
         iters *= 2;
-    if (took < min_ns)
-        iters = (long long)fmin(ceil((double)iters * min_ns / (took > 0 ? took : 1.0)), (double)(1LL << 40));
+    if (took < slice_ns) {
+        iters = (long long)fmin(ceil((double)iters * slice_ns / (took > 0 ? took : 1.0)), (double)(1LL << 40));
+        took = slice_ns;
+    }
+    const int slices = (int)fmax(1.0, fmin(floor(min_ns / took + 0.5), 1e4));
     /* The core's pace on both sides of the samples: the slower of the two says
      * whether they were taken at the core's full speed. */
     double pace = at_pace();
-    for (int r = 0; r < o->repeats; ++r)
-        samples[r] = time_calls(e, iters, K, tA, klda, tB, kldb, b_stride, b_copies, tC, sc.ld, c_stride) / (double)iters;
+    for (int r = 0; r < o->repeats; ++r) {
+        double fastest = INFINITY;
+        for (int slice = 0; slice < slices; ++slice) {
+            double t = time_calls(e, iters, K, tA, klda, tB, kldb, b_stride, b_copies, tC, sc.ld, c_stride);
+            fastest = t < fastest ? t : fastest;
+        }
+        samples[r] = fastest / (double)iters;
+    }
     double pace_after = at_pace();
     pace = pace_after < pace ? pace_after : pace;
     qsort(samples, (size_t)o->repeats, sizeof(double), cmp_double);
@@ -703,6 +731,7 @@ static int bench_point(const at_kernel *e, const at_bench_opts *o, int64_t K, in
     kv_int("ldb", kldb);
     kv_int("ldc", sc.ld);
     kv_int("iters", iters);
+    kv_int("slices", slices);
     kv_num("best_gflops", flops / best);
     kv_num("median_gflops", flops / median);
     kv_num("ns_per_call", best);
