@@ -166,7 +166,7 @@ def test_a_sample_lasts_the_minimum_time_not_up_to_twice_it(kit):
 def test_a_sample_is_cut_into_slices(kit):
     # A virtual core can run at half speed for stretches shorter than a sample: the
     # fastest of many short slices is its full speed.  A sample shorter than a slice
-    # is one run; a call longer than a slice is one run per slice.
+    # is one run; a longer one is as many slices as fill it.
     exe, names, _ = kit
     kernel = names["naive"][2]
     events, proc = run(exe, "bench", "--k", "16", "--pad", "0", "--min-time-ms", "0.01", "--repeats", "1", kernel)
