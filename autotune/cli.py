@@ -561,7 +561,8 @@ def print_decisions(table: TunedTable, out: Console) -> None:
                   highlight=False, soft_wrap=True)
     for line in crossover_lines(table.settings.get("crossovers")):
         out.print(f"crossover {line}", highlight=False, soft_wrap=True)
-    for line in (edge_lines(table.settings.get("edge")) + main_kernel_lines(table.settings.get("main_kernel"))
+    mains = main_kernel_lines(table.settings.get("main_kernel"), table.settings.get("place_kernel"))
+    for line in (edge_lines(table.settings.get("edge")) + mains
                  + thread_cost_lines(table.settings.get("thread_cost"))):
         out.print(line, highlight=False, soft_wrap=True)
     out.print(summary_line(table.tuning), highlight=False)

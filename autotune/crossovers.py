@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .host import other_load
-from .params import DTYPES, PlannerParams
+from .params import BY_NAME, DTYPES, PlannerParams
 from .suite import SuiteRunner, SuiteShape
 
 #: A threshold no product reaches: the cheaper side is always taken.  (The runtime
@@ -586,7 +586,7 @@ def measure_thread_cost(runner: SuiteRunner, params: PlannerParams, threads: int
                       {k: round(v, 10) for k, v in by_side.items()})
 
 
-# -- the packed path's main kernel ----------------------------------------------------
+# -- the main kernels: the packed path's, and in place per transposition ----------
 
 #: Kernels per dtype tried as the packed path's main kernel, beside the figures' choice:
 #: this many by their figures, this many by the grid's own rows, and this many per
@@ -595,14 +595,23 @@ MAIN_CANDIDATES = 3
 #: The square each dtype's candidates run, packed and on one thread: deeper than the
 #: blocking's K slice, a few milliseconds a call on a desktop core.
 MAIN_SIDES: Mapping[str, int] = {"f32": 640, "f64": 512}
+#: The products read in place that the candidates of a dtype and transposition run,
+#: on one thread (M, N, K): a square whose columns of 128 f32 or f64 fall in a few
+#: L1 sets, one whose columns spread over them, and a narrow deep one whose slivers
+#: of A stream from L2 (like 100 x 10 x 1000).  The planner takes the kernel where
+#: these reach (plan.c): from AT_PLACE_FAVOUR_K = 64 deep, up to the largest's flops
+#: (AT_PLACE_FAVOUR_FLOPS).
+PLACE_SHAPES: tuple[tuple[int, int, int], ...] = ((128, 128, 128), (96, 96, 96), (96, 16, 1024))
 
 
 @dataclass(frozen=True)
 class MainKernel:
-    """The packed path's main kernel for one dtype as timed on the built library: the
-    planner's ``pack_kernel`` (1 + the kernel's index in the library; 0 when the
-    figures' own choice stays), the kernel's name, and the seconds of each
-    candidate's plan (``"figures"``: the kernels' figures choosing)."""
+    """A main kernel for one dtype as timed on the built library: the packed path's
+    (the planner's ``pack_kernel``), or with ``trans`` that of products read in place
+    of that transposition (``place_kernel_<trans>``).  ``value`` is 1 + the kernel's
+    index in the library, 0 when the figures' own choice stays; ``seconds`` the time
+    of each candidate's plans (``"figures"``: the kernels' figures choosing): of the
+    packed square of ``side``, or in place the seconds per flop of ``shapes`` summed."""
 
     dtype: str
     value: int
@@ -611,6 +620,12 @@ class MainKernel:
     seconds: Mapping[str, float] = field(default_factory=dict)
     source: str = "measured"  # measured | busy
     margin: float = MARGIN  # how much faster a candidate had to be
+    trans: str = ""  # in place: the transposition; "" for the packed path
+    shapes: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def param(self) -> str:
+        return f"place_kernel_{self.trans}" if self.trans else "pack_kernel"
 
     @property
     def gain(self) -> float | None:
@@ -620,7 +635,41 @@ class MainKernel:
         return base / mine if base and mine else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "seconds": dict(self.seconds)}
+        return {**asdict(self), "seconds": dict(self.seconds), "shapes": [list(s) for s in self.shapes]}
+
+
+def _race(settings: Mapping[str, PlannerParams], seconds_of: Callable[[], float], runner: SuiteRunner,
+          params: PlannerParams, rounds: int) -> dict[str, float]:
+    """Each setting's best time of ``seconds_of`` in interleaved rounds
+    (:func:`autotune.suite.best_of_rounds`); the leader, when not ``"figures"``, races
+    ``"figures"`` again, alone, and each keeps its slower best: among many candidates
+    one may lead by a lucky sample.  The runner is left with ``params``."""
+    from .suite import best_of_rounds
+
+    def timed(p: PlannerParams) -> Callable[[], float]:
+        def run() -> float:
+            runner.set_params(p)
+            return seconds_of()
+        return run
+
+    try:
+        seconds = best_of_rounds({name: timed(p) for name, p in settings.items()}, rounds)
+        best = min(seconds, key=seconds.__getitem__)
+        if best != "figures" and len(settings) > 2:
+            again = best_of_rounds({name: timed(settings[name]) for name in ("figures", best)}, rounds)
+            seconds.update({name: max(seconds[name], s) for name, s in again.items()})
+    finally:
+        runner.set_params(params)
+    return seconds
+
+
+def _winner(seconds: Mapping[str, float], candidates: Sequence[tuple[str, int]],
+            margin: float) -> tuple[str | None, int]:
+    """The fastest candidate and its value, or (None, 0) unless ``margin`` faster than the figures."""
+    best = min(seconds, key=seconds.__getitem__)
+    if best == "figures" or seconds[best] > seconds["figures"] * (1 - margin):
+        return None, 0
+    return best, dict(candidates)[best]
 
 
 def measure_main_kernel(runner: SuiteRunner, params: PlannerParams, dtype: str,
@@ -637,12 +686,9 @@ def measure_main_kernel(runner: SuiteRunner, params: PlannerParams, dtype: str,
     ``candidates`` are (name, 1 + index in the library) of the best kernels by
     their figures, by the grid's rows and by the register model
     (:func:`autotune.install.main_candidates`); each candidate's plan and the
-    figures' own are timed in interleaved rounds on one thread
-    (:func:`autotune.suite.best_of_rounds`), the leader races the figures' choice
-    again, and it replaces that choice only when ``margin`` faster in both.
+    figures' own are timed in interleaved rounds on one thread (:func:`_race`),
+    and the leader replaces the figures' choice only when ``margin`` faster.
     """
-    from .suite import best_of_rounds
-
     side = MAIN_SIDES.get(dtype, 512)
     if busy or not candidates:
         return MainKernel(dtype, 0, None, side, {}, "busy" if busy else "measured", margin)
@@ -650,25 +696,39 @@ def measure_main_kernel(runner: SuiteRunner, params: PlannerParams, dtype: str,
     packed = params.with_values(dtype, {"pack_flops": 0.0})
     settings = {"figures": packed.with_values(dtype, {"pack_kernel": 0}),
                 **{name: packed.with_values(dtype, {"pack_kernel": value}) for name, value in candidates}}
+    seconds = _race(settings, lambda: runner.time_shape(shape), runner, params, rounds)
+    best, value = _winner(seconds, candidates, margin)
+    return MainKernel(dtype, value, best, side, {name: float(f"{s:.4g}") for name, s in seconds.items()},
+                      "measured", margin)
 
-    def timed(p: PlannerParams) -> Callable[[], float]:
-        def run() -> float:
-            runner.set_params(p)
-            return runner.time_shape(shape)
-        return run
 
-    try:
-        seconds = best_of_rounds({name: timed(p) for name, p in settings.items()}, rounds)
-        best = min(seconds, key=seconds.__getitem__)
-        if best != "figures" and len(settings) > 2:
-            # Among many candidates one may lead by a lucky sample: the leader meets
-            # the figures' choice again, alone, and each keeps its slower best.
-            again = best_of_rounds({name: timed(settings[name]) for name in ("figures", best)}, rounds)
-            seconds.update({name: max(seconds[name], s) for name, s in again.items()})
-    finally:
-        runner.set_params(params)
-    value = dict(candidates).get(best, 0)
-    if best == "figures" or seconds[best] > seconds["figures"] * (1 - margin):
-        best, value = "figures", 0
-    return MainKernel(dtype, value, None if best == "figures" else best, side,
-                      {name: float(f"{s:.4g}") for name, s in seconds.items()}, "measured", margin)
+def measure_place_kernel(runner: SuiteRunner, params: PlannerParams, dtype: str, trans: str,
+                         candidates: Sequence[tuple[str, int]], rounds: int = 3, busy: bool = False,
+                         margin: float = MARGIN) -> MainKernel:
+    """Which kernel of ``trans`` runs products read in place fastest, timed on
+    :data:`PLACE_SHAPES`.
+
+    The kernels' figures time each kernel alone, its sliver of A m_r wide and its B
+    streaming; read in place through a leading dimension, the kernels one vector
+    tall fall behind the taller ones.  On a 2-vCPU Xeon (AVX-512), one kernel
+    tiling f32 128 x 120 x 128: NN 16x5 116 GFLOPS, 64x5, 48x8 and 32x8 174-175; the
+    figures had 16x5 at 165 and 64x5 at 139 (K = 256), and plans took 16x5: 128^3
+    ran at 0.63x MKL.  ``candidates`` (:func:`autotune.install.place_candidates`)
+    race the figures' plans (:func:`_race`) on one thread, scored by seconds per
+    flop summed over the shapes, so each weighs alike; the leader is kept only
+    when ``margin`` faster.
+    """
+    if busy or not candidates:
+        return MainKernel(dtype, 0, None, 0, {}, "busy" if busy else "measured", margin, trans, PLACE_SHAPES)
+    shapes = [SuiteShape("probe", dtype, trans, m, n, k, threads=1) for m, n, k in PLACE_SHAPES]
+    param = f"place_kernel_{trans}"
+    # Read in place whatever the packing crossovers measured later will say.
+    inplace = params.with_values(dtype, {"pack_flops": BY_NAME["pack_flops"].high,
+                                         "pack_flops_tn": BY_NAME["pack_flops_tn"].high})
+    settings = {"figures": inplace.with_values(dtype, {param: 0}),
+                **{name: inplace.with_values(dtype, {param: value}) for name, value in candidates}}
+    seconds = _race(settings, lambda: sum(runner.time_shape(s) / s.flops for s in shapes), runner, params,
+                    rounds)
+    best, value = _winner(seconds, candidates, margin)
+    return MainKernel(dtype, value, best, 0, {name: float(f"{s:.4g}") for name, s in seconds.items()},
+                      "measured", margin, trans, PLACE_SHAPES)

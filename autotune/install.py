@@ -34,7 +34,7 @@ from . import build, codegen, families, measure, qsuite, table
 from . import files as files_mod
 from .home import ensure_writable, home as default_home, install_lock
 from .host import HostInfo, detect, load_meter
-from .specs import KernelSpec
+from .specs import TRANSPOSITIONS, KernelSpec
 from .table import KernelRecord, TunedTable, library_dir
 from .link import LibraryBuild, build_table_library, default_params, precompile_runtime
 from .pkgconfig import write_pc
@@ -902,7 +902,8 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
     program's recorded shapes, which join the search's suite.
     """
     from .crossovers import (BUSY_LOAD, FULL, QUICK, measure_crossovers, measure_edge, measure_main_kernel,
-                             measure_thread_cost, probe_shapes, quiet_wait_s, specs_for, wait_for_quiet)
+                             measure_place_kernel, measure_thread_cost, probe_shapes, quiet_wait_s, specs_for,
+                             wait_for_quiet)
     from .params import DTYPES, PlannerParams
     from .suite import LibraryRunner, default_suite, held_out_suite
     from .tune import QUICK_BUDGET_S, default_budget, tune
@@ -944,11 +945,19 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
                 model = model.with_values(dt, {"edge_frac": edge.frac})
             # So is which kernel runs the packed blocks best: every set plans with it too.
             values = runner.kernel_values()
-            mains = {}
+            mains, places = {}, {}
             for dt in dtypes:
                 mains[dt] = measure_main_kernel(runner, model, dt, main_candidates(stored, dt, values),
                                                 rounds=2 if options.quick else 3, busy=busy)
                 model = model.with_values(dt, {"pack_kernel": mains[dt].value})
+                # And which runs products read in place, per transposition.
+                for trans in TRANSPOSITIONS:
+                    candidates = place_candidates(stored, dt, trans, values)
+                    if candidates:
+                        place = measure_place_kernel(runner, model, dt, trans, candidates,
+                                                     rounds=2 if options.quick else 3, busy=busy)
+                        places[f"{dt} {trans}"] = place
+                        model = model.with_values(dt, {place.param: place.value})
                 _advance(progress, task)()
             # And what a threaded call costs beyond its share: the thread sweep then
             # times splits that are taken only where they pay.
@@ -977,6 +986,7 @@ def tune_and_rebuild(stored: TunedTable, library: LibraryBuild, targets: Mapping
                          settings={**stored.settings, "crossovers": [c.to_dict() for c in recorded],
                                    "edge": {dt: e.to_dict() for dt, e in edges.items()},
                                    "main_kernel": {dt: m.to_dict() for dt, m in mains.items()},
+                                   "place_kernel": {key: m.to_dict() for key, m in places.items()},
                                    "thread_cost": thread_cost.to_dict(),
                                    "other_load": None if load is None else round(load, 2),
                                    **({"quant": quant} if quant else {})})
@@ -1052,6 +1062,41 @@ def main_candidates(stored: TunedTable, dtype: str, values: Mapping[str, int],
         by_model += [r.name for r in near[:count]]
     names = list(dict.fromkeys([r.name for r in by_figure[:count]] + by_grid[:count] + by_model))
     return [(name, values[name]) for name in names]
+
+
+def place_candidates(stored: TunedTable, dtype: str, trans: str, values: Mapping[str, int],
+                     count: int | None = None) -> list[tuple[str, int]]:
+    """The candidate main kernels of ``dtype`` and ``trans`` for products read in place,
+    as (name, ``place_kernel_<trans>`` value): the fastest by their figures at the
+    depth nearest :data:`PLACE_K`, then the largest register blocks by the model
+    (:func:`autotune.families.model_score`) among those whose figure there is at least
+    :data:`MODEL_FLOOR` of the best.  Only kernels that read their operands in place
+    (no packed format) can be one.
+
+    The figures rank the kernels alone, where the blocks one vector tall lead; read
+    in place the taller ones ran ahead (:func:`autotune.crossovers.measure_place_kernel`),
+    and the model's ranking brings them in.
+    """
+    from .crossovers import MAIN_CANDIDATES
+
+    count = count or MAIN_CANDIDATES
+    mine = [r for r in stored.selected() if r.spec.dtype == dtype and r.spec.trans == trans
+            and not r.spec.variant and r.gflops_by_k and r.name in values]
+
+    def figure(r: KernelRecord) -> float:
+        return min(r.gflops_by_k, key=lambda kg: (abs(math.log(kg[0] / PLACE_K)), -kg[0]))[1]
+
+    by_figure = sorted(mine, key=lambda r: -figure(r))
+    floor = MODEL_FLOOR * max((figure(r) for r in mine), default=0.0)
+    by_model = sorted((r for r in mine if figure(r) >= floor), key=lambda r: (-families.model_score(r.spec), -figure(r)))
+    names = list(dict.fromkeys([r.name for r in by_figure[:count]] + [r.name for r in by_model[:count]]))
+    return [(name, values[name]) for name in names]
+
+
+#: The depth whose figures rank the in-place candidates: products read in place from
+#: AT_PLACE_FAVOUR_K (plan.c) on are what they run, and there a sliver of A of most
+#: blocks fits L1, as in place.
+PLACE_K = 64
 
 
 #: How close to the best figure a kernel must be for the model to propose it as the

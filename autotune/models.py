@@ -38,10 +38,12 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .host import HostInfo
-from .params import DEFAULTS
+from .params import DEFAULTS, PARAMS
 
 #: Bytes per element of each dtype the runtime plans for.
 BPE: Mapping[str, int] = {"f32": 4, "f64": 8}
+#: The in-place main kernels' parameters, one per transposition.
+PLACE_KERNELS: tuple[str, ...] = tuple(p.name for p in PARAMS if p.name.startswith("place_kernel_"))
 
 #: Sustained memory bandwidth one core can draw, bytes/s.  Nothing detects it;
 #: 20 GB/s is a conservative figure for one core of a current server or desktop
@@ -248,7 +250,7 @@ def analytic_params(
     peaks = dict(peak_gflops or {})
     params: dict = {key: {} for key in
                     ("blk_m", "blk_n", "blk_k", "pack_flops", "call_seconds", "edge_frac",
-                     "pack_seconds", "grid", "pack_flops_tn", "pack_kernel")}
+                     "pack_seconds", "grid", "pack_flops_tn", "pack_kernel", *PLACE_KERNELS)}
     for dtype, bpe in BPE.items():
         mr, nr = kernels.get(dtype, (max(1, geo.simd_bytes // bpe), 6))
         b = solve_blocking(geo, dtype, mr, nr, peak_gflops=peaks.get(dtype))
@@ -260,6 +262,10 @@ def analytic_params(
         # Which kernel runs a packed block best is timed on the built library
         # (autotune.crossovers.measure_main_kernel); until then the figures choose.
         params["pack_kernel"][dtype] = 0
+        # And which runs the products read in place, per transposition
+        # (autotune.crossovers.measure_place_kernel).
+        for name in PLACE_KERNELS:
+            params[name][dtype] = 0
         for name in ("call_seconds", "edge_frac", "pack_seconds", "grid"):
             params[name][dtype] = DEFAULTS.get(dtype, name)
     params["thread_flops"] = round(thread_crossover_flops(geo, peaks.get("f32")), -3)

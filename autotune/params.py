@@ -1,7 +1,8 @@
 """The planner's parameters: declared once here, every other view derived from this table.
 
 The tiler (``kernels_src/runtime/plan.c`` and ``cost.c``) plans with a handful of
-numbers: Goto blocks, three crossovers, three cost weights and a thread-grid mode.
+numbers: Goto blocks, crossovers, cost weights, a thread-grid mode and the main
+kernels the install measured.
 Each is one :class:`Param` of :data:`PARAMS`: its C type, whether it has a value
 per dtype, its default, the range the tuner searches and what it means.  From that
 table come
@@ -114,6 +115,10 @@ PARAMS: tuple[Param, ...] = (
     Param("thread_seconds", "double", False, 1e-6, "measured",
           "fixed cost of a call on several threads (waking and joining the pool): a plan splits only "
           "where its busiest share plus this beats one thread (measured at install)", low=0.0, high=1e-4),
+    *(Param(f"place_kernel_{trans}", "int32_t", True, 0, "measured",
+            f"the main kernel of {trans} products read in place, from K = 64: 1 + its index in the "
+            "library's kernel table (0: the tiler's choice by the kernels' figures; measured at install)")
+      for trans in ("nn", "nt", "tn", "tt")),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PER_DTYPE: tuple[str, ...] = tuple(p.name for p in PARAMS if p.per_dtype)
@@ -149,6 +154,10 @@ class PlannerParams:
     pack_flops_tn: tuple[float, float] = (2.0 * 160**3,) * 2
     pack_kernel: tuple[int, int] = (0, 0)
     thread_seconds: float = 1e-6
+    place_kernel_nn: tuple[int, int] = (0, 0)
+    place_kernel_nt: tuple[int, int] = (0, 0)
+    place_kernel_tn: tuple[int, int] = (0, 0)
+    place_kernel_tt: tuple[int, int] = (0, 0)
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> "PlannerParams":

@@ -243,28 +243,36 @@ def thread_cost_lines(cost: Any) -> list[str]:
             f"share (measured at {sides} us; a plan splits only where it saves more)"]
 
 
-def main_kernel_lines(mains: Any) -> list[str]:
-    """The packed path's main kernel per dtype (autotune.crossovers.measure_main_kernel,
-    ``settings["main_kernel"]``) in a line each: which kernel runs the blocks and why."""
+def main_kernel_lines(mains: Any, places: Any = None) -> list[str]:
+    """The main kernels the install timed (autotune.crossovers.measure_main_kernel and
+    measure_place_kernel): the packed path's per dtype (``settings["main_kernel"]``)
+    and in place per dtype and transposition (``settings["place_kernel"]``), in a line
+    each: which kernel runs the blocks and why."""
     lines = []
-    for dtype, m in sorted((mains or {}).items()):
+    records = [(f"packed path {key}", m) for key, m in sorted((mains or {}).items())] + \
+        [(f"in place {key}", m) for key, m in sorted((places or {}).items())]
+    for where, m in records:
         if not isinstance(m, Mapping):
             continue
         seconds = dict(m.get("seconds") or {})
         if m.get("source") == "busy" or not seconds:
-            lines.append(f"packed path {dtype}: main kernel by the kernels' figures (not timed: "
+            lines.append(f"{where}: main kernel by the kernels' figures (not timed: "
                          + ("other processes kept the cores busy)" if m.get("source") == "busy" else "no candidates)"))
             continue
-        side, tried = m.get("side"), len(seconds) - 1
+        tried = len(seconds) - 1
+        if m.get("trans"):
+            shapes = ", ".join("x".join(str(d) for d in s) for s in m.get("shapes") or ())
+            ran, on = f"ran {shapes} in place", f"on {shapes} read in place"
+        else:
+            ran, on = f"ran a packed {m.get('side')}^3", f"on a packed {m.get('side')}^3"
         base = seconds.get("figures")
         if not m.get("name"):
-            lines.append(f"packed path {dtype}: main kernel by the kernels' figures, none of {tried} candidates "
-                         f"ran a packed {side}^3 on one thread {100 * float(m.get('margin', 0)):.0f}% faster")
+            lines.append(f"{where}: main kernel by the kernels' figures, none of {tried} candidates "
+                         f"{ran} on one thread {100 * float(m.get('margin', 0)):.0f}% faster")
             continue
         mine = seconds.get(m["name"])
         gain = f", {base / mine:.2f}x the figures' choice" if base and mine else ""
-        lines.append(f"packed path {dtype}: main kernel {m['name']} (fastest of {tried} candidates on a packed "
-                     f"{side}^3, one thread{gain})")
+        lines.append(f"{where}: main kernel {m['name']} (fastest of {tried} candidates {on}, one thread{gain})")
     return lines
 
 

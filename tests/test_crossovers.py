@@ -776,6 +776,60 @@ def test_a_candidate_that_led_by_one_lucky_sample_does_not_replace_the_figures_c
     assert (steady.value, steady.name) == (5, "nn_5")
 
 
+class PlaceKernels:
+    """Products read in place: each shape's time at the planner's place_kernel_<trans>
+    value, the figures' choice (0) at 1 ns a flop, each candidate at its own factor of
+    that on the aliasing square alone (what set the kernels one vector tall back)."""
+
+    def __init__(self, trans: str, factor: dict[int, float]) -> None:
+        self.trans, self.factor, self.params, self.timed = trans, factor, None, []
+
+    def set_params(self, params: PlannerParams) -> None:
+        self.params = params
+
+    def time_shape(self, shape: SuiteShape) -> float:
+        assert self.params is not None and shape.threads == 1 and shape.trans == self.trans
+        # Read in place whatever the packing crossovers say.
+        assert 2 * shape.m * shape.n * shape.k < self.params.get(shape.dtype, "pack_flops")
+        assert 2 * shape.m * shape.n * shape.k < self.params.get(shape.dtype, "pack_flops_tn")
+        self.timed.append(shape)
+        value = self.params.get(shape.dtype, f"place_kernel_{self.trans}")
+        aliasing = (shape.m, shape.n, shape.k) == cx.PLACE_SHAPES[0]
+        return shape.flops * 1e-9 * (self.factor.get(value, 1.0) if value and aliasing else 1.0)
+
+    def close(self) -> None:
+        pass
+
+
+def test_products_read_in_place_take_the_kernel_that_ran_them_fastest() -> None:
+    """Per dtype and transposition, the candidates race the figures' plans on
+    PLACE_SHAPES, scored by seconds per flop summed (each shape weighs alike); the
+    fastest is kept only beyond the margin, and the show line names what ran."""
+    params = PlannerParams.from_mapping(analytic_params(None))
+    machine = PlaceKernels("nt", {4: 0.5, 6: 0.8})
+    place = cx.measure_place_kernel(machine, params, "f64", "nt", [("nt_32x6", 4), ("nt_16x8", 6)])
+    assert (place.value, place.name, place.param) == (4, "nt_32x6", "place_kernel_nt")
+    # Three shapes at 1 s per 1e9 flops against the first at half of it: 3 / 2.5.
+    assert place.gain == pytest.approx(3.0 / 2.5)
+    assert {(s.m, s.n, s.k) for s in machine.timed} == set(cx.PLACE_SHAPES)
+    assert {s.dtype for s in machine.timed} == {"f64"} and machine.params == params
+    # A third faster on one shape of three is 11 %: kept at a 3 % margin, not at 15 %.
+    assert cx.measure_place_kernel(PlaceKernels("nn", {2: 2 / 3}), params, "f32", "nn",
+                                   [("nn_64x5", 2)]).value == 2
+    kept = cx.measure_place_kernel(PlaceKernels("nn", {2: 2 / 3}), params, "f32", "nn", [("nn_64x5", 2)],
+                                   margin=0.15)
+    assert (kept.value, kept.name) == (0, None)
+    busy = cx.measure_place_kernel(PlaceKernels("tt", {2: 0.1}), params, "f32", "tt", [("tt_8x8", 2)], busy=True)
+    assert (busy.value, busy.source, busy.seconds) == (0, "busy", {})
+    from autotune.trials import main_kernel_lines
+    lines = main_kernel_lines({}, {"f64 nt": place.to_dict(), "f32 nn": kept.to_dict(), "f32 tt": busy.to_dict()})
+    assert lines[0] == ("in place f32 nn: main kernel by the kernels' figures, none of 1 candidates ran "
+                        "128x128x128, 96x96x96, 96x16x1024 in place on one thread 15% faster")
+    assert lines[1].startswith("in place f32 tt: main kernel by the kernels' figures (not timed: other")
+    assert lines[2] == ("in place f64 nt: main kernel nt_32x6 (fastest of 2 candidates on 128x128x128, "
+                        "96x96x96, 96x16x1024 read in place, one thread, 1.20x the figures' choice)")
+
+
 
 class PooledMachine:
     """A call costs the timer's ``call_s``, its work at 100 GFLOPS shared evenly by

@@ -643,3 +643,35 @@ def test_the_models_large_blocks_join_the_main_kernel_candidates():
     # (56.4 < 0.7 x 81.4); nt 16x12 (6.9), then nt 8x7 (already in)
     assert names == ["nt_8x7_u1", "nt_8x6_u1", "nn_24x8_u1", "nn_32x5_u1", "nt_16x12_u1"]
     assert install_mod.MODEL_FLOOR * 81.4 > 56.4
+
+
+def test_place_candidates_are_the_transpositions_own_kernels_read_in_place():
+    """The in-place main kernel's candidates, per dtype and transposition: the best by
+    their figures at the depth nearest PLACE_K (the Xeon's one-vector 16x5 and 16x7),
+    then the largest register blocks within MODEL_FLOOR of that best (64x5 and 32x8,
+    which ran 128^3 in place 1.5x faster); never another transposition's kernel nor
+    one of a packed format."""
+    from types import SimpleNamespace
+
+    from autotune.specs import KernelSpec
+    from autotune.table import KernelRecord
+
+    def record(mr, nr, at_64, trans_b=False, variant=""):
+        spec = KernelSpec("avx512", "f32", mr, nr, False, trans_b, variant, 1)
+        return KernelRecord(spec, "validated", object_hash=spec.name, best_gflops=at_64,
+                            gflops_by_k=((16, 100.0), (64, at_64), (256, 250.0 - at_64)))
+
+    kernels = [record(16, 5, 162.0), record(16, 7, 160.0), record(64, 5, 150.0), record(32, 8, 140.0),
+               record(48, 8, 100.0), record(8, 8, 120.0), record(64, 6, 170.0, trans_b=True),
+               record(64, 8, 165.0, variant="pa")]
+    stored = SimpleNamespace(selected=lambda: tuple(kernels))
+    values = {r.name: i + 1 for i, r in enumerate(kernels)}
+    got = install_mod.place_candidates(stored, "f32", "nn", values, count=3)
+    # By figure 16x5, 16x7, 64x5; by the model 32x8, 16x7, 64x5: 48x8 is the largest
+    # block, but under 0.7 of the best figure at K = 64.
+    assert [n.split("_", 4)[4] for n, _ in got] == ["16x5_u1", "16x7_u1", "64x5_u1", "32x8_u1"]
+    assert [v for _, v in got] == [1, 2, 3, 4]
+    assert [n.split("_", 4)[4] for n, _ in install_mod.place_candidates(stored, "f32", "nn", values, count=1)] \
+        == ["16x5_u1", "32x8_u1"]
+    assert [n for n, _ in install_mod.place_candidates(stored, "f32", "nt", values)] == [kernels[6].name]
+    assert install_mod.place_candidates(stored, "f64", "nn", values) == []

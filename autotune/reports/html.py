@@ -333,7 +333,7 @@ def _decisions(table: TunedTable) -> dict[str, Any]:
     lines = [f"Doubtful cache report: {d}." for d in cache_doubts(table.host)]
     lines += [f"Crossover {line}." for line in crossover_lines(crossovers)]
     lines += [f"{line[0].upper()}{line[1:]}." for line in edge_lines(table.settings.get("edge"))
-              + main_kernel_lines(table.settings.get("main_kernel"))
+              + main_kernel_lines(table.settings.get("main_kernel"), table.settings.get("place_kernel"))
               + thread_cost_lines(table.settings.get("thread_cost"))]
     held = held_out_line(table.tuning)
     if held:

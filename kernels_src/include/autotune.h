@@ -151,6 +151,11 @@ typedef struct {
     double thread_seconds;    /* fixed cost of a call on several threads (waking and joining
                                  the pool): a plan splits only where its busiest share plus
                                  this beats one thread */
+    int32_t place_kernel_nn[2]; /* the main kernel of products read in place, per transposition
+                                   (nn: neither operand transposed): 1 + the index of a kernel of */
+    int32_t place_kernel_nt[2]; /* that dtype and transposition; 0: the fastest by the table. */
+    int32_t place_kernel_tn[2]; /* Taken from K = 64 up to 2 x 128^3 flops, where the install */
+    int32_t place_kernel_tt[2]; /* timed it; other products tile by the kernels' figures */
 } at_tune_params;
 
 /* The parameters plans are made with now (the library's table unless replaced). */
@@ -158,8 +163,9 @@ int at_params_get(at_tune_params *out);
 /* Replace them (NULL: back to the library's table); no cached plan of the old
  * ones is used again (the cache drops them on its next lookup).  Plans created
  * before stay valid and keep their own decisions.  AT_EINVAL for
- * a negative block or threshold, a grid mode outside 0..2, or a pack_kernel
- * that is not one of the library's kernels of that dtype. */
+ * a negative block or threshold, a grid mode outside 0..2, a pack_kernel
+ * that is not one of the library's kernels of that dtype, or a place_kernel_*
+ * that is not one of its kernels of that dtype and transposition. */
 int at_params_set(const at_tune_params *params);
 
 /* Whether this CPU runs every kernel of the library: AT_OK, or AT_ENOCPU with

@@ -49,8 +49,8 @@ typedef struct {
 } at_grid;
 
 /* favour: a kernel index whose blocks cost what the family's fastest kernel's do
- * at depth K (the packed path's measured main kernel, at_tune_params.pack_kernel),
- * or -1. */
+ * at depth K (a main kernel measured at install: at_tune_params.pack_kernel for
+ * the packed path, place_kernel_* in place), or -1. */
 int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda,
                    int64_t ldb, int favour);
 void at__grid_free(at_grid *g);

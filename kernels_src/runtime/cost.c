@@ -231,7 +231,7 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
         if (d->nr > W) W = d->nr;
         double t = shallowest_call_seconds(&at_kernel_table[i]);
         if (t > 0 && (entry == 0 || t < entry)) entry = t;
-        /* (Only with a favoured kernel: the no-pack path plans without one.) */
+        /* (Only with a favoured kernel: most plans have none.) */
         if (favour >= 0) {
             double r = at__kernel_gflops(&at_kernel_table[i], K);
             if (r > fastest) fastest = r;

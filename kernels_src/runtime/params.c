@@ -60,6 +60,14 @@ static int kernel_of(int32_t v, int d)
     return v == 0 || (v > 0 && v <= at_kernel_table_count && at_kernel_table[v - 1].kernel.dtype == d);
 }
 
+/* 0 or 1 + the index of a kernel of dtype d and transposition trans (2 ta + tb). */
+static int kernel_of_trans(int32_t v, int d, int trans)
+{
+    if (!kernel_of(v, d)) return 0;
+    const at_kernel *k = v ? &at_kernel_table[v - 1].kernel : NULL;
+    return !k || k->trans_a * 2 + k->trans_b == trans;
+}
+
 int at_params_set(const at_tune_params *in)
 {
     if (in) {
@@ -69,11 +77,14 @@ int at_params_set(const at_tune_params *in)
                  nonneg(in->pack_flops[d]) && nonneg(in->pack_flops_tn[d]) && nonneg(in->call_seconds[d]) &&
                  nonneg(in->edge_frac[d]) && in->edge_frac[d] <= 1 &&
                  nonneg(in->pack_seconds[d]) && in->grid[d] >= 0 && in->grid[d] <= 2 &&
-                 kernel_of(in->pack_kernel[d], d);
+                 kernel_of(in->pack_kernel[d], d) && kernel_of_trans(in->place_kernel_nn[d], d, 0) &&
+                 kernel_of_trans(in->place_kernel_nt[d], d, 1) && kernel_of_trans(in->place_kernel_tn[d], d, 2) &&
+                 kernel_of_trans(in->place_kernel_tt[d], d, 3);
         if (!ok) {
             at__set_error("at_params_set: blocks, thresholds and weights must be finite and "
                           ">= 0, edge_frac <= 1, grid 0..2, pack_kernel 0 or 1 + the index of "
-                          "one of the library's kernels of its dtype");
+                          "one of the library's kernels of its dtype, place_kernel_* 0 or one of "
+                          "its dtype and transposition");
             return AT_EINVAL;
         }
     }

@@ -144,11 +144,38 @@ static void nopack_free(at_nopack *o)
     memset(o, 0, sizeof *o);
 }
 
+/* The main kernel of products read in place, measured at install
+ * (at_tune_params.place_kernel_*), as the tiler's favoured kernel; -1 for none.
+ * The kernels' figures time each one alone, its A in a sliver m_r wide and its
+ * B streaming, and rank the kernels one vector tall first, but read in place
+ * those run behind the taller ones: tiling f32 128 x 120 x 128 with one kernel
+ * on a 2-vCPU Xeon (AVX-512), 16x5 ran at 116 GFLOPS and 64x5, 48x8 and 32x8
+ * at 174-175, and 96 x 10 x 1000 at 124 against 178; the figures had 16x5 at
+ * 165 and 64x5 at 139 (K = 256), so plans took 16x5.  The install times a few
+ * candidates on such products (autotune/crossovers.py, PLACE_SHAPES), and the
+ * kernel is taken where they reach: from this depth, up to the flops of the
+ * largest.  Beyond, B streams from L2 as in the figures, and they choose: with
+ * 64x5 favoured, f32 160^3 and 256^3 ran 0.91-0.96x the figures' plans, while
+ * 128^3 ran 1.86x, 128 x 64 x 128 1.75x and 300 x 20 x 300 1.19x. */
+#define AT_PLACE_FAVOUR_K 64
+#define AT_PLACE_FAVOUR_FLOPS (2.0 * 128 * 128 * 128)
+
+static int place_favour(int dtype, int ta, int tb, int64_t m, int64_t n, int64_t K)
+{
+    const int32_t *by_trans[4] = {at__tp->place_kernel_nn, at__tp->place_kernel_nt,
+                                  at__tp->place_kernel_tn, at__tp->place_kernel_tt};
+    int32_t v = by_trans[ta * 2 + tb][dtype];
+    if (K < AT_PLACE_FAVOUR_K || 2.0 * (double)m * (double)n * (double)K > AT_PLACE_FAVOUR_FLOPS ||
+        v <= 0 || v > at_kernel_table_count)
+        return -1;
+    return at__kernel_for(v - 1, dtype, ta, tb) ? v - 1 : -1;
+}
+
 static int nopack_tile(at_nopack *o, int dtype, int ta, int tb, int64_t m, int64_t n, int64_t K,
                        int64_t lda, int64_t ldb)
 {
     memset(o, 0, sizeof *o);
-    int rc = at__grid_build(&o->g, dtype, ta, tb, K, lda, ldb, -1);
+    int rc = at__grid_build(&o->g, dtype, ta, tb, K, lda, ldb, place_favour(dtype, ta, tb, m, n, K));
     if (rc) return rc;
     o->built = 1;
     return at__tile_block(&o->g, m, n, &o->st, &o->seconds);
