@@ -116,7 +116,8 @@ PARAMS: tuple[Param, ...] = (
           "fixed cost of a call on several threads (waking and joining the pool): a plan splits only "
           "where its busiest share plus this beats one thread (measured at install)", low=0.0, high=1e-4),
     *(Param(f"place_kernel_{trans}", "int32_t", True, 0, "measured",
-            f"the main kernel of {trans} products read in place, from K = 64: 1 + its index in the "
+            f"the main kernel of {trans} products read in place, from K = 64 up to 2 x 128^3 flops: "
+            "1 + its index in the "
             "library's kernel table (0: the tiler's choice by the kernels' figures; measured at install)")
       for trans in ("nn", "nt", "tn", "tt")),
 )
