@@ -574,7 +574,7 @@ def build_harness(
     contract_dir = home_mod.kernels_src() / "include"
     header = "".join((d / name).read_text() for d, name in (
         (harness_dir, "at_registry.h"), (harness_dir, "peak_common.h"), (harness_dir, "peak_t.h"),
-        (contract_dir, contract.HEADER)))
+        (harness_dir, "pace_t.h"), (contract_dir, contract.HEADER)))
     include = (f"-I{harness_dir}", f"-I{contract_dir}")
     base = (*target.base_cflags, *include)
 

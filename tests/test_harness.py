@@ -209,12 +209,13 @@ def test_deep_calls_read_b_from_copies_larger_than_l1(kit):
             assert point["b_copies"] == (192 << 10) // one_b
 
 
-def test_peak_prints_one_line_per_dtype(kit):
+def test_peak_prints_one_line_per_dtype_and_the_pace_loops(kit):
     exe, _, target = kit
     events, proc = run(exe, "peak")
     assert proc.returncode == 0
     peaks = {e["dtype"]: e for e in events if e["event"] == "peak"}
-    assert set(peaks) == {"f32", "f64"}
+    # "pace": what every bench point's pace_gflops is measured against (install.steadiness).
+    assert set(peaks) == {"f32", "f64", "pace"}
     assert all(p["isa"] == target.isa and p["gflops"] > 0 for p in peaks.values())
     # How the two peaks compare is a timing, and a loaded machine moves it: the
     # benchmarks report it, the test does not judge it.

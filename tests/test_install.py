@@ -495,6 +495,49 @@ def test_points_timed_on_a_slowed_core_or_with_spread_repeats_are_timed_again(mo
     assert plain.time(specs[:1], settings) == 1 and calls == [(steady,)] and not plain.retimed
 
 
+def test_the_pace_a_point_is_judged_by_is_the_fastest_seen(monkeypatch, tmp_path):
+    """The pace loop's speed measured once at the start may itself come from a slow
+    moment: a faster pace beside any point raises the reference, for the timers of
+    the family that share it, and points timed at a pace under STEADY of the raised
+    one are timed again."""
+    import types
+
+    import pandas as pd
+
+    from autotune.specs import KernelSpec
+
+    specs = [KernelSpec("avx2", "f64", mr, 4) for mr in (4, 8)]
+    first, second = (s.name for s in specs)
+    # Per kernel and run: (GFLOPS, pace) at K = 16; the start measured the pace at 60.
+    runs = {first: [(30, 70), (40, 98)], second: [(41, 100)]}
+    calls = []
+
+    def bench(harness, target, names, ks, pads, min_time_ms, repeats, progress=None, place=0):
+        calls.append(tuple(names))
+        rows = []
+        for name in names:
+            gflops, pace = runs[name][sum(1 for c in calls if name in c) - 1]
+            rows.append({"kernel": name, "K": 16, "pad": 0, "median_gflops": float(gflops),
+                         "best_gflops": float(gflops), "pace_gflops": float(pace)})
+        return pd.DataFrame(rows)
+
+    monkeypatch.setattr(measure, "bench", bench)
+    objects = {s.name: types.SimpleNamespace(hash=s.name) for s in specs}
+    settings = {"ks": [16], "pads": [0], "min_time_ms": 1.0, "repeats": 1}
+    shared = install_mod.PaceReference(60.0)
+    journal = install_mod.Journal(tmp_path / "j.jsonl")
+    one = install_mod.KernelTimer("harness", "target", {first: objects[first]}, journal, None, "avx2", shared)
+    two = install_mod.KernelTimer("harness", "target", {second: objects[second]}, journal, None, "avx2", shared)
+    assert two.time(specs[1:], settings) == 1 and shared.value == 100.0 and one.peak == 100.0
+    # 70 was steady against the start's 60; against 100 it is a slowed core's.
+    assert one.time(specs[:1], settings) == 1 and one.retimed == {first}
+    key = (first, install_mod.settings_key(settings))
+    assert [r["median_gflops"] for r in journal.benches[key]] == [40.0]
+    unknown = install_mod.PaceReference(None)
+    unknown.see([{"pace_gflops": 100.0}])
+    assert unknown.value is None  # no pace to judge by (an emulator's) stays unknown
+
+
 def test_a_grid_of_passes_keeps_each_points_median_pass(monkeypatch, tmp_path):
     """Every kernel once per pass, all kernels in turn; each point keeps its median
     pass among those the core kept its pace through, and a kernel that crashed is

@@ -23,11 +23,16 @@ extern const char at_registry_isa[];
  * that ISA's flags.  Either pointer may be NULL to skip that dtype. */
 void at_peak(double *gflops_f32, double *gflops_f64);
 
-/* The core's speed at this moment: the fp32 peak loop's GFLOPS over a few runs of
- * some tens of microseconds.  The bench takes it beside every timing, so that a
- * timing taken while the core ran slow (another virtual machine on its SMT
- * sibling, a lower clock: nothing this machine's load figures show) is known. */
+/* The core's speed at this moment: the GFLOPS of a loop that loads and multiplies
+ * like a kernel, on operands in L1 (pace_t.h), over a few runs of some tens of
+ * microseconds.  The bench takes it beside every timing, so that a timing taken
+ * while the core ran slow (another virtual machine on its SMT sibling, a lower
+ * clock: nothing this machine's load figures show) is known. */
 double at_pace(void);
+
+/* The same loop's speed on a core left alone (the best of many longer runs, as
+ * at_peak): what at_pace is compared with. */
+double at_pace_peak(void);
 
 /* Monotonic wall time in nanoseconds, shared by the driver and the peak files. */
 double at_now_ns(void);

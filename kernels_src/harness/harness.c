@@ -956,6 +956,12 @@ static int cmd_peak(void)
         kv_num("gflops", values[d]);
         emit_end();
     }
+    /* What each bench point's pace_gflops is measured against. */
+    emit_begin("peak");
+    kv_str("isa", at_registry_isa);
+    kv_str("dtype", "pace");
+    kv_num("gflops", at_pace_peak());
+    emit_end();
     emit_done("peak");
     return 0;
 }

@@ -27,6 +27,16 @@ static double hsum256_ps(__m256 v)
                                     _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
 }
 
+/* The pace loop (pace_t.h), in f32. */
+#define AT_T float
+#define AT_V __m256
+#define AT_LOADU _mm256_loadu_ps
+#define AT_SET1 _mm256_set1_ps
+#define AT_MADD(acc, x, y) _mm256_fmadd_ps(x, y, acc)
+#define AT_ADD _mm256_add_ps
+#define AT_HSUM hsum256_ps
+#include "pace_t.h"
+
 /* See peak_t.h for what each definition means. */
 #define AT_RUN run_f32
 #define AT_T float
@@ -48,3 +58,4 @@ static double hsum256_ps(__m256 v)
 
 /* at_peak: 8 f32 or 4 f64 lanes a vector. */
 AT_PEAK_OF_CHAINS(8, 4)
+AT_PACE_OF_LOOP

@@ -58,7 +58,7 @@ static double at_pace_measure(void (*run)(long long iters), double flops_per_ite
     return flops_per_iter * (double)iters / (best > 0 ? best : 1);
 }
 
-/* The at_peak and at_pace of a file with run_f32 and run_f64 whose iteration is AT_NCHAINS
+/* The at_peak of a file with run_f32 and run_f64 whose iteration is AT_NCHAINS
  * multiply-adds on vectors of lanes_f32 or lanes_f64 lanes, 2 flops a lane (all
  * but peak_sme2.c).  A NULL pointer skips that dtype. */
 #define AT_PEAK_OF_CHAINS(lanes_f32, lanes_f64)                                          \
@@ -68,7 +68,13 @@ static double at_pace_measure(void (*run)(long long iters), double flops_per_ite
             *gflops_f32 = at_peak_measure(run_f32, AT_NCHAINS * (lanes_f32) * 2.0);    \
         if (gflops_f64)                                                                \
             *gflops_f64 = at_peak_measure(run_f64, AT_NCHAINS * (lanes_f64) * 2.0);    \
-    }                                                                                  \
-    double at_pace(void) { return at_pace_measure(run_f32, AT_NCHAINS * (lanes_f32) * 2.0); }
+    }
+
+/* The at_pace and at_pace_peak of a file with run_pace, pace_flops flops a run
+ * (pace_t.h, or a loop of the file's own): the same loop, briefly beside each
+ * timing and at length once. */
+#define AT_PACE_OF_LOOP                                                                  \
+    double at_pace(void) { return at_pace_measure(run_pace, pace_flops); }             \
+    double at_pace_peak(void) { return at_peak_measure(run_pace, pace_flops); }
 
 #endif

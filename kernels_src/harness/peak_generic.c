@@ -41,5 +41,36 @@ static volatile double peak_m64 = 0.9999999, peak_c64 = 1e-7;
 AT_GENERIC_RUN(run_f32, float, peak_m32, peak_c32)
 AT_GENERIC_RUN(run_f64, double, peak_m64, peak_c64)
 
+/* The pace loop of pace_t.h in plain C: per step a run of four elements (a
+ * column of A) and two scalars (of B) into eight sums, from a 16 KiB buffer
+ * swept in order, each sum a variable of its own (an array of sums, kept in
+ * memory, ran at 5-11 GFLOPS from one call to the next on an idle core).  Loads
+ * as a portable kernel does; see pace_t.h for why. */
+#define AT_PACE_STEPS (4096 / 6)
+static float pace_buffer[4096];
+static const double pace_flops = AT_PACE_STEPS * 8.0 * 2.0;
+
+static void run_pace(long long iters)
+{
+    if (pace_buffer[0] == 0.0f)
+        for (int i = 0; i < 4096; ++i) pace_buffer[i] = 1e-3f * (float)(1 + i % 7);
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+    for (long long it = 0; it < iters; ++it) {
+        const float *p = pace_buffer;
+        for (int s = 0; s < AT_PACE_STEPS; ++s, p += 6) {
+            s0 += p[0] * p[4];
+            s1 += p[1] * p[4];
+            s2 += p[2] * p[4];
+            s3 += p[3] * p[4];
+            s4 += p[0] * p[5];
+            s5 += p[1] * p[5];
+            s6 += p[2] * p[5];
+            s7 += p[3] * p[5];
+        }
+    }
+    peak_sink = (double)s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
+}
+
 /* at_peak: one lane a chain. */
 AT_PEAK_OF_CHAINS(1, 1)
+AT_PACE_OF_LOOP

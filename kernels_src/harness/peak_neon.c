@@ -20,6 +20,16 @@
  * registers differently, and this file's loop has always had m and c opaque. */
 #define AT_NEON_OPAQUE(m, c) __asm__("" : "+w"(m), "+w"(c))
 
+/* The pace loop (pace_t.h), in f32. */
+#define AT_T float
+#define AT_V float32x4_t
+#define AT_LOADU vld1q_f32
+#define AT_SET1 vdupq_n_f32
+#define AT_MADD(acc, x, y) vfmaq_f32(acc, x, y)
+#define AT_ADD vaddq_f32
+#define AT_HSUM vaddvq_f32
+#include "pace_t.h"
+
 /* See peak_t.h for what each definition means, except AT_FMA: fmla accumulates into
  * its destination, so the chain must be vfmaq's first operand.  As c + a * m (the
  * template's a * m + c) every chain was copied from c before each FMA: some 50 movs
@@ -47,3 +57,4 @@
 
 /* at_peak: 4 f32 or 2 f64 lanes a vector. */
 AT_PEAK_OF_CHAINS(4, 2)
+AT_PACE_OF_LOOP
