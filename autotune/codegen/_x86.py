@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from .. import contract
 from ..families.x86 import GATHER, register_budget, register_file, strategy
-from ..specs import KernelSpec
+from ..specs import DTYPE_BYTES, KernelSpec
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Vocabulary:
     guard: str  # preprocessor condition that must hold
     guard_message: str
     vtype: str
-    prefix: str  # "_mm512" / "_mm256"
+    prefix: str  # "_mm512" / "_mm256" / "_mm"
     suffix: str  # "ps" / "pd"
     lanes: int
     masked: str  # "k" (AVX-512 mask registers) or "vector" (AVX2 integer-vector masks)
@@ -38,20 +38,26 @@ class Vocabulary:
     def op(self, name: str) -> str:
         return f"{self.prefix}_{name}_{self.suffix}"
 
+    @property
+    def bits(self) -> int:
+        return 128 if self.prefix == "_mm" else int(self.prefix.removeprefix("_mm"))
+
     # --- masks -------------------------------------------------------------
     @property
     def mask_type(self) -> str:
         if self.masked == "k":
             # The narrowest k-mask type is 8 bits (a 4-lane ymm of fp64 uses its low 4).
             return f"__mmask{max(self.lanes, 8)}"
-        return "__m256i"
+        return "__m128i" if self.bits == 128 else "__m256i"
 
     def const_mask(self, count: int) -> str:
         """A mask selecting the first ``count`` lanes, as a C constant expression."""
         if self.masked == "k":
             return f"({self.mask_type})0x{(1 << count) - 1:x}"
         ones = ["-1"] * count + ["0"] * (self.lanes - count)
-        setr = "_mm256_setr_epi32" if self.suffix == "ps" else "_mm256_setr_epi64x"
+        if self.bits == 128 and self.suffix == "pd":
+            return f"_mm_set_epi64x({ones[1]}, {ones[0]})"  # (no setr form: highest lane first)
+        setr = f"{self.prefix}_setr_epi32" if self.suffix == "ps" else f"{self.prefix}_setr_epi64x"
         return f"{setr}({', '.join(ones)})"
 
     def runtime_mask(self, count: str) -> str:
@@ -80,7 +86,7 @@ class Vocabulary:
         if self.masked == "k":
             return f"{self.op('mask_storeu')}({addr}, {mask}, {value});"
         if lanes is not None:
-            return f"at_store_first_{self.suffix}({addr}, {value}, {lanes});"
+            return f"{_store_first_name(self)}({addr}, {value}, {lanes});"
         return f"{self.op('maskstore')}({addr}, {mask}, {value});"
 
     # --- arithmetic --------------------------------------------------------
@@ -111,8 +117,14 @@ def _store_first_helper(voc: Vocabulary, ctype: str) -> list[str]:
     """
     if voc.masked == "k":
         return []
-    guard = f"AT_STORE_FIRST_{voc.suffix.upper()}_DEFINED"
-    if voc.suffix == "ps":
+    name = _store_first_name(voc)
+    guard = f"{name.upper()}_DEFINED"
+    if voc.bits == 128:
+        # An xmm's tail: fewer than 4 fp32 or 2 fp64 lanes.
+        body = (["    if (n >= 2) {", "        _mm_storel_pi((__m64 *)p, v);", "        v = _mm_movehl_ps(v, v);",
+                 "        p += 2;", "        n -= 2;", "    }", "    if (n) _mm_store_ss(p, v);"]
+                if voc.suffix == "ps" else ["    if (n) _mm_store_sd(p, v);"])
+    elif voc.suffix == "ps":
         body = [
             "    __m128 x = _mm256_castps256_ps128(v);",
             "    if (n >= 4) {",
@@ -141,8 +153,26 @@ def _store_first_helper(voc: Vocabulary, ctype: str) -> list[str]:
             "    if (n) _mm_store_sd(p, x);",
         ]
     return [f"#ifndef {guard}", f"#define {guard}",
-            f"static inline __attribute__((always_inline)) void at_store_first_{voc.suffix}"
+            f"static inline __attribute__((always_inline)) void {name}"
             f"({ctype} *p, {voc.vtype} v, int n)", "{", *body, "}", "#endif", ""]
+
+
+def _store_first_name(voc: Vocabulary) -> str:
+    """One helper per vector width: kernels of both share a translation unit."""
+    return f"at_store_first_{voc.suffix}" + ("128" if voc.bits == 128 else "")
+
+
+def vector_bits(spec: KernelSpec, widest: int) -> int:
+    """The narrowest vector, up to ``widest`` bits, that holds a column of the block
+    (NN and NT, whose vectors run along M).  A wider vector masked to the rows does
+    the same FMAs, but its masked loads and stores cost more: an 8x8 fp32 kernel
+    took 15 ns per product in a batch as a zmm masked to half, 12 as a ymm, and
+    fp32 2x2 at K = 64 1.14x longer as a ymm masked to two lanes than as an xmm
+    (2-vCPU Xeon, family 6 model 207)."""
+    if strategy(spec) != "bcast_b":
+        return widest
+    column_bits = 8 * spec.mr * DTYPE_BYTES[spec.dtype]
+    return next(b for b in (128, 256, 512) if column_bits <= b or b == widest)
 
 
 # Several vectors per K step are each used by every broadcast of the step; gcc
