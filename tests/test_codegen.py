@@ -313,7 +313,8 @@ def test_tails_use_masked_memory_operations():
 def test_columns_are_held_in_the_narrowest_vector_that_fits():
     """A column of C (NN, NT) in an xmm, ymm or zmm, whichever is the narrowest that
     holds it: a wider vector masked to the rows made 1-4 row kernels up to 1.17x
-    slower (codegen._x86.vector_bits).  An exact fit needs no mask."""
+    slower (codegen._x86.vector_bits).  An exact fit needs no mask, nor do one or two
+    fp32 lanes or one fp64 lane (Vocabulary.exact)."""
     def text(isa, dtype, mr, nr=4):
         return generate(KernelSpec(isa, dtype, mr, nr, unroll=8)).text
 
@@ -325,8 +326,17 @@ def test_columns_are_held_in_the_narrowest_vector_that_fits():
     partial = text("avx2", "f32", 3)
     assert "_mm_maskload_ps(a, tail)" in partial and "_mm_setr_epi32(-1, -1, -1, 0)" in partial
     assert "at_store_first_ps128(C, c0_0_0, 3);" in partial  # the xmm's own piecewise store
-    assert "_mm_set_epi64x(0, -1)" in text("avx2", "f64", 1)  # lane 0 only (highest lane first)
-    assert "_mm_maskz_loadu_ps((__mmask8)0x3, a)" in text("avx512", "f32", 2).replace("tail", "(__mmask8)0x3")
+    assert "_mm_maskz_loadu_ps(tail, a)" in text("avx512", "f32", 3)
+    # One or two fp32 rows, or one fp64 row, move by movss / movq / movsd: no mask at all.
+    for isa in ("avx2", "avx512"):
+        two = text(isa, "f32", 2)
+        assert "_mm_loadl_epi64((const __m128i *)(a))" in two and "_mm_storel_pi((__m64 *)(C), c0_0_0);" in two
+        one = text(isa, "f32", 1)
+        assert "_mm_load_ss(a)" in one and "_mm_store_ss(C, c0_0_0);" in one
+        one = text(isa, "f64", 1)
+        assert "_mm_load_sd(a)" in one and "_mm_store_sd(C, c0_0_0);" in one
+        masks = re.compile(r"maskz?_?(load|store)|__mmask|tail =|at_store_first")
+        assert not any(masks.search(t) for t in (two, one, text(isa, "f32", 1)))
     assert "__m256 c0_0_0" in text("avx512", "f32", 5) and "__m512 c0_0_0" in text("avx512", "f32", 9)
     assert "__m256d c0_0_0" in text("avx2", "f64", 3)
 
@@ -467,7 +477,7 @@ def test_avx512_row_blocks_store_each_column_at_the_narrowest_width(dtype):
     stored masked compiles to vextractf64x4 to memory, which faulted there on its
     masked-off lanes past a page's end."""
     lanes = 16 if dtype == "f32" else 8
-    for mr, expect in ((1, "_mm_store_s"), (2, "_mm_mask_storeu_" if dtype == "f32" else "_mm_storeu_"),
+    for mr, expect in ((1, "_mm_store_s"), (2, "_mm_storel_pi(" if dtype == "f32" else "_mm_storeu_"),
                        (3, "_mm_mask_storeu_" if dtype == "f32" else "_mm256_mask_storeu_"),
                        (lanes // 2, "_mm256_storeu_"), (lanes - 1, "_mm512_mask_storeu_")):
         text = generate(KernelSpec("avx512", dtype, mr, 5, True, True)).text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import json
 import statistics
+import subprocess
 
 import pytest
 
@@ -92,6 +93,26 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
     drawn = example_plans("host", tmp_path)
     assert drawn is not None and len(drawn) == len(EXAMPLE_SHAPES)
     assert {k for p in drawn for k in p.kernel_counts()} - {"edge"} <= set(table.selection)
+    # Each kernel starts at the same place within a 64-byte line in the library as in the
+    # harness that timed it (toolchain._ALIGN_KERNELS): where a short kernel starts moved its speed.
+    kernels = {k.name for k in table.validated}
+    in_library = _offsets_in_line(result.library, kernels)
+    harnesses = [p for p in (tmp_path / "build").glob("*/harness-*") if p.suffix == ""]
+    in_harness = [_offsets_in_line(h, kernels) for h in harnesses]
+    assert harnesses and set(in_library) == kernels and set().union(*in_harness) == kernels
+    assert all(offset == in_library[name] for timed in in_harness for name, offset in timed.items())
+    assert set(in_library.values()) == {0}
+
+
+def _offsets_in_line(binary, names: set[str]) -> dict[str, int]:
+    """Where each named function of ``binary`` starts within a 64-byte line (nm's symbol table)."""
+    listing = subprocess.run(["nm", "--defined-only", str(binary)], capture_output=True, text=True,
+                             check=True).stdout
+    found = {}
+    for fields in map(str.split, listing.splitlines()):
+        if len(fields) == 3 and fields[2] in names:
+            found[fields[2]] = int(fields[0], 16) % 64
+    return found
 
 
 @needs_x86_simd

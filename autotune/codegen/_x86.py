@@ -71,9 +71,26 @@ class Vocabulary:
         return f"_mm256_cmpgt_epi64(_mm256_set1_epi64x({count}), _mm256_setr_epi64x({iota}))"
 
     # --- memory ------------------------------------------------------------
-    def load(self, addr: str, mask: str | None = None) -> str:
+    def exact(self, lanes: int | None) -> bool:
+        """Whether the first ``lanes`` lanes of a vector move by a scalar or 64-bit load
+        and store (movss, movsd, movq): an xmm's one or two fp32, or one fp64.
+
+        Those read and write exactly the lanes a mask would, without one: an fp32 2x2
+        kernel at K = 8 took 4.6 ns a call with movq and 6.7 with k-masked moves
+        (Xeon, AVX-512), and AVX2's vmaskmov is microcoded on AMD's Zen 1-3."""
+        return lanes is not None and self.bits == 128 and lanes * (4 if self.suffix == "ps" else 8) in (4, 8)
+
+    def load(self, addr: str, mask: str | None = None, lanes: int | None = None) -> str:
+        """``lanes``: how many lanes ``mask`` selects, where the generator knows it."""
         if mask is None:
             return f"{self.op('loadu')}({addr})"
+        if self.exact(lanes):
+            if self.suffix == "pd":
+                return f"_mm_load_sd({addr})"
+            if lanes == 1:
+                return f"_mm_load_ss({addr})"
+            # movq zeroes the upper lanes, as the masked load did (it reads through a may_alias type).
+            return f"_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)({addr})))"
         if self.masked == "k":
             return f"{self.op('maskz_loadu')}({mask}, {addr})"
         # AVX2 maskload zeroes the masked lanes and never touches their memory.
@@ -83,6 +100,12 @@ class Vocabulary:
         """``lanes``: how many lanes ``mask`` selects, where the generator knows it."""
         if mask is None:
             return f"{self.op('storeu')}({addr}, {value});"
+        if self.exact(lanes):
+            if self.suffix == "pd":
+                return f"_mm_store_sd({addr}, {value});"
+            if lanes == 1:
+                return f"_mm_store_ss({addr}, {value});"
+            return f"_mm_storel_pi((__m64 *)({addr}), {value});"
         if self.masked == "k":
             return f"{self.op('mask_storeu')}({addr}, {mask}, {value});"
         if lanes is not None:
@@ -245,7 +268,9 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
 
     vec_extent = spec.nr if kind == "bcast_a" else spec.mr
     nv, tail = _vectors(vec_extent, w)
-    tail_note = f"last vector masked to {tail} lanes" if tail < w else "no masked vector"
+    tail_note = ("no masked vector" if tail == w else
+                 f"last vector's {tail} lane(s) moved by scalar loads and stores, no mask" if voc.exact(tail)
+                 else f"last vector masked to {tail} lanes")
     note_kind = "gather" if spec.variant == GATHER else kind
     row_store = ("transposed in registers, a column per store" if voc.masked == "k"
                  else "through a stack tile")
@@ -269,7 +294,7 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     out("#include <stdint.h>")
     out("#include <immintrin.h>")
     out()
-    for line in _store_first_helper(voc, T) if tail < w else []:
+    for line in _store_first_helper(voc, T) if tail < w and not voc.exact(tail) else []:
         out(line)
     if kind != "dot":
         for line in _IN_REGISTER:
@@ -367,7 +392,7 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
     def acc(s: int, x: int, v: int) -> str:
         return f"c{s}_{x}_{v}"
 
-    if masked:
+    if masked and not voc.exact(tail):
         out(f"const {voc.mask_type} tail = {voc.const_mask(tail)};")
     out(f"const {T} *a = A;")
     out(f"const {T} *b = B;")
@@ -411,7 +436,7 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
         for v in range(nv):
             addr = f"{vec_ptr} + {v * w}" if v else vec_ptr
             mask = "tail" if masked and v == nv - 1 else None
-            out(f"v{v} = {voc.load(addr, mask)};")
+            out(f"v{v} = {voc.load(addr, mask, tail)};")
             if nv > 1 and unroll == 1 and nb > 1:
                 # (Not in unrolled bodies: there gcc then spilled vectors of its
                 # remainder loop to the stack.  Nor in one column: each vector meets
@@ -510,7 +535,7 @@ def _store_columns(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, tai
     # stores do not forward, so interleaving them stalls each column.
     for j in range(spec.nr):
         for v in range(nv):
-            old = voc.load(addr(j, v), mask(v))
+            old = voc.load(addr(j, v), mask(v), tail)
             out(f"{acc(j, v)} = {voc.fma('vb', old, voc.mul('va', acc(j, v)))};")
     for j in range(spec.nr):
         for v in range(nv):
@@ -611,15 +636,13 @@ def _store_rows_transposed(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: 
     # Each column goes out through the narrowest register that holds its rows (VL):
     # Zen 4 spends about ten cycles on a zmm store masked to one lane, so a 1 x 96
     # fp32 TT block ran at 3 GFLOPS at K = 4, against 42 for AVX2's plain stores.
-    # One row is a plain scalar store.
     width_of = {g: next(b for b in (128, 256, 512) if rows * (512 // w) <= b) for g, rows in groups}
     at_width = {b: voc if b == 512 else replace(voc, vtype=f"__m{b}" + ("" if voc.suffix == "ps" else "d"),
                                                  prefix="_mm" if b == 128 else f"_mm{b}", lanes=b * w // 512)
                 for b in sorted(set(width_of.values()))}
     narrow = {g: at_width[b] for g, b in width_of.items()}
-    scalar = "s" if voc.suffix == "ps" else "d"
     for g, rows in groups:
-        if 1 < rows < narrow[g].lanes:
+        if rows < narrow[g].lanes and not narrow[g].exact(rows):
             out(f"const {narrow[g].mask_type} rows{g} = {narrow[g].const_mask(rows)};")
 
     def cast(b: int, value: str) -> str:
@@ -644,13 +667,12 @@ def _store_rows_transposed(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: 
     def mask(g: int, rows: int) -> str | None:
         return f"rows{g}" if rows < narrow[g].lanes else None
 
+    # One or two fp32 rows, or one fp64 row, move by scalar loads and stores (Vocabulary.exact).
     def store(g: int, rows: int, addr: str, value: str) -> str:
-        if rows == 1:
-            return f"_mm_store_s{scalar}({addr}, {value});"
-        return narrow[g].store(addr, value, mask(g, rows))
+        return narrow[g].store(addr, value, mask(g, rows), rows)
 
     def load(g: int, rows: int, addr: str) -> str:
-        return f"_mm_load_s{scalar}({addr})" if rows == 1 else narrow[g].load(addr, mask(g, rows))
+        return narrow[g].load(addr, mask(g, rows), rows)
 
     # The scaling is done at the store's width too.  A zmm product cast down and
     # stored masked becomes one vextractf64x4 to memory under the mask, and Zen 4
