@@ -344,3 +344,25 @@ def test_the_runtime_imports_no_generator_nor_build_stage():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0 and done.stdout.strip() == "", done.stdout + done.stderr
+
+
+def test_the_c_entries_unpickle_in_a_process_that_never_imported_autotune(built, private_home, tmp_path):
+    """dask and multiprocessing send autotune.gemm and autotune.matmul by pickle.  The
+    extension's functions pickled as _atfast.gemm, which only a process that had loaded
+    the library could import; as autotune.gemm any process can."""
+    install_copy(built, private_home)
+    sent = tmp_path / "entries.pickle"
+    done = run_python(
+        "import pickle, autotune, autotune.runtime as rt\n"
+        "assert rt.api.current().fast is not None\n"
+        f"open({str(sent)!r}, 'wb').write(pickle.dumps((autotune.gemm, autotune.matmul)))\n", private_home)
+    assert done.returncode == 0, done.stderr
+    done = run_python(
+        "import pickle, numpy as np\n"
+        f"gemm, matmul = pickle.loads(open({str(sent)!r}, 'rb').read())\n"
+        "import autotune\n"
+        "assert (gemm, matmul) == (autotune.gemm, autotune.matmul) and type(gemm).__name__.startswith('builtin')\n"
+        "A = np.arange(6.0).reshape(2, 3); B = np.arange(3.0).reshape(3, 1)\n"
+        "assert np.allclose(gemm(A, B), A @ B) and np.allclose(matmul(A, B), A @ B)\n"
+        "print('ok')\n", private_home)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

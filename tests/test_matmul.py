@@ -21,10 +21,11 @@ def backend(request, built):
     assert runtime is not None and runtime.fast is not None
     if request.param == "numpy":
         rt.api.use(None)
-        saved, rt.gemm = rt.gemm, rt.numpy_gemm
+        saved = rt.gemm, autotune.matmul
+        rt.gemm, autotune.matmul = rt.numpy_gemm, rt.api.matmul_entry()
     yield request.param
     if request.param == "numpy":
-        rt.gemm = saved
+        rt.gemm, autotune.matmul = saved
     rt.use_library(built.library)
 
 
@@ -214,18 +215,30 @@ def test_broadcast_stacks_are_not_materialised(backend, sa, sb):
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.asmatrix
-def test_two_float_matrices_take_one_c_call_and_nothing_else_does(built):
-    """_matmul2 (autotune.matmul's product of two matrices, in C) takes exactly the calls
-    gemm computes as np.matmul would, and hands back NotImplemented for the rest."""
+def test_two_float_matrices_take_one_c_call_and_nothing_else_does(built, monkeypatch):
+    """autotune.matmul is the extension's entry: it computes the calls gemm computes as
+    np.matmul would, and hands every other call, arguments as given, to api.matmul."""
     runtime = rt.use_library(built.library)
-    fast = runtime.fast._matmul2
+    assert autotune.matmul is runtime.fast.matmul is rt.matmul
+    handed = []
+    python = rt.api.matmul
+
+    def spy(*args, **kwargs):
+        handed.append((args, kwargs))
+        return python(*args, **kwargs)
+
+    monkeypatch.setattr(rt.api, "matmul", spy)
+    rt.use_library(built.library)  # registers the spy as the entry's slow path
+    fast = autotune.matmul
     rng = np.random.default_rng(11)
     a, b = rng.random((5, 7)).astype(np.float32), rng.random((7, 3)).astype(np.float32)
     out = np.empty((5, 3), np.float32)
+    close(fast(a, b), a, b)
     close(fast(a, b, None), a, b)
-    assert fast(a, b, out) is out
+    assert fast(a, b, out) is out and fast(a, b, out=out) is out
     close(out, a, b)
-    close(fast(a.T.copy().T, b[:, ::-1], None), a, b[:, ::-1])  # any unit stride, or gemm's own slow path
+    close(fast(a.T.copy().T, b[:, ::-1]), a, b[:, ::-1])  # any unit stride, or gemm's own slow path
+    assert not handed
     declined = [
         (np.asmatrix(a), b, None), (a, b.astype(np.float64), None), (a[0], b, None), (a, b[:5], None),
         (a.astype(np.float16), b.astype(np.float16), None), (a[None], b, None), (a, b, out.astype(np.float64)),
@@ -235,11 +248,23 @@ def test_two_float_matrices_take_one_c_call_and_nothing_else_does(built):
     readonly.flags.writeable = False
     declined.append((a, b, readonly))
     for args in declined:
-        assert fast(*args) is NotImplemented, [np.shape(x) for x in args]
-        if np.shape(args[0])[-1:] == np.shape(args[1])[:1] and args[2] is not readonly:
-            try:
-                want = np.matmul(*args[:2]) if args[2] is None else np.matmul(*args)
-            except (ValueError, TypeError):
-                continue
-            got = autotune.matmul(*args[:2]) if args[2] is None else autotune.matmul(*args)
+        handed.clear()
+        given = args[:2] if args[2] is None else args
+        try:
+            want = np.matmul(*given)
+        except (ValueError, TypeError) as exc:
+            with pytest.raises(type(exc)):
+                fast(*given)
+        else:
+            got = fast(*given)
             assert np.allclose(got, want, rtol=1e-3) and type(got) is type(want)
+        # (api.matmul may call itself: np.matrix operands, as arrays.)
+        assert handed and len(handed[0][0]) == len(given) and not handed[0][1], [np.shape(x) for x in args]
+        assert all(x is y for x, y in zip(handed[0][0], given))
+    # Keywords the entry does not take itself reach api.matmul as given.
+    handed.clear()
+    with pytest.raises(TypeError):
+        fast(a, b, out=out, casting="unsafe")
+    assert len(handed) == 1 and handed[0][1] == {"out": out, "casting": "unsafe"}
+    monkeypatch.undo()
+    rt.use_library(built.library)

@@ -20,19 +20,20 @@ gemm = numpy_gemm
 
 
 def use_library(path: Path | str | None = None) -> loader.Runtime | None:
-    """Load the library at ``path`` (default: the installed one) and route gemm to it.
+    """Load the library at ``path`` (default: the installed one) and route gemm and matmul to it.
 
     Returns the runtime, or None when there is no library (gemm then falls back to numpy).
     """
-    global gemm
+    global gemm, matmul
     runtime = loader.load(path)
     api.use(runtime)
-    gemm = api.entry()
-    # autotune.gemm binds itself to this module's entry on first use; it must
-    # follow a rebind too, or it would keep computing in the previous library.
+    gemm, matmul = api.entry(), api.matmul_entry()
+    # autotune.gemm and autotune.matmul bind themselves to this module's entries on
+    # first use; they must follow a rebind too, or they would keep computing in the
+    # previous library.
     top = sys.modules.get("autotune")
     if top is not None:
-        top.gemm = gemm
+        top.gemm, top.matmul = gemm, matmul
     return runtime
 
 

@@ -50,8 +50,8 @@ class _State:
     batch: Any = None
     # What autotune.runtime.gemm is bound to: the extension's gemm, or numpy_gemm.
     gemm: Any = None
-    # The extension's _matmul2 (matmul of two float matrices) when it is loaded.
-    matmul2: Any = None
+    # What autotune.runtime.matmul is bound to: the extension's matmul, or matmul below.
+    matmul: Any = None
 
 
 _state = _State()
@@ -252,12 +252,16 @@ def _entry_points(lib: ctypes.CDLL) -> tuple[int, int, int, int]:
 
 def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
     """Make ``runtime`` the library behind gemm (None: the numpy fallback, warning ``reason``)."""
-    batch, gemm, matmul2 = None, numpy_gemm, None
+    batch, gemm, product = None, numpy_gemm, matmul
     if runtime is not None and runtime.fast is not None:
         fast = runtime.fast
         fast._init(np.empty, np.dtype(np.float32), np.dtype(np.float64), _slow_path,
-                   _batch_slow_path, np.ndarray, *_entry_points(runtime.lib))
-        batch, gemm, matmul2 = fast.gemm_batch, fast.gemm, fast._matmul2
+                   _batch_slow_path, matmul, np.ndarray, *_entry_points(runtime.lib))
+        batch, gemm, product = fast.gemm_batch, fast.gemm, fast.matmul
+        # Pickled as autotune.gemm and autotune.matmul, which any process can import
+        # (dask and multiprocessing send functions so): the extension's own module
+        # name, _atfast, is importable only where autotune has loaded it.
+        gemm.__module__ = product.__module__ = "autotune"
     elif runtime is not None and not any(runtime.path.parent.glob("_atfast*")):
         # The install found no Python headers (Debian's python3-dev), so it built none.
         reason = (f"no _atfast extension beside {runtime.path}: install Python's headers (python3-dev) "
@@ -266,7 +270,7 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
         reason = runtime.fast_problem or (f"libautotune's extension beside {runtime.path} is unusable "
                                           "(run `autotune install --force`)")
     _state.batch = batch
-    _state.gemm, _state.matmul2 = gemm, matmul2
+    _state.gemm, _state.matmul = gemm, product
     _state.runtime = runtime
     _state.reason = reason
 
@@ -274,6 +278,12 @@ def use(runtime: loader.Runtime | None, reason: str = NO_LIBRARY) -> None:
 def entry() -> Callable[..., np.ndarray]:
     """The gemm in use: the extension's C entry point, or :func:`numpy_gemm`."""
     return _state.gemm or numpy_gemm
+
+
+def matmul_entry() -> Callable[..., np.ndarray]:
+    """The matmul in use: the extension's C entry point, which hands every call but a
+    product of two float matrices to :func:`matmul`, or :func:`matmul` itself."""
+    return _state.matmul or matmul
 
 
 def current() -> loader.Runtime | None:
@@ -581,12 +591,9 @@ def matmul(a: ArrayLike, b: ArrayLike, out: np.ndarray | None = None) -> np.ndar
     >>> float(autotune.matmul(np.ones(4), np.ones(4)))
     4.0
     """
-    # One product of two float matrices of one dtype is gemm's, in one C call: the
-    # checks below cost 2.8 us a call, four times an 8x8 product.
-    if _state.matmul2 is not None:
-        product = _state.matmul2(a, b, out)
-        if product is not NotImplemented:
-            return product
+    # (autotune.matmul is the extension's entry when it is loaded: it computes one
+    # product of two float matrices of one dtype itself, and hands every other call
+    # here.  The checks below cost 2.8 us a call, four times an 8x8 product.)
     # np.matmul wraps its result in np.matrix when an operand is one (its
     # __array_wrap__); so does this, for a drop-in.  Other subclasses get an ndarray.
     matrix = out is None and (isinstance(a, np.matrix) or isinstance(b, np.matrix))

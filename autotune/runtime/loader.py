@@ -160,7 +160,7 @@ def _prototypes(lib: ctypes.CDLL) -> None:
 
 
 #: The extension's calling convention with api.use (pyfast.c's AT_FAST_ABI).
-FAST_ABI = 3
+FAST_ABI = 4
 
 
 def damage(path: Path) -> str | None:

@@ -14,15 +14,16 @@
  *
  * _qmatmul is qmatmul's call into at_qmatmul_f32 once autotune.runtime.qapi has
  * checked the operands: through ctypes the call and its pointers cost 3 us, a tenth
- * of a 1 x 4000 x 1000 product.  _matmul2 is autotune.matmul's product of two
- * matrices, handed to gemm.
+ * of a 1 x 4000 x 1000 product.  matmul is autotune.matmul itself: a product of two
+ * float matrices goes to gemm, every other call to the Python implementation
+ * (api.matmul) registered by _init.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "autotune.h"
 
-static PyObject *np_empty, *np_dtype[2], *slow_path, *batch_slow_path, *np_ndarray;
+static PyObject *np_empty, *np_dtype[2], *slow_path, *batch_slow_path, *matmul_slow_path, *np_ndarray;
 
 /* The library's entry points, given by _init from the ctypes handle the loader
  * opened.  The extension does not link against libautotune: the dynamic linker
@@ -39,7 +40,7 @@ static int (*lib_qmatmul)(int64_t, const float *, int64_t, const void *, const f
                           int64_t);
 
 /* What _init expects; the loader refuses an extension built for another. */
-#define AT_FAST_ABI 3
+#define AT_FAST_ABI 4
 
 /* Releasing the GIL costs more than a tiny product takes. */
 #define AT_NOGIL_FLOPS 2.0e5
@@ -316,30 +317,42 @@ static int float_buffer(PyObject *x, int ndim, int *dtype, int writable, Py_ssiz
     return ok;
 }
 
-PyDoc_STRVAR(matmul2_doc,
-             "_matmul2(a, b, out)\n--\n\n"
-             "numpy.matmul of two float32 or two float64 matrices (out None, or a writable matrix of\n"
-             "their dtype and the product's shape) through gemm; NotImplemented for any other call.");
+PyDoc_STRVAR(matmul_doc,
+             "matmul(a, b, out=None)\n--\n\n"
+             "numpy.matmul computed by libautotune (autotune.runtime.api.matmul documents it).\n"
+             "Two float32 or two float64 matrices (out None, or a writable matrix of their dtype and\n"
+             "the product's shape) are one gemm call here; every other call is api.matmul's.");
 
-/* autotune.matmul's common case in one C call: its Python checks cost 2.8 us, four
- * times an 8x8 product.  Exact ndarrays only: a subclass (np.matrix) keeps numpy's
- * wrapping, which the Python path reproduces. */
-static PyObject *at_py_matmul2(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* autotune.matmul itself, so that its common case is one C call: behind a Python
+ * function that tried a C product first, an 8x8 product took 0.68 us against gemm's
+ * 0.47 (its general checks in Python cost 2.8 us).  Exact ndarrays only: a
+ * subclass (np.matrix) keeps numpy's wrapping, which the Python path reproduces. */
+static PyObject *at_py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "_matmul2(a, b, out)");
-        return NULL;
-    }
-    PyObject *C = args[2] == Py_None ? NULL : args[2];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    PyObject *C = NULL;
+    if (nargs == 3 && nkw == 0)
+        C = args[2];
+    else if (nargs == 2 && nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "out") == 0)
+        C = args[2];
+    else if (nargs != 2 || nkw != 0)
+        goto slow;
+    if (C == Py_None) C = NULL;
     PyTypeObject *nd = (PyTypeObject *)np_ndarray;
-    if (!nd || Py_TYPE(args[0]) != nd || Py_TYPE(args[1]) != nd || (C && Py_TYPE(C) != nd))
-        Py_RETURN_NOTIMPLEMENTED;
+    if (!nd || Py_TYPE(args[0]) != nd || Py_TYPE(args[1]) != nd || (C && Py_TYPE(C) != nd)) goto slow;
     int dtype = -1;
     Py_ssize_t a[2], b[2], c[2];
     if (!float_buffer(args[0], 2, &dtype, 0, a) || !float_buffer(args[1], 2, &dtype, 0, b) || a[1] != b[0] ||
         (C && (!float_buffer(C, 2, &dtype, 1, c) || c[0] != a[0] || c[1] != b[1])))
-        Py_RETURN_NOTIMPLEMENTED;
-    return at_py_gemm(self, args, C ? 3 : 2, NULL);
+        goto slow;
+    PyObject *operands[3] = {args[0], args[1], C};
+    return at_py_gemm(self, operands, C ? 3 : 2, NULL);
+slow:
+    if (!matmul_slow_path) {
+        PyErr_SetString(PyExc_RuntimeError, "_atfast.matmul: _init has not been called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(matmul_slow_path, args, (size_t)nargs, kwnames);
 }
 
 /* One operand of a batch: a 3-D stack of `batch` items (batch stride in
@@ -549,24 +562,24 @@ done:
 static PyObject *at_py_init(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    if (nargs != 10 || !PyType_Check(args[5])) {
+    if (nargs != 11 || !PyType_Check(args[6])) {
         PyErr_SetString(PyExc_TypeError,
-                        "_init(empty, float32, float64, slow_path, batch_slow_path, ndarray, "
-                        "at_gemm, at_gemm_batch_strided, at_last_error, at_qmatmul_f32)");
+                        "_init(empty, float32, float64, slow_path, batch_slow_path, matmul_slow_path, "
+                        "ndarray, at_gemm, at_gemm_batch_strided, at_last_error, at_qmatmul_f32)");
         return NULL;
     }
     void *entry[4];
     for (int i = 0; i < 4; i++) {
-        entry[i] = PyLong_AsVoidPtr(args[6 + i]);
+        entry[i] = PyLong_AsVoidPtr(args[7 + i]);
         if (!entry[i]) {
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_ValueError, "_init: a library entry point is NULL");
             return NULL;
         }
     }
-    PyObject **slots[6] = {&np_empty,  &np_dtype[0],     &np_dtype[1],
-                           &slow_path, &batch_slow_path, &np_ndarray};
-    for (int i = 0; i < 6; i++) {
+    PyObject **slots[7] = {&np_empty,       &np_dtype[0],      &np_dtype[1], &slow_path,
+                           &batch_slow_path, &matmul_slow_path, &np_ndarray};
+    for (int i = 0; i < 7; i++) {
         Py_INCREF(args[i]);
         Py_XSETREF(*slots[i], args[i]);
     }
@@ -586,9 +599,9 @@ static PyMethodDef methods[] = {
     {"gemm_batch", (PyCFunction)(void (*)(void))at_py_gemm_batch, METH_FASTCALL | METH_KEYWORDS,
      gemm_batch_doc},
     {"_qmatmul", (PyCFunction)(void (*)(void))at_py_qmatmul, METH_FASTCALL, qmatmul_doc},
-    {"_matmul2", (PyCFunction)(void (*)(void))at_py_matmul2, METH_FASTCALL, matmul2_doc},
+    {"matmul", (PyCFunction)(void (*)(void))at_py_matmul, METH_FASTCALL | METH_KEYWORDS, matmul_doc},
     {"_init", (PyCFunction)(void (*)(void))at_py_init, METH_FASTCALL,
-     "Register numpy.empty, the two dtypes, the two slow paths, numpy.ndarray and the library's\n"
+     "Register numpy.empty, the two dtypes, the three slow paths, numpy.ndarray and the library's\n"
      "at_gemm, at_gemm_batch_strided, at_last_error and at_qmatmul_f32 (addresses)."},
     {NULL, NULL, 0, NULL},
 };
