@@ -191,31 +191,40 @@ static int parse_args(const char *fn, PyObject *const *args, Py_ssize_t nargs, P
     return 0;
 }
 
-static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
-                            PyObject *kwnames)
+/* A float32 or float64 matrix: what numpy.matmul computes as one gemm (read-only
+ * unless the buffer is C, which `writable` asks for). */
+static int float_matrix(const Py_buffer *v, int writable)
 {
-    (void)self;
-    PyObject *A, *B, *C;
-    double alpha, beta;
-    int ta, tb;
-    if (parse_args("gemm", args, nargs, kwnames, &A, &B, &C, &alpha, &beta, &ta, &tb) < 0)
-        return NULL;
-    if (!C && beta != 0.0) {
-        PyErr_SetString(PyExc_ValueError, "gemm: beta needs an output C to scale");
-        return NULL;
-    }
+    return v->ndim == 2 && buf_dtype(v) >= 0 && (!writable || !v->readonly);
+}
 
+/* gemm(A, B, C, alpha, beta, ta, tb) on the arguments' buffers, read once.  With
+ * `declined` (autotune.matmul's product of two matrices), operands numpy.matmul
+ * treats otherwise (not exact ndarrays, not one float dtype, not 2-D, shapes that
+ * do not chain, a C that is read-only or of another shape) are left alone: NULL, no
+ * error set, *declined = 1, for the caller's own slow path. */
+static PyObject *run_gemm(PyObject *A, PyObject *B, PyObject *C, double alpha, double beta, int ta, int tb,
+                          int *declined)
+{
     Py_buffer va, vb, vc;
     at_view a, b, c;
     if (!lib_gemm) return call_slow(A, B, C, alpha, beta, ta, tb);
     if (PyObject_GetBuffer(A, &va, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
+        if (declined) return *declined = 1, NULL;
         return call_slow(A, B, C, alpha, beta, ta, tb);
     }
     if (PyObject_GetBuffer(B, &vb, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         PyBuffer_Release(&va);
+        if (declined) return *declined = 1, NULL;
         return call_slow(A, B, C, alpha, beta, ta, tb);
+    }
+    if (declined && (!float_matrix(&va, 0) || !float_matrix(&vb, 0) || buf_dtype(&va) != buf_dtype(&vb) ||
+                     va.shape[1] != vb.shape[0])) {
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&vb);
+        return *declined = 1, NULL;
     }
     if (classify(&va, &a) || classify(&vb, &b) || a.dtype != b.dtype) {
         PyBuffer_Release(&va);
@@ -246,14 +255,25 @@ static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t na
             return NULL;
         }
     }
-    if (PyObject_GetBuffer(out, &vc, PyBUF_STRIDES | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+    /* Without PyBUF_WRITABLE, so that autotune.matmul can decline a read-only C. */
+    if (PyObject_GetBuffer(out, &vc, PyBUF_STRIDES | PyBUF_FORMAT) < 0) {
         PyErr_Clear();
         PyBuffer_Release(&va);
         PyBuffer_Release(&vb);
         Py_DECREF(out);
+        if (declined) return *declined = 1, NULL;
         return call_slow(A, B, C, alpha, beta, ta, tb);
     }
-    if (classify(&vc, &c) || c.dtype != a.dtype || (C && (overlaps(&vc, &va) || overlaps(&vc, &vb)))) {
+    if (declined && C && (!float_matrix(&vc, 1) || buf_dtype(&vc) != a.dtype || vc.shape[0] != M ||
+                          vc.shape[1] != N)) {
+        PyBuffer_Release(&va);
+        PyBuffer_Release(&vb);
+        PyBuffer_Release(&vc);
+        Py_DECREF(out);
+        return *declined = 1, NULL;
+    }
+    if (vc.readonly || classify(&vc, &c) || c.dtype != a.dtype ||
+        (C && (overlaps(&vc, &va) || overlaps(&vc, &vb)))) {
         PyBuffer_Release(&va);
         PyBuffer_Release(&vb);
         PyBuffer_Release(&vc);
@@ -299,22 +319,20 @@ fail:
     return NULL;
 }
 
-/* Whether x is a buffer of `ndim` dimensions of the dtype `*dtype` (-1: any float32 or
- * float64, set to the one found), writable when asked; no error is left set. */
-static int float_buffer(PyObject *x, int ndim, int *dtype, int writable, Py_ssize_t *shape)
+static PyObject *at_py_gemm(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
 {
-    Py_buffer v;
-    if (PyObject_GetBuffer(x, &v, PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) {
-        PyErr_Clear();
-        return 0;
+    (void)self;
+    PyObject *A, *B, *C;
+    double alpha, beta;
+    int ta, tb;
+    if (parse_args("gemm", args, nargs, kwnames, &A, &B, &C, &alpha, &beta, &ta, &tb) < 0)
+        return NULL;
+    if (!C && beta != 0.0) {
+        PyErr_SetString(PyExc_ValueError, "gemm: beta needs an output C to scale");
+        return NULL;
     }
-    int found = buf_dtype(&v), ok = v.ndim == ndim && found >= 0 && (*dtype < 0 || found == *dtype);
-    if (ok) {
-        *dtype = found;
-        for (int i = 0; i < ndim; i++) shape[i] = v.shape[i];
-    }
-    PyBuffer_Release(&v);
-    return ok;
+    return run_gemm(A, B, C, alpha, beta, ta, tb, NULL);
 }
 
 PyDoc_STRVAR(matmul_doc,
@@ -323,9 +341,11 @@ PyDoc_STRVAR(matmul_doc,
              "Two float32 or two float64 matrices (out None, or a writable matrix of their dtype and\n"
              "the product's shape) are one gemm call here; every other call is api.matmul's.");
 
-/* autotune.matmul itself, so that its common case is one C call: behind a Python
- * function that tried a C product first, an 8x8 product took 0.68 us against gemm's
- * 0.47 (its general checks in Python cost 2.8 us).  Exact ndarrays only: a
+/* autotune.matmul itself, so that its common case costs what gemm's does: behind a
+ * Python function that tried a C product first, an 8x8 product took 0.68 us against
+ * gemm's 0.47, and as a C entry that checked the operands before gemm read them
+ * again 0.56; sharing gemm's one reading of the buffers (run_gemm), 0.49 like
+ * gemm (the general checks in Python cost 2.8 us).  Exact ndarrays only: a
  * subclass (np.matrix) keeps numpy's wrapping, which the Python path reproduces. */
 static PyObject *at_py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
@@ -339,14 +359,11 @@ static PyObject *at_py_matmul(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto slow;
     if (C == Py_None) C = NULL;
     PyTypeObject *nd = (PyTypeObject *)np_ndarray;
-    if (!nd || Py_TYPE(args[0]) != nd || Py_TYPE(args[1]) != nd || (C && Py_TYPE(C) != nd)) goto slow;
-    int dtype = -1;
-    Py_ssize_t a[2], b[2], c[2];
-    if (!float_buffer(args[0], 2, &dtype, 0, a) || !float_buffer(args[1], 2, &dtype, 0, b) || a[1] != b[0] ||
-        (C && (!float_buffer(C, 2, &dtype, 1, c) || c[0] != a[0] || c[1] != b[1])))
-        goto slow;
-    PyObject *operands[3] = {args[0], args[1], C};
-    return at_py_gemm(self, operands, C ? 3 : 2, NULL);
+    if (nd && Py_TYPE(args[0]) == nd && Py_TYPE(args[1]) == nd && (!C || Py_TYPE(C) == nd)) {
+        int declined = 0;
+        PyObject *product = run_gemm(args[0], args[1], C, 1.0, 0.0, 0, 0, &declined);
+        if (!declined) return product;
+    }
 slow:
     if (!matmul_slow_path) {
         PyErr_SetString(PyExc_RuntimeError, "_atfast.matmul: _init has not been called");
