@@ -21,6 +21,17 @@ from ..families.x86 import GATHER, register_budget, register_file, strategy
 from ..specs import DTYPE_BYTES, KernelSpec
 
 
+#: (suffix, lanes) -> the load and the store of an xmm's first lanes that move without a
+#: mask (Vocabulary.exact).  movq zeroes the upper lanes, as the masked load did, and
+#: reads through a may_alias type.
+_EXACT_MOVES = {
+    ("ps", 1): ("_mm_load_ss({addr})", "_mm_store_ss({addr}, {value});"),
+    ("ps", 2): ("_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)({addr})))",
+                "_mm_storel_pi((__m64 *)({addr}), {value});"),
+    ("pd", 1): ("_mm_load_sd({addr})", "_mm_store_sd({addr}, {value});"),
+}
+
+
 @dataclass(frozen=True)
 class Vocabulary:
     """How one ISA spells the operations the kernels need, for one dtype."""
@@ -78,19 +89,14 @@ class Vocabulary:
         Those read and write exactly the lanes a mask would, without one: an fp32 2x2
         kernel at K = 8 took 4.6 ns a call with movq and 6.7 with k-masked moves
         (Xeon, AVX-512), and AVX2's vmaskmov is microcoded on AMD's Zen 1-3."""
-        return lanes is not None and self.bits == 128 and lanes * (4 if self.suffix == "ps" else 8) in (4, 8)
+        return self.bits == 128 and (self.suffix, lanes) in _EXACT_MOVES
 
     def load(self, addr: str, mask: str | None = None, lanes: int | None = None) -> str:
         """``lanes``: how many lanes ``mask`` selects, where the generator knows it."""
         if mask is None:
             return f"{self.op('loadu')}({addr})"
         if self.exact(lanes):
-            if self.suffix == "pd":
-                return f"_mm_load_sd({addr})"
-            if lanes == 1:
-                return f"_mm_load_ss({addr})"
-            # movq zeroes the upper lanes, as the masked load did (it reads through a may_alias type).
-            return f"_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)({addr})))"
+            return _EXACT_MOVES[self.suffix, lanes][0].format(addr=addr)
         if self.masked == "k":
             return f"{self.op('maskz_loadu')}({mask}, {addr})"
         # AVX2 maskload zeroes the masked lanes and never touches their memory.
@@ -101,11 +107,7 @@ class Vocabulary:
         if mask is None:
             return f"{self.op('storeu')}({addr}, {value});"
         if self.exact(lanes):
-            if self.suffix == "pd":
-                return f"_mm_store_sd({addr}, {value});"
-            if lanes == 1:
-                return f"_mm_store_ss({addr}, {value});"
-            return f"_mm_storel_pi((__m64 *)({addr}), {value});"
+            return _EXACT_MOVES[self.suffix, lanes][1].format(addr=addr, value=value)
         if self.masked == "k":
             return f"{self.op('mask_storeu')}({addr}, {mask}, {value});"
         if lanes is not None:
