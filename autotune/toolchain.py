@@ -76,9 +76,9 @@ _COMMON = ("-O3", "-std=c11", "-fno-math-errno", "-fPIC")
 _VECTOR = ("-O2",) + _COMMON[1:]
 GCC_VECTOR_FLAGS = ("-fno-gcse", "-fno-schedule-insns2", "-fno-expensive-optimizations")
 # Every kernel function starts a 64-byte line, so it runs in the library at the place
-# within a line where the harness timed it.  Linked at 16 bytes, 3,167 of 4,040
-# kernel functions of one install sat at another offset in the library than in
-# their harness, and where a short kernel starts moved its speed: fp32 2x2 at
+# within a line where the harness timed it.  Linked at 16 bytes, 3,873 of the 5,100
+# kernel functions of one install sat at another offset in the library than in a
+# harness that timed them, and where a short kernel starts moved its speed: fp32 2x2 at
 # K = 16 took 10.6 ns a call at offsets 0, 32 and 48 and 12.6 at 16, fp64 1x6
 # 23.4 and 25.8 (Xeon, AVX-512).
 _ALIGN_KERNELS = ("-falign-functions=64",)
