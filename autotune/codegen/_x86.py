@@ -65,9 +65,8 @@ class Vocabulary:
         """A mask selecting the first ``count`` lanes, as a C constant expression."""
         if self.masked == "k":
             return f"({self.mask_type})0x{(1 << count) - 1:x}"
+        # (An xmm of fp64 needs none: its one-lane tail moves exactly, Vocabulary.exact.)
         ones = ["-1"] * count + ["0"] * (self.lanes - count)
-        if self.bits == 128 and self.suffix == "pd":
-            return f"_mm_set_epi64x({ones[1]}, {ones[0]})"  # (no setr form: highest lane first)
         setr = f"{self.prefix}_setr_epi32" if self.suffix == "ps" else f"{self.prefix}_setr_epi64x"
         return f"{setr}({', '.join(ones)})"
 
@@ -145,10 +144,9 @@ def _store_first_helper(voc: Vocabulary, ctype: str) -> list[str]:
     name = _store_first_name(voc)
     guard = f"{name.upper()}_DEFINED"
     if voc.bits == 128:
-        # An xmm's tail: fewer than 4 fp32 or 2 fp64 lanes.
-        body = (["    if (n >= 2) {", "        _mm_storel_pi((__m64 *)p, v);", "        v = _mm_movehl_ps(v, v);",
-                 "        p += 2;", "        n -= 2;", "    }", "    if (n) _mm_store_ss(p, v);"]
-                if voc.suffix == "ps" else ["    if (n) _mm_store_sd(p, v);"])
+        # An xmm's fp32 tail (an fp64 xmm's one-lane tail moves exactly: Vocabulary.exact).
+        body = ["    if (n >= 2) {", "        _mm_storel_pi((__m64 *)p, v);", "        v = _mm_movehl_ps(v, v);",
+                "        p += 2;", "        n -= 2;", "    }", "    if (n) _mm_store_ss(p, v);"]
     elif voc.suffix == "ps":
         body = [
             "    __m128 x = _mm256_castps256_ps128(v);",
