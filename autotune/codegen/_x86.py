@@ -90,12 +90,29 @@ class Vocabulary:
         (Xeon, AVX-512), and AVX2's vmaskmov is microcoded on AMD's Zen 1-3."""
         return self.bits == 128 and (self.suffix, lanes) in _EXACT_MOVES
 
+    def in_pieces(self, lanes: int | None) -> bool:
+        """Whether the first ``lanes`` lanes (a count the generator knows) move as 4-, 2-
+        and 1-lane pieces, through the helpers of :func:`_pieces_helpers`: AVX2's every
+        partial vector that no single exact move covers.
+
+        On AMD's Zen 1 vmaskmovps/pd costs about nine cycles as a load and more as a
+        store, where the pieces cost one load each and a shuffle to join them: kernels
+        with a 3-, 7- or 11-row fp32 column or a 3-row fp64 one ran 1.4-2.7x faster in
+        pieces, at K = 2 to 256 (EPYC family 23 model 1, 2026-12-07)."""
+        return self.masked == "vector" and lanes is not None and lanes < self.lanes and not self.exact(lanes)
+
+    def needs_mask(self, lanes: int | None) -> bool:
+        """Whether moving the first ``lanes`` of ``self.lanes`` lanes needs a mask declared."""
+        return lanes != self.lanes and not self.exact(lanes) and not self.in_pieces(lanes)
+
     def load(self, addr: str, mask: str | None = None, lanes: int | None = None) -> str:
         """``lanes``: how many lanes ``mask`` selects, where the generator knows it."""
         if mask is None:
             return f"{self.op('loadu')}({addr})"
         if self.exact(lanes):
             return _EXACT_MOVES[self.suffix, lanes][0].format(addr=addr)
+        if self.in_pieces(lanes):
+            return f"{_pieces_name(self, 'load')}({addr}, {lanes})"
         if self.masked == "k":
             return f"{self.op('maskz_loadu')}({mask}, {addr})"
         # AVX2 maskload zeroes the masked lanes and never touches their memory.
@@ -107,10 +124,10 @@ class Vocabulary:
             return f"{self.op('storeu')}({addr}, {value});"
         if self.exact(lanes):
             return _EXACT_MOVES[self.suffix, lanes][1].format(addr=addr, value=value)
+        if self.in_pieces(lanes):
+            return f"{_pieces_name(self, 'store')}({addr}, {value}, {lanes});"
         if self.masked == "k":
             return f"{self.op('mask_storeu')}({addr}, {mask}, {value});"
-        if lanes is not None:
-            return f"{_store_first_name(self)}({addr}, {value}, {lanes});"
         return f"{self.op('maskstore')}({addr}, {mask}, {value});"
 
     # --- arithmetic --------------------------------------------------------
@@ -130,25 +147,49 @@ class Vocabulary:
         return f"{self.op('add')}({a}, {b})"
 
 
-def _store_first_helper(voc: Vocabulary, ctype: str) -> list[str]:
-    """AVX2: the first ``n`` lanes of a vector stored as 4-, 2- and 1-lane pieces.
+def _pieces_helpers(voc: Vocabulary, ctype: str) -> list[str]:
+    """AVX2: the load and the store of a vector's first ``n`` lanes as 4-, 2- and 1-lane
+    pieces (Vocabulary.in_pieces), for the xmm and ymm of ``ctype``.
 
-    vmaskmovps/pd to memory is microcoded on AMD's Zen 1-3: a 4x4 fp32 kernel
-    spent two thirds of its time in its four masked stores of C, and 4^3 ran at
-    3 GFLOPS against LIBXSMM's 8-12.  ``n`` is a constant at every call, so the
-    branches fold away.  The same lanes reach memory, and no other byte is
-    touched, as with the masked store.
+    vmaskmovps/pd is microcoded on AMD's Zen 1-3: to memory a 4x4 fp32 kernel spent two
+    thirds of its time in its four masked stores of C, and from memory a 3x3 fp32 kernel
+    ran at 6 GFLOPS where 4x3 ran at 28 (Zen 1).  ``n`` is a constant at every call, so
+    the branches fold away.  The same lanes move and no other byte is touched, as with
+    the masks; a load leaves the other lanes zero, as vmaskmov did.  Both widths are
+    defined, each once per translation unit: the ymm helpers join xmm pieces, and kernels
+    of both widths share a unit.
     """
     if voc.masked == "k":
         return []
-    name = _store_first_name(voc)
-    guard = f"{name.upper()}_DEFINED"
-    if voc.bits == 128:
-        # An xmm's fp32 tail (an fp64 xmm's one-lane tail moves exactly: Vocabulary.exact).
-        body = ["    if (n >= 2) {", "        _mm_storel_pi((__m64 *)p, v);", "        v = _mm_movehl_ps(v, v);",
-                "        p += 2;", "        n -= 2;", "    }", "    if (n) _mm_store_ss(p, v);"]
-    elif voc.suffix == "ps":
-        body = [
+    if voc.suffix == "ps":
+        xmm = [
+            "static inline __attribute__((always_inline)) __m128 at_load_first_ps128(const float *p, int n)",
+            "{",
+            "    if (n == 1) return _mm_load_ss(p);",
+            "    __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p));",
+            "    return n == 2 ? v : _mm_insert_ps(v, _mm_load_ss(p + 2), 0x20);",
+            "}",
+            "static inline __attribute__((always_inline)) void at_store_first_ps128(float *p, __m128 v, int n)",
+            "{",
+            "    if (n >= 2) {",
+            "        _mm_storel_pi((__m64 *)p, v);",
+            "        v = _mm_movehl_ps(v, v);",
+            "        p += 2;",
+            "        n -= 2;",
+            "    }",
+            "    if (n) _mm_store_ss(p, v);",
+            "}",
+        ]
+        ymm = [
+            "static inline __attribute__((always_inline)) __m256 at_load_first_ps(const float *p, int n)",
+            "{",
+            "    if (n < 4) return _mm256_zextps128_ps256(at_load_first_ps128(p, n));",
+            "    if (n == 4) return _mm256_zextps128_ps256(_mm_loadu_ps(p));",
+            "    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(p)),",
+            "                                at_load_first_ps128(p + 4, n - 4), 1);",
+            "}",
+            "static inline __attribute__((always_inline)) void at_store_first_ps(float *p, __m256 v, int n)",
+            "{",
             "    __m128 x = _mm256_castps256_ps128(v);",
             "    if (n >= 4) {",
             "        _mm_storeu_ps(p, x);",
@@ -156,16 +197,21 @@ def _store_first_helper(voc: Vocabulary, ctype: str) -> list[str]:
             "        p += 4;",
             "        n -= 4;",
             "    }",
-            "    if (n >= 2) {",
-            "        _mm_storel_pi((__m64 *)p, x);",
-            "        x = _mm_movehl_ps(x, x);",
-            "        p += 2;",
-            "        n -= 2;",
-            "    }",
-            "    if (n) _mm_store_ss(p, x);",
+            "    if (n) at_store_first_ps128(p, x, n);",
+            "}",
         ]
     else:
-        body = [
+        # An fp64 xmm's partial vector is its one lane, which moves exactly (Vocabulary.exact).
+        xmm = []
+        ymm = [
+            "static inline __attribute__((always_inline)) __m256d at_load_first_pd(const double *p, int n)",
+            "{",
+            "    if (n == 1) return _mm256_zextpd128_pd256(_mm_load_sd(p));",
+            "    if (n == 2) return _mm256_zextpd128_pd256(_mm_loadu_pd(p));",
+            "    return _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(p)), _mm_load_sd(p + 2), 1);",
+            "}",
+            "static inline __attribute__((always_inline)) void at_store_first_pd(double *p, __m256d v, int n)",
+            "{",
             "    __m128d x = _mm256_castpd256_pd128(v);",
             "    if (n >= 2) {",
             "        _mm_storeu_pd(p, x);",
@@ -174,15 +220,19 @@ def _store_first_helper(voc: Vocabulary, ctype: str) -> list[str]:
             "        n -= 2;",
             "    }",
             "    if (n) _mm_store_sd(p, x);",
+            "}",
         ]
-    return [f"#ifndef {guard}", f"#define {guard}",
-            f"static inline __attribute__((always_inline)) void {name}"
-            f"({ctype} *p, {voc.vtype} v, int n)", "{", *body, "}", "#endif", ""]
+    lines = []
+    for width, body in (("128", xmm), ("256", ymm)):
+        if body:
+            guard = f"AT_FIRST_LANES_{voc.suffix.upper()}{width}_DEFINED"
+            lines += [f"#ifndef {guard}", f"#define {guard}", *body, "#endif"]
+    return lines + [""]
 
 
-def _store_first_name(voc: Vocabulary) -> str:
-    """One helper per vector width: kernels of both share a translation unit."""
-    return f"at_store_first_{voc.suffix}" + ("128" if voc.bits == 128 else "")
+def _pieces_name(voc: Vocabulary, move: str) -> str:
+    """The helper moving ``voc``'s first lanes: one per direction, dtype and width."""
+    return f"at_{move}_first_{voc.suffix}" + ("128" if voc.bits == 128 else "")
 
 
 def vector_bits(spec: KernelSpec, widest: int) -> int:
@@ -270,6 +320,7 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     nv, tail = _vectors(vec_extent, w)
     tail_note = ("no masked vector" if tail == w else
                  f"last vector's {tail} lane(s) moved by scalar loads and stores, no mask" if voc.exact(tail)
+                 else f"last vector's {tail} lanes moved in pieces, no mask" if voc.in_pieces(tail)
                  else f"last vector masked to {tail} lanes")
     note_kind = "gather" if spec.variant == GATHER else kind
     row_store = ("transposed in registers, a column per store" if voc.masked == "k"
@@ -294,7 +345,7 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     out("#include <stdint.h>")
     out("#include <immintrin.h>")
     out()
-    for line in _store_first_helper(voc, T) if tail < w and not voc.exact(tail) else []:
+    for line in _pieces_helpers(voc, T) if voc.in_pieces(tail) else []:
         out(line)
     if kind != "dot":
         for line in _IN_REGISTER:
@@ -392,7 +443,7 @@ def _emit_broadcast(out: _Writer, spec: KernelSpec, voc: Vocabulary, kind: str, 
     def acc(s: int, x: int, v: int) -> str:
         return f"c{s}_{x}_{v}"
 
-    if masked and not voc.exact(tail):
+    if voc.needs_mask(tail):
         out(f"const {voc.mask_type} tail = {voc.const_mask(tail)};")
     out(f"const {T} *a = A;")
     out(f"const {T} *b = B;")

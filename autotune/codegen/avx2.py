@@ -1,5 +1,5 @@
 """AVX2 + FMA kernels: 16 ymm registers, 8 fp32 / 4 fp64 lanes (xmm where a column of the block fits
-one), maskload tails, C tails stored in pieces."""
+one), a column's last rows loaded and stored in pieces, never through vmaskmov."""
 
 from __future__ import annotations
 
