@@ -169,7 +169,7 @@ static int run_team(const at_plan *p, const void *A, const void *B, void *C, dou
         return 0;
     }
     at_team tm = {p, T, A, B, C, alpha, beta, {0, 0, T}, 0, 0, {NULL, NULL},
-                  es * (size_t)(bk * bn), mem, NULL, NULL, NULL, {0}, {0}};
+                  es * (size_t)bk * ((size_t)bn + AT_PANEL_PAD / es), mem, NULL, NULL, NULL, {0}, {0}};
     int32_t *grid = mem, *bands = grid + p->nblocks, *sb = bands + 2 * nt * bm, *bw = sb + nt * (bm + 1);
     for (int64_t g = 0; g < p->nblocks; g++)
         grid[p->blocks[g].j0 / bn * nbm + p->blocks[g].i0 / bm] = (int32_t)g;

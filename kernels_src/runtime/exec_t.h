@@ -63,9 +63,27 @@ static void AT_FN(pack_a)(const AT_T *A, int64_t lda, int ta, int64_t i0, int64_
     }
 }
 
-/* op(B)[p0 : p0+kb, j0 : j0+nb] into format fb (0: column-major kb x nb, 1: transpose). */
+#ifndef AT_EXEC_PANEL_LD
+#define AT_EXEC_PANEL_LD
+/* The leading dimension of a whole panel of B in format 1 (row-major, nb wide;
+ * the tilings of its blocks cut its columns differently, so it has no bands):
+ * nb, one cache line more where a row is an even number of lines.  A kernel
+ * reads its columns one row per K step, and rows a multiple of 128 bytes apart
+ * share a fraction of L1's sets (2 KiB apart, 2 of 64): an fp32 NT 24x4 kernel
+ * ran 512^3 and 1024^3 at 23-26 GFLOPS from a 512-wide panel and at 35 with
+ * the padding (Zen 1).  An odd number of lines reaches every set.  At most
+ * AT_PANEL_PAD bytes more a row. */
+#define AT_PANEL_PAD 64
+static inline int64_t at_panel_ld(int64_t nb, size_t es)
+{
+    return ((size_t)nb * es) % (2 * AT_PANEL_PAD) == 0 ? nb + (int64_t)(AT_PANEL_PAD / es) : nb;
+}
+#endif
+
+/* op(B)[p0 : p0+kb, j0 : j0+nb] into format fb (0: column-major kb x nb, 1: its
+ * transpose, rows ldd apart). */
 static void AT_FN(pack_b)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_t j0, int64_t kb,
-                          int64_t nb, AT_T *dst, int fb)
+                          int64_t nb, AT_T *dst, int fb, int64_t ldd)
 {
     if (!tb) {
         for (int64_t j = 0; j < nb; j++) {
@@ -73,13 +91,13 @@ static void AT_FN(pack_b)(const AT_T *B, int64_t ldb, int tb, int64_t p0, int64_
             if (!fb)
                 memcpy(dst + j * kb, src, sizeof(AT_T) * (size_t)kb);
             else
-                for (int64_t p = 0; p < kb; p++) dst[j + p * nb] = src[p];
+                for (int64_t p = 0; p < kb; p++) dst[j + p * ldd] = src[p];
         }
     } else {
         for (int64_t p = 0; p < kb; p++) {
             const AT_T *src = B + j0 + (p0 + p) * ldb;
             if (fb)
-                memcpy(dst + p * nb, src, sizeof(AT_T) * (size_t)nb);
+                memcpy(dst + p * ldd, src, sizeof(AT_T) * (size_t)nb);
             else
                 for (int64_t j = 0; j < nb; j++) dst[p + j * kb] = src[j];
         }
@@ -439,7 +457,7 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
     if (nslots > maxslots) nslots = maxslots;
     /* 64-byte alignment keeps panel columns on cache-line boundaries. */
     size_t asz = ((sizeof(AT_T) * (size_t)(nslots * slot) + 63) / 64) * 64;
-    size_t bsz = ((sizeof(AT_T) * (size_t)(bk * bn) + 63) / 64) * 64;
+    size_t bsz = ((sizeof(AT_T) * (size_t)bk * ((size_t)bn + AT_PANEL_PAD / sizeof(AT_T)) + 63) / 64) * 64;
     char *panels = at_panels_get(asz + bsz);
     int64_t *tag = malloc(sizeof *tag * (size_t)(nslots + last - first)), *ord = tag + nslots;
     if (!panels || !tag) {
@@ -478,10 +496,11 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
                 while (q1 < nord && p->blocks[ord[q1]].j0 == b0->j0) q1++;
                 const int32_t *w = bw + b0->j0;
                 int bandb = fb && w[0] > 0;
+                int64_t ldpb = at_panel_ld(b0->nb, sizeof(AT_T));
                 if (bandb)
                     AT_FN(pack_b_bands)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, w);
                 else
-                    AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb);
+                    AT_FN(pack_b)(B, p->ldb, p->tb, p0, b0->j0, kb, b0->nb, pb, fb, ldpb);
                 at_prefetch pf[2] = {{0}};
                 for (int64_t q = q0; q < q1; q++) {
                     const at_block *bl = &p->blocks[ord[q]];
@@ -524,7 +543,7 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
                                             (int64_t)sizeof(AT_T) * kx, bx->mb, ti->count);
                     }
                     AT_FN(run_panels)(p->steps, ti->first, ti->first + ti->count, kb, a, fa, pb,
-                                      fb, bandb, b0->nb, C + bl->i0 + bl->j0 * p->ldc, p->ldc,
+                                      fb, bandb, ldpb, C + bl->i0 + bl->j0 * p->ldc, p->ldc,
                                       alpha, be, pf);
                 }
             }
@@ -611,10 +630,12 @@ ready:
             AT_T *pb = (AT_T *)tm->panel[q & 1];
             const int32_t *w = tm->bw + j0;
             int bandb = fb && w[0] > 0;
+            int64_t ldpb = at_panel_ld(nb, sizeof(AT_T));
             if (fb && !bandb) {
                 /* A whole panel of format 1 is row-major: split its rows (K). */
                 int64_t r0 = kb * t / T, r1 = kb * (t + 1) / T;
-                if (r1 > r0) AT_FN(pack_b)(B, p->ldb, p->tb, p0 + r0, j0, r1 - r0, nb, pb + r0 * nb, 1);
+                if (r1 > r0)
+                    AT_FN(pack_b)(B, p->ldb, p->tb, p0 + r0, j0, r1 - r0, nb, pb + r0 * ldpb, 1, ldpb);
             } else {
                 /* Columns nb t / T onwards, from the first band that starts there. */
                 int64_t c0 = 0, c1 = 0, from = nb * t / T, to = nb * (t + 1) / T;
@@ -630,7 +651,7 @@ ready:
                     if (bandb)
                         AT_FN(pack_b_bands)(B, p->ldb, p->tb, p0, j0 + c0, kb, c1 - c0, pb + c0 * kb, w + c0);
                     else
-                        AT_FN(pack_b)(B, p->ldb, p->tb, p0, j0 + c0, kb, c1 - c0, pb + c0 * kb, 0);
+                        AT_FN(pack_b)(B, p->ldb, p->tb, p0, j0 + c0, kb, c1 - c0, pb + c0 * kb, 0, kb);
                 }
             }
             at__team_wait(&tm->barrier);
@@ -653,7 +674,7 @@ ready:
                 }
                 const at_tiling *ti = &p->tilings[u];
                 AT_FN(run_panels)(p->steps, ti->first + first[lo], ti->first + first[hi], kb, a, fa, pb,
-                                  fb, bandb, nb, C + bl->i0 + bl->j0 * p->ldc, p->ldc, alpha, be, none);
+                                  fb, bandb, ldpb, C + bl->i0 + bl->j0 * p->ldc, p->ldc, alpha, be, none);
             }
         }
     }
