@@ -280,6 +280,21 @@ def test_judge_counts_every_shape_once_not_the_largest_many_times() -> None:
     assert len(record) == len(shapes) and set(record[shapes[0].label]) == {"measured", "model"}
 
 
+def test_judge_drops_a_set_that_ran_one_shape_far_slower_whatever_its_mean() -> None:
+    class OneShapeFarSlower(_Costs):
+        def time_shape(self, shape: SuiteShape) -> float:
+            assert self.params is not None
+            # Tuned: 20 % faster on every shape but the largest, 1.34x slower there.
+            largest = shape.flops >= 2.0 * 1024**3
+            factor = {1.0: 1.34 if largest else 0.8, 2.0: 1.0, 3.0: 1.0}[self.params.thread_flops]
+            return factor * shape.flops * 1e-12
+
+    shapes = held_out_suite(("f32",))
+    verdict = tn.judge(OneShapeFarSlower({}), _sets(), shapes)
+    assert verdict.speedup("tuned", "measured") > 1.15  # the mean alone would keep it
+    assert verdict.chosen == "measured"
+
+
 def test_judge_times_identical_sets_once() -> None:
     same = PlannerParams()
     costs = _Costs({same.thread_flops: 1.0})
