@@ -209,6 +209,23 @@ static double conflict_seconds(int64_t K, int w, int64_t ld, int bpe)
     return (double)K * (double)lines * (AT_CONFLICT_BASE + AT_CONFLICT_SET / (double)sets);
 }
 
+/* The share of the lines a one-column kernel reads in place that carry its own
+ * elements.  Such a kernel uses each element of its sliver of A once, so in place
+ * its calls run at the speed of the lines they read, and the kernels' figures
+ * (A contiguous, in L1) do not show it: a sliver that is no whole number of lines
+ * shares a line with each neighbour, and both read it.  fp64 256x1x256 ran in
+ * 18.5 us on 14x1 kernels and in 13.2 on 48x1 (Zen 1), 1.6 ns a line read either
+ * way, though 14x1's figures were the best by 3 %.  A sliver of whole lines is
+ * taken to start on one (64-byte aligned operands, a leading dimension of whole
+ * lines); another one touches (bytes + 64 - element) / 64 lines a step on average. */
+static double sliver_line_share(int mr, int bpe)
+{
+    int bytes = mr * bpe;
+    if (bytes % AT_L1_LINE == 0) return 1.0;
+    double whole = (double)((bytes + AT_L1_LINE - 1) / AT_L1_LINE);
+    return whole / ((double)(bytes + AT_L1_LINE - bpe) / AT_L1_LINE);
+}
+
 /* ---- the cost grid: the best way to compute an h x w block ------------------ */
 
 void at__grid_free(at_grid *g)
@@ -263,9 +280,10 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
             /* The favoured kernel at the family's best speed, a hair over: on a tie
              * of cost per flop its blocks win, so it covers the blocks' interiors. */
             double rate = i == favour ? fastest * (1 + 1e-9) : at__kernel_gflops(&at_kernel_table[i], K);
+            int bpe = dtype == AT_F64 ? 8 : 4;
+            if (!ta && lda > 0 && d->nr == 1) rate *= sliver_line_share(d->mr, bpe);
             double s = 2.0 * d->mr * d->nr * (double)K / (rate * 1e9);
             /* A walk missing L1 every step bounds the call; flops and misses overlap. */
-            int bpe = dtype == AT_F64 ? 8 : 4;
             double miss = (ta ? 0 : conflict_seconds(K, d->mr, lda, bpe)) +
                           (tb ? conflict_seconds(K, d->nr, ldb, bpe) : 0);
             s = (s > miss ? s : miss) + call;
