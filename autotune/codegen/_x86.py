@@ -71,14 +71,11 @@ class Vocabulary:
         return f"{setr}({', '.join(ones)})"
 
     def runtime_mask(self, count: str) -> str:
-        """A mask of the first ``count`` lanes, ``0 < count < lanes`` known only at run time."""
-        if self.masked == "k":
-            return f"({self.mask_type})((1u << {count}) - 1u)"
-        if self.suffix == "ps":
-            iota = ", ".join(str(i) for i in range(self.lanes))
-            return f"_mm256_cmpgt_epi32(_mm256_set1_epi32((int){count}), _mm256_setr_epi32({iota}))"
-        iota = ", ".join(str(i) for i in range(self.lanes))
-        return f"_mm256_cmpgt_epi64(_mm256_set1_epi64x({count}), _mm256_setr_epi64x({iota}))"
+        """A k-mask of the first ``count`` lanes, ``0 < count < lanes`` known only at run
+        time (AVX2 loads such a tail in pieces instead: :meth:`in_pieces`)."""
+        if self.masked != "k":
+            raise ValueError(f"{self.isa} moves a run-time count of lanes in pieces, without a mask")
+        return f"({self.mask_type})((1u << {count}) - 1u)"
 
     # --- memory ------------------------------------------------------------
     def exact(self, lanes: int | None) -> bool:
@@ -90,23 +87,27 @@ class Vocabulary:
         (Xeon, AVX-512), and AVX2's vmaskmov is microcoded on AMD's Zen 1-3."""
         return self.bits == 128 and (self.suffix, lanes) in _EXACT_MOVES
 
-    def in_pieces(self, lanes: int | None) -> bool:
-        """Whether the first ``lanes`` lanes (a count the generator knows) move as 4-, 2-
-        and 1-lane pieces, through the helpers of :func:`_pieces_helpers`: AVX2's every
-        partial vector that no single exact move covers.
+    def in_pieces(self, lanes: int | str | None) -> bool:
+        """Whether the first ``lanes`` lanes move as 4-, 2- and 1-lane pieces, through the
+        helpers of :func:`_pieces_helpers`: AVX2's every partial vector that no single
+        exact move covers.  ``lanes`` is a count the generator knows, or a C expression
+        of one known at run time (1 to lanes - 1: the dot kernels' K tail).
 
         On AMD's Zen 1 vmaskmovps/pd costs about nine cycles as a load and more as a
         store, where the pieces cost one load each and a shuffle to join them: kernels
         with a 3-, 7- or 11-row fp32 column or a 3-row fp64 one ran 1.4-2.7x faster in
         pieces, at K = 2 to 256 (EPYC family 23 model 1, 2026-12-07)."""
+        if isinstance(lanes, str):
+            return self.masked == "vector"
         return self.masked == "vector" and lanes is not None and lanes < self.lanes and not self.exact(lanes)
 
     def needs_mask(self, lanes: int | None) -> bool:
         """Whether moving the first ``lanes`` of ``self.lanes`` lanes needs a mask declared."""
         return lanes != self.lanes and not self.exact(lanes) and not self.in_pieces(lanes)
 
-    def load(self, addr: str, mask: str | None = None, lanes: int | None = None) -> str:
-        """``lanes``: how many lanes ``mask`` selects, where the generator knows it."""
+    def load(self, addr: str, mask: str | None = None, lanes: int | str | None = None) -> str:
+        """``lanes``: how many lanes ``mask`` selects, where the generator knows it (a
+        number, or an expression :meth:`in_pieces` takes)."""
         if mask is None:
             return f"{self.op('loadu')}({addr})"
         if self.exact(lanes):
@@ -345,7 +346,7 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     out("#include <stdint.h>")
     out("#include <immintrin.h>")
     out()
-    for line in _pieces_helpers(voc, T) if voc.in_pieces(tail) else []:
+    for line in _pieces_helpers(voc, T) if voc.in_pieces(_DOT_TAIL if kind == "dot" else tail) else []:
         out(line)
     if kind != "dot":
         for line in _IN_REGISTER:
@@ -788,6 +789,12 @@ def _gather_helper(voc: Vocabulary, ctype: str) -> list[str]:
     return [f"#ifndef {guard}", f"#define {guard}", *body, "#endif", ""]
 
 
+#: The dot kernels' K tail, 1 to lanes - 1 values known at run time: AVX2 loads it in
+#: pieces (Vocabulary.in_pieces), whose branches a run of calls of one K predicts.  With
+#: vmaskmov, fp32 TN 3x3 at K = 4 took 54 ns a call on Zen 1, and 34 at K = 16.
+_DOT_TAIL = "(int)(K - p)"
+
+
 def _emit_dot(out: _Writer, spec: KernelSpec, voc: Vocabulary, sets: int) -> None:
     w = voc.lanes
     T = spec.ctype
@@ -817,14 +824,14 @@ def _emit_dot(out: _Writer, spec: KernelSpec, voc: Vocabulary, sets: int) -> Non
     out(f"{voc.vtype} {', '.join(f'{res_name}{r}' for r in range(res_n))}, x;")
     out()
 
-    def chunk(s: int, offset: str, mask: str | None) -> None:
+    def chunk(s: int, offset: str, mask: str | None, lanes: str | None = None) -> None:
         def at(ptr: str, ld: str, r: int) -> str:
             row = f"{ptr} + {r} * {ld}" if r else ptr
             return f"{row} + {offset}" if offset != "0" else row
 
         def load_a(i: int) -> str:
             if not gather:
-                return voc.load(at("a", "lda", i), mask)
+                return voc.load(at("a", "lda", i), mask, lanes)
             row = f"a + {i}" if i else "a"
             addr = f"{row} + {offset} * lda" if offset != "0" else row
             return f"at_gather_{voc.suffix}({addr}, lda, idx, {mask or full})"
@@ -833,12 +840,12 @@ def _emit_dot(out: _Writer, spec: KernelSpec, voc: Vocabulary, sets: int) -> Non
             for i in range(mr):
                 out(f"a{i} = {load_a(i)};")
             for j in range(nr):
-                out(f"x = {voc.load(at('b', 'ldb', j), mask)};")
+                out(f"x = {voc.load(at('b', 'ldb', j), mask, lanes)};")
                 for i in range(mr):
                     out(f"{acc(s, i, j)} = {voc.fma(f'a{i}', 'x', acc(s, i, j))};")
         else:
             for j in range(nr):
-                out(f"b{j} = {voc.load(at('b', 'ldb', j), mask)};")
+                out(f"b{j} = {voc.load(at('b', 'ldb', j), mask, lanes)};")
             for i in range(mr):
                 out(f"x = {load_a(i)};")
                 for j in range(nr):
@@ -860,9 +867,13 @@ def _emit_dot(out: _Writer, spec: KernelSpec, voc: Vocabulary, sets: int) -> Non
     out(f"b += {w};")
     out.close()
     out.open("if (p < K)")
-    out("/* The last K % lanes values: masked loads read nothing past the operands. */")
-    out(f"const {voc.mask_type} rest = {voc.runtime_mask('(K - p)')};")
-    chunk(0, "0", "rest")
+    if voc.in_pieces(_DOT_TAIL) and not gather:
+        out("/* The last K % lanes values, loaded in pieces: nothing past the operands is read. */")
+        chunk(0, "0", "rest", _DOT_TAIL)
+    else:
+        out("/* The last K % lanes values: masked loads read nothing past the operands. */")
+        out(f"const {voc.mask_type} rest = {voc.runtime_mask('(K - p)')};")
+        chunk(0, "0", "rest")
     out.close()
     _merge_sets(out, voc, sets, acc, mr, nr)
     out()
