@@ -162,12 +162,15 @@ def _pieces_helpers(voc: Vocabulary, ctype: str) -> list[str]:
     """
     if voc.masked == "k":
         return []
+    def exact_load(suffix: str, lanes: int) -> str:
+        return _EXACT_MOVES[suffix, lanes][0].format(addr="p")
+
     if voc.suffix == "ps":
         xmm = [
             "static inline __attribute__((always_inline)) __m128 at_load_first_ps128(const float *p, int n)",
             "{",
-            "    if (n == 1) return _mm_load_ss(p);",
-            "    __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)p));",
+            f"    if (n == 1) return {exact_load('ps', 1)};",
+            f"    __m128 v = {exact_load('ps', 2)};",
             "    return n == 2 ? v : _mm_insert_ps(v, _mm_load_ss(p + 2), 0x20);",
             "}",
             "static inline __attribute__((always_inline)) void at_store_first_ps128(float *p, __m128 v, int n)",
@@ -207,7 +210,7 @@ def _pieces_helpers(voc: Vocabulary, ctype: str) -> list[str]:
         ymm = [
             "static inline __attribute__((always_inline)) __m256d at_load_first_pd(const double *p, int n)",
             "{",
-            "    if (n == 1) return _mm256_zextpd128_pd256(_mm_load_sd(p));",
+            f"    if (n == 1) return _mm256_zextpd128_pd256({exact_load('pd', 1)});",
             "    if (n == 2) return _mm256_zextpd128_pd256(_mm_loadu_pd(p));",
             "    return _mm256_insertf128_pd(_mm256_castpd128_pd256(_mm_loadu_pd(p)), _mm_load_sd(p + 2), 1);",
             "}",
