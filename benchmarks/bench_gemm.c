@@ -19,7 +19,11 @@
  *
  * For every shape one JSON object is printed on its own line:
  *   {"shape":..., "status":"ok"|"unsupported"|..., "err":..., "best_s":..., ...}
- * times are seconds per call (per batch for batched shapes).  "err" is the largest
+ * times are seconds per call (per batch for batched shapes).  "core_gflops" is
+ * one core's multiply-add peak in the dtype, measured in this process just before
+ * and just after the shape's timed calls (the higher of the two; -1 where this
+ * file has no loop for the CPU): a virtual machine's clock drifts by a fifth over
+ * minutes, so a fraction of peak means something only against the peak beside it.  "err" is the largest
  * |C - ref| / sum_k |a_ik b_kj| over the checked items, ref computed in double;
  * "check" is whether it is below (K + 4) * epsilon of the dtype (products above 8e6
  * multiply-adds are checked on every 7th row and column).
@@ -74,6 +78,145 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- the core's peak, beside every shape ---------------------------------------
+ * Twelve independent multiply-add chains in the widest vectors the CPU runs: enough
+ * to cover a 4-5 cycle latency on two pipes, few enough to stay in registers.  The
+ * multiplier and addend come through volatiles, so the compiler cannot fold the loop;
+ * a = a * m + c converges to about 1, so nothing overflows or goes denormal. */
+#define CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define NCHAINS 12
+static volatile double fma_sink;
+static volatile float fma_m32 = 0.9999999f, fma_c32 = 1e-7f;
+static volatile double fma_m64 = 0.9999999, fma_c64 = 1e-7;
+
+/* FMA_LOOP(name, attributes) defines name(iters, f64) over the vector type FMA_V
+ * with FMA_SET1, FMA_FMA (a * m + c) and FMA_LANE0, which the caller defines first. */
+#define FMA_DECL(i) FMA_V a##i = FMA_SET1(FMA_C * (i + 1));
+#define FMA_STEP(i) a##i = FMA_FMA(a##i, m, c);
+#define FMA_SUM(i) sum += (double)FMA_LANE0(a##i); /* every chain live */
+#define FMA_LOOP(NAME, ATTR)                                                           \
+    ATTR static void NAME(long iters, int f64) {                                       \
+        (void)f64;                                                                     \
+        FMA_V m = FMA_SET1(FMA_M), c = FMA_SET1(FMA_C);                                \
+        CHAINS(FMA_DECL)                                                               \
+        for (long i = 0; i < iters; ++i) { CHAINS(FMA_STEP) }                          \
+        double sum = 0.0;                                                              \
+        CHAINS(FMA_SUM)                                                                \
+        fma_sink = sum;                                                                \
+    }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define FMA_M fma_m32
+#define FMA_C fma_c32
+#define FMA_V __m512
+#define FMA_SET1 _mm512_set1_ps
+#define FMA_FMA _mm512_fmadd_ps
+#define FMA_LANE0 _mm512_cvtss_f32
+FMA_LOOP(fma_avx512_f32, __attribute__((target("avx512f"))))
+#undef FMA_V
+#undef FMA_SET1
+#undef FMA_FMA
+#undef FMA_LANE0
+#define FMA_V __m256
+#define FMA_SET1 _mm256_set1_ps
+#define FMA_FMA _mm256_fmadd_ps
+#define FMA_LANE0 _mm256_cvtss_f32
+FMA_LOOP(fma_avx2_f32, __attribute__((target("avx2,fma"))))
+#undef FMA_V
+#undef FMA_SET1
+#undef FMA_FMA
+#undef FMA_LANE0
+#undef FMA_M
+#undef FMA_C
+#define FMA_M fma_m64
+#define FMA_C fma_c64
+#define FMA_V __m512d
+#define FMA_SET1 _mm512_set1_pd
+#define FMA_FMA _mm512_fmadd_pd
+#define FMA_LANE0 _mm512_cvtsd_f64
+FMA_LOOP(fma_avx512_f64, __attribute__((target("avx512f"))))
+#undef FMA_V
+#undef FMA_SET1
+#undef FMA_FMA
+#undef FMA_LANE0
+#define FMA_V __m256d
+#define FMA_SET1 _mm256_set1_pd
+#define FMA_FMA _mm256_fmadd_pd
+#define FMA_LANE0 _mm256_cvtsd_f64
+FMA_LOOP(fma_avx2_f64, __attribute__((target("avx2,fma"))))
+/* The widest loop the CPU runs, and its flops per iteration in each dtype. */
+static void (*fma_loop(int f64, double *flops))(long, int) {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+        *flops = NCHAINS * (f64 ? 8 : 16) * 2.0;
+        return f64 ? fma_avx512_f64 : fma_avx512_f32;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        *flops = NCHAINS * (f64 ? 4 : 8) * 2.0;
+        return f64 ? fma_avx2_f64 : fma_avx2_f32;
+    }
+    return NULL;
+}
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+/* NEON's vfmaq is c + a * m: the arguments in the x86 order. */
+#define FMA_M fma_m32
+#define FMA_C fma_c32
+#define FMA_V float32x4_t
+#define FMA_SET1 vdupq_n_f32
+#define FMA_FMA(a, m, c) vfmaq_f32(c, a, m)
+#define FMA_LANE0(v) vgetq_lane_f32(v, 0)
+FMA_LOOP(fma_neon_f32, )
+#undef FMA_V
+#undef FMA_SET1
+#undef FMA_FMA
+#undef FMA_LANE0
+#undef FMA_M
+#undef FMA_C
+#define FMA_M fma_m64
+#define FMA_C fma_c64
+#define FMA_V float64x2_t
+#define FMA_SET1 vdupq_n_f64
+#define FMA_FMA(a, m, c) vfmaq_f64(c, a, m)
+#define FMA_LANE0(v) vgetq_lane_f64(v, 0)
+FMA_LOOP(fma_neon_f64, )
+static void (*fma_loop(int f64, double *flops))(long, int) {
+    *flops = NCHAINS * (f64 ? 2 : 4) * 2.0;
+    return f64 ? fma_neon_f64 : fma_neon_f32;
+}
+#else
+static void (*fma_loop(int f64, double *flops))(long, int) {
+    (void)f64; (void)flops;
+    return NULL;
+}
+#endif
+
+/* One core's peak: the best of 5 runs of about 100 us (the count found once). */
+static double core_gflops(int f64) {
+    static long iters[2];
+    double flops = 0.0;
+    void (*run)(long, int) = fma_loop(f64, &flops);
+    if (!run) return -1.0;
+    if (!iters[f64]) {
+        iters[f64] = 256;
+        for (;;) {
+            double t0 = now();
+            run(iters[f64], f64);
+            if (now() - t0 >= 1e-4 || iters[f64] >= (1L << 30)) break;
+            iters[f64] *= 2;
+        }
+    }
+    double best = INFINITY;
+    for (int r = 0; r < 5; ++r) {
+        double t0 = now();
+        run(iters[f64], f64);
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    return best > 0 ? flops * (double)iters[f64] / best * 1e-9 : -1.0;
 }
 
 /* One call of the measured operation: the whole batch for batched shapes. */
@@ -326,7 +469,7 @@ int main(int argc, char **argv) {
             }
         }
 
-        double best = NAN, median = NAN, cold_best = NAN, cold_median = NAN, err = NAN;
+        double best = NAN, median = NAN, cold_best = NAN, cold_median = NAN, err = NAN, core = -1.0;
         long iters = 0;
         int ok_check = 0;
         if (!strcmp(status, "ok")) {
@@ -341,11 +484,14 @@ int main(int argc, char **argv) {
             double per = (now() - t0) / (double)n;
             iters = (long)(min_time / (per > 1e-9 ? per : 1e-9)) + 1;
             double *samples = malloc(sizeof(double) * (size_t)(repeats > cold ? repeats : cold));
+            core = core_gflops(f64);
             for (int r = 0; r < repeats; ++r) {
                 double s = now();
                 for (long i = 0; i < iters; ++i) run_once(&p);
                 samples[r] = (now() - s) / (double)iters;
             }
+            double after = core_gflops(f64);
+            if (after > core) core = after;
             qsort(samples, (size_t)repeats, sizeof(double), cmp_double);
             best = samples[0];
             median = samples[repeats / 2];
@@ -368,11 +514,12 @@ int main(int argc, char **argv) {
 
         printf("{\"shape\":\"%s\",\"M\":%d,\"N\":%d,\"K\":%d,\"batch\":%d,\"status\":\"%s\","
                "\"detail\":\"%s\",\"iters\":%ld,\"err\":%.3e,\"check\":%s,"
-               "\"best_s\":%.6e,\"median_s\":%.6e,\"cold_best_s\":%.6e,\"cold_median_s\":%.6e}\n",
+               "\"best_s\":%.6e,\"median_s\":%.6e,\"cold_best_s\":%.6e,\"cold_median_s\":%.6e,"
+               "\"core_gflops\":%.4g}\n",
                argv[si], p.M, p.N, p.K, p.batch, status, detail, iters,
                isnan(err) ? -1.0 : (isinf(err) ? 1e300 : err), ok_check ? "true" : "false",
                isnan(best) ? -1.0 : best, isnan(median) ? -1.0 : median,
-               isnan(cold_best) ? -1.0 : cold_best, isnan(cold_median) ? -1.0 : cold_median);
+               isnan(cold_best) ? -1.0 : cold_best, isnan(cold_median) ? -1.0 : cold_median, core);
         fflush(stdout);
         for (int m = 0; m < 3; ++m) free(raw[m]);
     }

@@ -180,6 +180,19 @@ def show_peers(peers: list[Peer] | tuple[Peer, ...], out: Console | None = None)
         out.print(f"{p.library:9s} {p.interface:6s} {where}")
 
 
+def peak_line(frame: pd.DataFrame, peak: dict[str, float]) -> str:
+    """What the % peak column divides by: the core's peak measured beside each point
+    (its range over the run says how far the clock moved), else the run's figure."""
+    beside = frame[frame["core_gflops"].notna()] if "core_gflops" in frame else frame.iloc[0:0]
+    if not beside.empty:
+        spans = ", ".join(f"{d} {g['core_gflops'].min():.1f}-{g['core_gflops'].max():.1f}"
+                          for d, g in beside.groupby("dtype"))
+        return f"peak per core (GFLOPS), measured beside each point, which its % peak divides by: {spans}"
+    figures = ", ".join(f"{k} {v:.1f}" for k, v in sorted(peak.items())) or "unknown (no installed table)"
+    return ("peak per core (GFLOPS; the install's peak loop, or the fastest one-thread result of this run "
+            f"if higher): {figures}")
+
+
 def show(results: "Results", out: Console) -> None:
     frame = results.frame
     if frame.empty:
@@ -210,8 +223,7 @@ def show(results: "Results", out: Console) -> None:
     wrong = frame[frame["status"].eq("wrong")]
     for r in wrong.itertuples(index=False):
         out.print(f"[red]wrong result[/] {r.library} {r.interface} {r.dtype} {r.shape}: err {r.err:.2e}")
-    peak = ", ".join(f"{k} {v:.1f}" for k, v in sorted(results.peak.items())) or "unknown (no installed table)"
-    out.print(f"peak per core (GFLOPS; the install's peak loop, or the fastest one-thread result of this run if higher): {peak}")
+    out.print(peak_line(frame, results.peak))
     for t in results.targets:
         mark = "[green]met[/]" if t.met else ("[yellow]n/a[/]" if t.met is None else "[red]missed[/]")
         extra = f" — {t.shortfall}" if t.shortfall else ""

@@ -69,6 +69,9 @@ class Point:
     median_s: float
     cold_best_s: float
     cold_median_s: float
+    # One core's multiply-add peak in this dtype, measured in the same process just
+    # before and after this point's timed calls (nan where bench_gemm has no loop).
+    core_gflops: float = float("nan")
 
 
 def build_harness(build_dir: Path, cc: str | None = None) -> Path:
@@ -90,6 +93,11 @@ def build_harness(build_dir: Path, cc: str | None = None) -> Path:
 
 
 def _seconds(value: object) -> float:
+    number = float(value)  # type: ignore[arg-type]
+    return number if number > 0 else float("nan")
+
+
+def _gflops(value: object) -> float:
     number = float(value)  # type: ignore[arg-type]
     return number if number > 0 else float("nan")
 
@@ -135,5 +143,6 @@ def run_peer(exe: Path, peer: Peer, config: Config, shapes: list[Shape], *, min_
         points.append(Point(peer, config, shape, str(record["status"]), str(record.get("detail", "")),
                             err if err >= 0 else float("nan"), bool(record["check"]),
                             _seconds(record["best_s"]), _seconds(record["median_s"]),
-                            _seconds(record["cold_best_s"]), _seconds(record["cold_median_s"])))
+                            _seconds(record["cold_best_s"]), _seconds(record["cold_median_s"]),
+                            _gflops(record.get("core_gflops", -1))))
     return points

@@ -25,7 +25,7 @@ KEY = ["level", "interface", "dtype", "threads", "align", "shape"]
 COLUMNS = [
     "level", "interface", "library", "dtype", "threads", "align", "shape", "regime", "M", "N", "K", "batch",
     "flops", "status", "detail", "check", "err", "best_s", "median_s", "gflops", "gflops_median",
-    "cold_gflops", "cold_gflops_median", "peak_fraction", "ratio", "best_peer",
+    "cold_gflops", "cold_gflops_median", "core_gflops", "peak_fraction", "ratio", "best_peer",
 ]
 
 
@@ -54,6 +54,7 @@ def points_frame(points: list[Point], irregular: Iterable[Shape]) -> pd.DataFram
             "detail": p.detail, "check": p.check, "err": p.err, "best_s": p.best_s, "median_s": p.median_s,
             "gflops": flops / p.best_s * 1e-9, "gflops_median": flops / p.median_s * 1e-9,
             "cold_gflops": flops / p.cold_best_s * 1e-9, "cold_gflops_median": flops / p.cold_median_s * 1e-9,
+            "core_gflops": p.core_gflops,
         })
     return pd.DataFrame(rows)
 
@@ -79,9 +80,17 @@ def python_frame(document: dict, threads: int = 1) -> pd.DataFrame:
 
 
 def add_ratios(frame: pd.DataFrame, peak: dict[str, float]) -> pd.DataFrame:
-    """Fill peak_fraction, ratio and best_peer (only valid, correct measurements count)."""
+    """Fill peak_fraction, ratio and best_peer (only valid, correct measurements count).
+
+    A point's fraction of peak divides by the core's peak measured beside it where
+    there is one: a virtual machine's clock moves by a fifth between minutes, and a
+    peak from another minute measures the clock, not the code.  Elsewhere (the Python
+    level, an older harness) it divides by ``peak``, the run's per-core figure."""
     frame = frame.copy()
     per_core = frame["dtype"].map(lambda d: peak.get(d, math.nan)).astype(float)
+    if "core_gflops" in frame:
+        beside = frame["core_gflops"].astype(float)
+        per_core = beside.where(beside.notna() & (beside > 0), per_core)
     frame["peak_fraction"] = frame["gflops"] / (per_core * frame["threads"])
     valid = frame["status"].eq("ok") & frame["gflops"].notna()
     frame["ratio"] = math.nan

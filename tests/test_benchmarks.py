@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,19 @@ def test_harness_computes_correct_results(exe: Path, peers: list[Peer], library:
         assert p.err < (p.shape.K + 4) * np.finfo(np.float32 if dtype == "f32" else np.float64).eps
         assert p.best_s > 0 and p.median_s >= p.best_s
         assert p.cold_best_s > 0 and p.cold_median_s >= p.cold_best_s
+        if _has_fma_loop():
+            assert math.isfinite(p.core_gflops) and p.core_gflops > 0, p.shape
+
+
+def _has_fma_loop() -> bool:
+    """Whether bench_gemm measures the core's peak here: AVX2 + FMA or AVX-512 on x86, NEON on Arm."""
+    import platform
+
+    from autotune.host import detect
+
+    if platform.machine() in ("aarch64", "arm64"):
+        return True
+    return {"avx2", "fma"} <= set(detect().features) or "avx512f" in detect().features
 
 
 def test_two_threads_still_correct(exe: Path, peers: list[Peer]) -> None:
@@ -126,6 +140,15 @@ def test_ratios_best_peer_and_peak_fraction() -> None:
     assert ours["peak_fraction"] == pytest.approx(0.5)
     by_lib = frame.set_index("library")["ratio"]
     assert by_lib["mkl"] == pytest.approx(4.0) and math.isnan(by_lib["blis"])
+
+
+def test_peak_fraction_divides_by_the_peak_measured_beside_the_point() -> None:
+    s = Shape(10, 10, 10)  # 2000 flops: 2 GFLOPS at 1 us
+    beside = replace(_point("autotune", "cblas", s, 1e-6), core_gflops=2.5)
+    two = replace(_point("autotune", "cblas", s, 0.5e-6, threads=2), core_gflops=5.0)
+    unmeasured = _point("autotune", "cblas", Shape(20, 10, 5), 1e-6)  # no beside figure: the run's peak
+    frame = add_ratios(points_frame([beside, two, unmeasured], []), {"f32": 8.0})
+    assert list(frame["peak_fraction"]) == pytest.approx([0.8, 0.4, 0.25])
 
 
 def test_peak_is_raised_to_the_fastest_correct_one_thread_result() -> None:
