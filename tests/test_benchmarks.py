@@ -201,6 +201,17 @@ def test_targets_say_by_how_much_they_are_missed() -> None:
     large = targets["large f32, 1 thread(s) vs MKL"]
     assert large.met is False and "0.05x short" in large.shortfall
     assert targets["plan f32 small+irregular, 1 thread, align 64"].met is None  # no plan peers measured
+    # 256^3 at 33.6 GFLOPS is 34 % of a 100 GFLOPS core.
+    assert targets["large f32, 1 thread(s) vs peak"].met is False
+
+
+def test_the_peak_target_is_one_threads() -> None:
+    big = Shape(256, 256, 256)
+    pts = [_point("autotune", "cblas", big, 1e-3, threads=t) for t in (1, 2)]
+    pts += [_point("mkl", "cblas", big, 1e-3, threads=t) for t in (1, 2)]
+    targets = {t.name for t in evaluate_targets(add_ratios(points_frame(pts, []), {"f32": 30.0}))}
+    assert "large f32, 1 thread(s) vs peak" in targets and "large f32, 2 thread(s) vs MKL" in targets
+    assert "large f32, 2 thread(s) vs peak" not in targets
 
 
 def test_python_level_parses_and_computes(tmp_path: Path) -> None:
