@@ -86,16 +86,20 @@ def test_packed_matches_numpy(lib, dtype, ta, tb, order, blk_n):
 
 
 @pytest.mark.parametrize("K,cap,slice_k", [(1024, 320, 256), (1000, 320, 256), (2048, 320, 296),
-                                           (640, 320, 320), (300, 320, 300), (61, 24, 24), (50, 48, 25)])
+                                           (640, 320, 320), (300, 320, 300), (61, 24, 24), (50, 48, 50),
+                                           (60, 48, 60), (61, 48, 32), (256, 208, 256), (261, 208, 131),
+                                           (400, 320, 400), (401, 320, 201)])
 def test_k_is_cut_into_slices_as_even_as_the_cap_allows(lib, K, cap, slice_k):
     """A last slice of K far shorter than the others reads and writes all of C for a
     sliver of the work: K is cut into as few slices as blk_k allows, of a multiple
     of 8 where that stays within the cap and shortens the last slice by at most 8
-    per other slice, else exactly even, and the product stays right."""
+    per other slice, else exactly even, and the product stays right.  The cap is
+    soft by a quarter: a K up to 5/4 of it is one slice (f64 256^3 under a cap of
+    208 ran 3-5 % faster whole than as two slices of 128)."""
     packed_params(lib, 64, 64, cap)
     info = plan_info(lib, 0, 0, 0, 0, 70, 50, K, 70, K, 70, 1)
     assert info.path == 1 and info.blk_k == slice_k
-    assert -(-K // slice_k) == -(-K // cap)
+    assert -(-K // slice_k) == (1 if 4 * K <= 5 * cap else -(-K // cap))
     rng = np.random.default_rng(K)
     A, B = operand(rng, 70, K, np.float32, "F"), operand(rng, K, 50, np.float32, "F")
     C = np.zeros((70, 50), np.float32, order="F")
