@@ -85,68 +85,39 @@ static double now(void) {
  * to cover a 4-5 cycle latency on two pipes, few enough to stay in registers.  The
  * multiplier and addend come through volatiles, so the compiler cannot fold the loop;
  * a = a * m + c converges to about 1, so nothing overflows or goes denormal. */
-#define CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+#define CHAINS(X, ...)                                                                  \
+    X(0, __VA_ARGS__) X(1, __VA_ARGS__) X(2, __VA_ARGS__) X(3, __VA_ARGS__) X(4, __VA_ARGS__) \
+    X(5, __VA_ARGS__) X(6, __VA_ARGS__) X(7, __VA_ARGS__) X(8, __VA_ARGS__) X(9, __VA_ARGS__) \
+    X(10, __VA_ARGS__) X(11, __VA_ARGS__)
 #define NCHAINS 12
 static volatile double fma_sink;
 static volatile float fma_m32 = 0.9999999f, fma_c32 = 1e-7f;
 static volatile double fma_m64 = 0.9999999, fma_c64 = 1e-7;
 
-/* FMA_LOOP(name, attributes) defines name(iters, f64) over the vector type FMA_V
- * with FMA_SET1, FMA_FMA (a * m + c) and FMA_LANE0, which the caller defines first. */
-#define FMA_DECL(i) FMA_V a##i = FMA_SET1(FMA_C * (i + 1));
-#define FMA_STEP(i) a##i = FMA_FMA(a##i, m, c);
-#define FMA_SUM(i) sum += (double)FMA_LANE0(a##i); /* every chain live */
-#define FMA_LOOP(NAME, ATTR)                                                           \
+/* FMA_LOOP defines NAME(iters, f64) over vectors of type V: SET1 broadcasts,
+ * FMA(a, m, c) is a * m + c, LANE0 reads lane 0; M and C are the volatiles. */
+#define FMA_DECL(i, V, SET1, C) V a##i = SET1(C * (i + 1));
+#define FMA_STEP(i, FMA) a##i = FMA(a##i, m, c);
+#define FMA_SUM(i, LANE0) sum += (double)LANE0(a##i); /* every chain live */
+#define FMA_LOOP(NAME, ATTR, V, SET1, FMA, LANE0, M, C)                                \
     ATTR static void NAME(long iters, int f64) {                                       \
         (void)f64;                                                                     \
-        FMA_V m = FMA_SET1(FMA_M), c = FMA_SET1(FMA_C);                                \
-        CHAINS(FMA_DECL)                                                               \
-        for (long i = 0; i < iters; ++i) { CHAINS(FMA_STEP) }                          \
+        V m = SET1(M), c = SET1(C);                                                    \
+        CHAINS(FMA_DECL, V, SET1, C)                                                   \
+        for (long i = 0; i < iters; ++i) { CHAINS(FMA_STEP, FMA) }                     \
         double sum = 0.0;                                                              \
-        CHAINS(FMA_SUM)                                                                \
+        CHAINS(FMA_SUM, LANE0)                                                         \
         fma_sink = sum;                                                                \
     }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#define FMA_M fma_m32
-#define FMA_C fma_c32
-#define FMA_V __m512
-#define FMA_SET1 _mm512_set1_ps
-#define FMA_FMA _mm512_fmadd_ps
-#define FMA_LANE0 _mm512_cvtss_f32
-FMA_LOOP(fma_avx512_f32, __attribute__((target("avx512f"))))
-#undef FMA_V
-#undef FMA_SET1
-#undef FMA_FMA
-#undef FMA_LANE0
-#define FMA_V __m256
-#define FMA_SET1 _mm256_set1_ps
-#define FMA_FMA _mm256_fmadd_ps
-#define FMA_LANE0 _mm256_cvtss_f32
-FMA_LOOP(fma_avx2_f32, __attribute__((target("avx2,fma"))))
-#undef FMA_V
-#undef FMA_SET1
-#undef FMA_FMA
-#undef FMA_LANE0
-#undef FMA_M
-#undef FMA_C
-#define FMA_M fma_m64
-#define FMA_C fma_c64
-#define FMA_V __m512d
-#define FMA_SET1 _mm512_set1_pd
-#define FMA_FMA _mm512_fmadd_pd
-#define FMA_LANE0 _mm512_cvtsd_f64
-FMA_LOOP(fma_avx512_f64, __attribute__((target("avx512f"))))
-#undef FMA_V
-#undef FMA_SET1
-#undef FMA_FMA
-#undef FMA_LANE0
-#define FMA_V __m256d
-#define FMA_SET1 _mm256_set1_pd
-#define FMA_FMA _mm256_fmadd_pd
-#define FMA_LANE0 _mm256_cvtsd_f64
-FMA_LOOP(fma_avx2_f64, __attribute__((target("avx2,fma"))))
+#define TARGET_AVX512 __attribute__((target("avx512f")))
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+FMA_LOOP(fma_avx512_f32, TARGET_AVX512, __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_cvtss_f32, fma_m32, fma_c32)
+FMA_LOOP(fma_avx2_f32, TARGET_AVX2, __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_cvtss_f32, fma_m32, fma_c32)
+FMA_LOOP(fma_avx512_f64, TARGET_AVX512, __m512d, _mm512_set1_pd, _mm512_fmadd_pd, _mm512_cvtsd_f64, fma_m64, fma_c64)
+FMA_LOOP(fma_avx2_f64, TARGET_AVX2, __m256d, _mm256_set1_pd, _mm256_fmadd_pd, _mm256_cvtsd_f64, fma_m64, fma_c64)
 /* The widest loop the CPU runs, and its flops per iteration in each dtype. */
 static void (*fma_loop(int f64, double *flops))(long, int) {
     __builtin_cpu_init();
@@ -163,26 +134,12 @@ static void (*fma_loop(int f64, double *flops))(long, int) {
 #elif defined(__aarch64__)
 #include <arm_neon.h>
 /* NEON's vfmaq is c + a * m: the arguments in the x86 order. */
-#define FMA_M fma_m32
-#define FMA_C fma_c32
-#define FMA_V float32x4_t
-#define FMA_SET1 vdupq_n_f32
-#define FMA_FMA(a, m, c) vfmaq_f32(c, a, m)
-#define FMA_LANE0(v) vgetq_lane_f32(v, 0)
-FMA_LOOP(fma_neon_f32, )
-#undef FMA_V
-#undef FMA_SET1
-#undef FMA_FMA
-#undef FMA_LANE0
-#undef FMA_M
-#undef FMA_C
-#define FMA_M fma_m64
-#define FMA_C fma_c64
-#define FMA_V float64x2_t
-#define FMA_SET1 vdupq_n_f64
-#define FMA_FMA(a, m, c) vfmaq_f64(c, a, m)
-#define FMA_LANE0(v) vgetq_lane_f64(v, 0)
-FMA_LOOP(fma_neon_f64, )
+#define NEON_FMA32(a, m, c) vfmaq_f32(c, a, m)
+#define NEON_FMA64(a, m, c) vfmaq_f64(c, a, m)
+#define NEON_LANE0_32(v) vgetq_lane_f32(v, 0)
+#define NEON_LANE0_64(v) vgetq_lane_f64(v, 0)
+FMA_LOOP(fma_neon_f32, , float32x4_t, vdupq_n_f32, NEON_FMA32, NEON_LANE0_32, fma_m32, fma_c32)
+FMA_LOOP(fma_neon_f64, , float64x2_t, vdupq_n_f64, NEON_FMA64, NEON_LANE0_64, fma_m64, fma_c64)
 static void (*fma_loop(int f64, double *flops))(long, int) {
     *flops = NCHAINS * (f64 ? 2 : 4) * 2.0;
     return f64 ? fma_neon_f64 : fma_neon_f32;
