@@ -70,7 +70,8 @@ class Point:
     cold_best_s: float
     cold_median_s: float
     # One core's multiply-add peak in this dtype, measured in the same process just
-    # before and after this point's timed calls (nan where bench_gemm has no loop).
+    # before, between and after this point's timed repeats (nan where bench_gemm has
+    # no loop for the CPU).
     core_gflops: float = float("nan")
 
 
