@@ -694,16 +694,21 @@ def above_cap(arch: str, features: Iterable[str], cap: str | None) -> tuple[str,
 
 
 @functools.lru_cache(maxsize=1)
-def detect() -> HostInfo:
-    """The running machine, detected once per process, capped by $AUTOTUNE_ISA."""
+def detect_cpu() -> HostInfo:
+    """The running machine as the CPU itself answers, detected once per process.  The
+    runtime's dispatch and other libraries see this one; $AUTOTUNE_ISA does not change it."""
     arch = normalized_arch(platform.machine())
     if sys.platform.startswith("linux"):
-        info = _detect_linux(arch)
-    elif sys.platform == "darwin":
-        info = _detect_darwin(arch)
-    else:
-        info = _detect_other(arch, platform.system().lower() or sys.platform)
-    return apply_isa_cap(info, os.environ.get(ISA_CAP_VARIABLE))
+        return _detect_linux(arch)
+    if sys.platform == "darwin":
+        return _detect_darwin(arch)
+    return _detect_other(arch, platform.system().lower() or sys.platform)
+
+
+@functools.lru_cache(maxsize=1)
+def detect() -> HostInfo:
+    """The running machine as install builds for it: :func:`detect_cpu` capped by $AUTOTUNE_ISA."""
+    return apply_isa_cap(detect_cpu(), os.environ.get(ISA_CAP_VARIABLE))
 
 
 # --- presentation ---------------------------------------------------------

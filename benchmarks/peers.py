@@ -138,7 +138,7 @@ def discover(autotune_library: Path, build_dir: Path) -> list[Peer]:
     return [
         Peer("autotune", "cblas", "cblas", ours, ours_missing),
         Peer("openblas", "cblas", "cblas", openblas, openblas_why),
-        Peer("blis", "cblas", "cblas", blis, blis_why, BLIS_ENV),
+        Peer("blis", "cblas", "cblas", blis, blis_why, blis_environment(blis) if blis else ()),
         Peer("mkl", "cblas", "cblas", mkl, mkl_why, mkl_env),
         Peer("autotune", "plan", "plan", ours, ours_missing),
         Peer("libxsmm", "plan", "xsmm", xsmm, xsmm_why),
@@ -153,8 +153,44 @@ PINNING_VARIABLES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "BLIS_ARCH_TYPE", 
                      "MKL_CBWR")
 
 # BLIS 0.9 does not know Zen 5 and falls back to its portable 'generic' sub-configuration
-# (about 35 GFLOPS fp32 at 512^3); 'skx' is the AVX-512 one the CPU can run.
-BLIS_ENV = (("BLIS_ARCH_TYPE", "skx"),)
+# (about 35 GFLOPS fp32 at 512^3); 'skx' is the AVX-512 one such a CPU can run.  Pinning it
+# anywhere else is wrong: on an AVX2-only CPU the skx kernels die of SIGILL.
+_BLIS_CHOICE = """
+import ctypes, sys
+blis = ctypes.CDLL(sys.argv[1])
+blis.bli_init()
+blis.bli_arch_string.restype = ctypes.c_char_p
+names = [blis.bli_arch_string(i) for i in range(64)]
+print(names[blis.bli_arch_query_id()].decode())
+print(" ".join(n.decode() for n in names if n))
+"""
+
+
+def blis_pin(own_choice: str, sub_configs: list[str], cpu_features: set[str]) -> tuple[tuple[str, str], ...]:
+    """The BLIS_ARCH_TYPE to run BLIS with: none where it chose a tuned sub-configuration itself,
+    'skx' where it fell back to 'generic' on an AVX-512 CPU.  BLIS 0.9 reads the variable with
+    atoi, so the pin is the sub-configuration's index in its own list."""
+    if own_choice == "generic" and "avx512f" in cpu_features and "skx" in sub_configs:
+        return (("BLIS_ARCH_TYPE", str(sub_configs.index("skx"))),)
+    return ()
+
+
+def blis_environment(library: Path) -> tuple[tuple[str, str], ...]:
+    """Ask the installed BLIS, in a child process without any pin, which sub-configuration it
+    picks on this CPU, and pin a better one only where it picked the portable fallback."""
+    from autotune.host import detect_cpu
+
+    env = {k: v for k, v in os.environ.items() if k not in PINNING_VARIABLES}
+    try:
+        proc = subprocess.run([sys.executable, "-c", _BLIS_CHOICE, str(library)], capture_output=True,
+                              text=True, env=env, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or len(lines) != 2:
+        return ()
+    # BLIS runs on the whole CPU, whatever AUTOTUNE_ISA caps for autotune.
+    return blis_pin(lines[0], lines[1].split(), set(detect_cpu().features))
 
 
 def peer_environment(peer: Peer, threads: int, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 
 import pytest
 
@@ -29,9 +28,4 @@ def requires_isa(isa: str) -> pytest.MarkDecorator:
 def cpu_features() -> set[str]:
     """What the CPU itself has: the runtime (qgemm.c, cpu.c) asks it, and AUTOTUNE_ISA,
     which caps what install builds, does not change its answer."""
-    cap = os.environ.pop(host.ISA_CAP_VARIABLE, None)
-    try:
-        return set(host.detect.__wrapped__().features)
-    finally:
-        if cap is not None:
-            os.environ[host.ISA_CAP_VARIABLE] = cap
+    return set(host.detect_cpu().features)
