@@ -65,7 +65,9 @@ class Plan:
     path: str                     # "small" (operands read in place) or "packed" (Goto)
     threads: int
     kernel_trans: str             # the transposition of the kernels that run
-    blocks: tuple[int, int, int]  # (blk_m, blk_n, blk_k); zeros on the small path
+    # (blk_m, blk_n, blk_k); on the small path (0, 0, the K slice each step walks at a
+    # time, every step in turn per slice; 0: all of K)
+    blocks: tuple[int, int, int]
     predicted_seconds: float
     memops: float
     steps: tuple[Step, ...]       # the first STEP_LIMIT steps (all of them below that)
@@ -240,7 +242,9 @@ def explain(p: Plan) -> str:
             f" (blk_m={p.blocks[0]} blk_n={p.blocks[1]} blk_k={p.blocks[2]}, panels packed for "
             f"{p.kernel_trans} kernels)" if p.path == "packed" else
             f" (A copied into rows along K for the {p.kernel_trans} kernels, B read in place)"
-            if p.a_copied else " (A and B read in place)"),
+            if p.a_copied else " (A and B read in place" + (
+                f", K walked in slices of {p.blocks[2]}, every step in turn per slice)"
+                if p.blocks[2] else ")")),
         f"threads: {p.threads}   steps: {p.step_count}",
         f"predicted: {p.predicted_seconds * 1e6:.2f} us ({p.predicted_gflops:.1f} GFLOPS)   "
         f"memops: {p.memops:.0f} elements (sum(mb+nb)*K + 2MN)",

@@ -56,7 +56,8 @@ typedef struct {
     int32_t a_copied;    /* 1: the no-pack path reads op(A) from a copy in rows along K
                           * (a few rows of an untransposed A), 0: in place */
     int64_t nsteps;      /* steps as at_plan_steps() reports them */
-    int64_t blk_m, blk_n, blk_k; /* Goto blocks (0 on the no-pack path) */
+    int64_t blk_m, blk_n, blk_k; /* Goto blocks; on the no-pack path 0, 0 and the K slice
+                          * each step walks at a time, every step in turn (0: all of K) */
     double predicted_seconds;
     double memops;       /* elements moved to registers: sum(mb + nb) * K + 2 M N */
 } at_plan_info;

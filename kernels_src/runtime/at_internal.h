@@ -46,6 +46,9 @@ struct at_plan {
      * Packed path: micro steps relative to their block, grouped by tiling. */
     int64_t nsteps;
     at_step *steps;
+    /* No-pack path: the depth each step walks at a time, every step in turn per
+     * slice (plan.c, slice_place_walks); 0: all of K in one call. */
+    int64_t place_kc;
     int64_t nblocks;
     at_block *blocks;          /* grouped by thread, then by column panel */
     int32_t ntilings;

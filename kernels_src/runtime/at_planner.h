@@ -62,6 +62,14 @@ static inline double at__pack_seconds(int dtype)
     return at__weight(at__tp->pack_seconds[dtype], at_params_builtin.pack_seconds[dtype]);
 }
 
+/* The depth each no-pack step walks at a time, all steps in turn per slice (0: all
+ * of K at once); mr is the tallest step's height, nr the columns of C.  A multiple
+ * of AT_PLACE_SLICE_STEP. */
+#define AT_PLACE_SLICE_STEP 8
+/* The widest C whose no-pack plan walks K in slices (plan.c, slice_place_walks). */
+#define AT_PLACE_SLICE_MAX_N 8
+int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe);
+
 /* cover.c */
 /* Grows as a block is tiled; the no-pack and packed plans keep v as their steps. */
 typedef struct {

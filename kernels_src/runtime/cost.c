@@ -195,6 +195,7 @@ static double shallowest_call_seconds(const at_table_entry *d)
 #define AT_L1_WAYS 8
 #define AT_CONFLICT_BASE 0.45e-9
 #define AT_CONFLICT_SET 1.35e-9
+#define AT_PLACE_MIN_SLICES 4
 
 /* Seconds of a kernel call's w-wide walk over K steps ld elements apart, or 0
  * when the walk spreads over all sets or fits in the ones it uses. */
@@ -224,6 +225,43 @@ static double sliver_line_share(int mr, int bpe)
     if (bytes % AT_L1_LINE == 0) return 1.0;
     double whole = (double)((bytes + AT_L1_LINE - 1) / AT_L1_LINE);
     return whole / ((double)(bytes + AT_L1_LINE - bpe) / AT_L1_LINE);
+}
+
+/* The depth a no-pack step walks at a time (0: all of K).  A step reads its sliver
+ * of A in place, mr elements a column, lda apart.  Operands from malloc and numpy
+ * start 16 bytes past a line (glibc's large blocks are a page plus a 16-byte
+ * header), and a leading dimension of no whole number of lines moves every column,
+ * so a sliver shares a line with the one above and the one below.  A step's walk
+ * over all of K evicts the lines its neighbour shares, and where the walk falls
+ * into a few L1 sets (a stride of a power of two lines) or takes a page a column,
+ * much more: the neighbour reads them again.  Walking K in slices, every step in
+ * turn per slice, it finds them in L1 when one step's slice fits the sets its walk
+ * falls in (conflict_seconds' count, the shared line included).
+ *
+ * Zen 1, one thread, a few columns of C (plan.c, slice_place_walks), against all
+ * of K, with A 16 bytes past a line: f32 1024x1x1024 (96x1 steps a page apart, slices
+ * of 8) 1.57x, 4096x1x4096 3.8x, 256x1x256 (32x1, 1 KiB apart, 32) 1.34x,
+ * 1024x4x1024 (24x4, 32) 1.56x, 300x4x2000 (1200 bytes apart, 168) 1.30x; fp64
+ * 1024x4x1024 1.92x, 512x4x512 1.36x, 300x4x2000 1.60x, 250x3x3000 1.81x.  On
+ * 64-byte aligned operands 1.0-2.5x.  Fewer steps a slice lost: fp64 512x4x512
+ * ran 0.9x aligned in slices of 8 (C's block read and written once a slice). */
+int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe)
+{
+    int64_t lines = ((int64_t)mr * bpe + AT_L1_LINE - 1) / AT_L1_LINE + 1; /* one shared */
+    int64_t bytes = lda * bpe, sets = AT_L1_SETS;
+    if (lda > 0 && bytes % AT_L1_LINE == 0) {
+        int64_t stride = (bytes / AT_L1_LINE) % AT_L1_SETS;
+        sets = (AT_L1_SETS / at__gcd64(stride ? stride : AT_L1_SETS, AT_L1_SETS)) * lines;
+        if (sets > AT_L1_SETS) sets = AT_L1_SETS;
+    }
+    int64_t slice = sets * AT_L1_WAYS / lines / AT_PLACE_SLICE_STEP * AT_PLACE_SLICE_STEP;
+    /* Each slice reads and writes C once: AT_PLACE_SLICE_STEP steps of K per column
+     * of C keep that a fixed share of the loads. */
+    if (slice < AT_PLACE_SLICE_STEP * nr) slice = AT_PLACE_SLICE_STEP * nr;
+    /* A walk of a few slices evicts little of what its neighbour shares, and its
+     * extra calls and C's traffic cost more: fp64 64x3x128 (12-row steps, 512 bytes
+     * apart) ran 0.91-0.95x in two slices of 64. */
+    return K >= AT_PLACE_MIN_SLICES * slice ? slice : 0;
 }
 
 /* ---- the cost grid: the best way to compute an h x w block ------------------ */

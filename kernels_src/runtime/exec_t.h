@@ -39,6 +39,26 @@ static inline __attribute__((always_inline)) void AT_FN(run_steps)(const at_step
     }
 }
 
+/* A no-pack plan's steps [s0, s1): all of K per step, or K in slices of kc with
+ * every step in turn per slice (plan.c, slice_place_walks), C accumulating from
+ * the second slice on.  Only an untransposed A is sliced (kc is 0 otherwise). */
+static inline __attribute__((always_inline)) void AT_FN(run_place)(const at_plan *p, int64_t s0, int64_t s1, const AT_T *A,
+                             const AT_T *B, AT_T *C, AT_T alpha, AT_T beta)
+{
+    int64_t K = p->K, kc = p->place_kc;
+    if (!kc) {
+        AT_FN(run_steps)(p->steps, s0, s1, K, A, p->lda, p->ta, B, p->ldb, p->tb, C, p->ldc, alpha,
+                         beta);
+        return;
+    }
+    for (int64_t k0 = 0; k0 < K; k0 += kc) {
+        int64_t kb = K - k0 < kc ? K - k0 : kc;
+        const AT_T *b = p->tb ? B + k0 * p->ldb : B + k0;
+        AT_FN(run_steps)(p->steps, s0, s1, kb, A + k0 * p->lda, p->lda, 0, b, p->ldb, p->tb, C,
+                         p->ldc, alpha, k0 ? (AT_T)1 : beta);
+    }
+}
+
 /* op(A)[i0 : i0+mb, p0 : p0+kb] into a panel of format fa (0: column-major mb x kb,
  * 1: its transpose), walking the source contiguously. */
 static void AT_FN(pack_a)(const AT_T *A, int64_t lda, int ta, int64_t i0, int64_t p0, int64_t mb,
@@ -416,8 +436,7 @@ static int AT_FN(run_part)(const at_plan *p, int t, const AT_T *A, const AT_T *B
 #endif
     int64_t first = p->thread_start[t], last = p->thread_start[t + 1];
     if (p->info.path == 0) {
-        AT_FN(run_steps)(p->steps, first, last, p->K, A, p->lda, p->ta, B, p->ldb, p->tb, C,
-                         p->ldc, alpha, beta);
+        AT_FN(run_place)(p, first, last, A, B, C, alpha, beta);
         return AT_OK;
     }
     if (first == last) return AT_OK;
@@ -789,9 +808,8 @@ static int AT_FN(run_one)(const at_plan *p, const void *A, const void *B, void *
     /* (A plan with SME2 steps keeps run_part: it decides whether a share runs
      * in a streaming region.) */
     if (p->info.path == 0 && !AT_STREAMING(p) && !p->copy_a) {
-        AT_FN(run_steps)(p->steps, p->thread_start[0], p->thread_start[p->info.threads], p->K,
-                         (const AT_T *)A, p->lda, p->ta, (const AT_T *)B, p->ldb, p->tb,
-                         (AT_T *)C, p->ldc, a, b);
+        AT_FN(run_place)(p, p->thread_start[0], p->thread_start[p->info.threads], (const AT_T *)A,
+                         (const AT_T *)B, (AT_T *)C, a, b);
         return AT_OK;
     }
     return AT_FN(run_shares)(p, 0, p->info.threads, (const AT_T *)A, (const AT_T *)B, (AT_T *)C,
@@ -831,7 +849,7 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
          * its kernel calls and nothing else. */
         enum { AT_DIRECT_STEPS = 16 };
         int64_t ns = s1 - s0;
-        int direct = ns <= AT_DIRECT_STEPS;
+        int direct = ns <= AT_DIRECT_STEPS && !p->place_kc;
         for (int64_t s = s0; direct && s < s1; s++) direct = st[s].kernel >= 0;
         if (direct) {
             AT_KFN fn[AT_DIRECT_STEPS];
@@ -859,7 +877,7 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
             const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);
             const AT_T *y = Bp ? (const AT_T *)Bp[i] : (const AT_T *)(B0 + i * sb);
             AT_T *z = j->C ? (AT_T *)j->C[i] : (AT_T *)(j->C0 + i * sc);
-            AT_FN(run_steps)(st, s0, s1, K, x, lda, ta, y, ldb, tb, z, ldc, a, b);
+            AT_FN(run_place)(p, s0, s1, x, y, z, a, b);
         }
         return AT_OK;
     }

@@ -232,6 +232,28 @@ static double split_if_it_pays(at_plan *p, at_item *it, int64_t n, int64_t m_ste
     return single;
 }
 
+/* A no-pack plan of a few columns of C reading A in place walks K in slices
+ * (cost.c, at__place_k_slice), reported as its blk_k: x @ W of a row-major caller
+ * with a few rows, whose slivers of A are each read by one or two steps.  Not a
+ * wider C: its steps re-read each sliver one after another anyway, and C, read and
+ * written once a slice, is as wide as they are (f32 256^3 in place ran 0.86x in
+ * slices of 32 on Zen 1).  Not a copied A (rows along K, no walk across columns),
+ * not a lone step (no neighbour re-reads its lines; the entries call it
+ * themselves), not an SME2 plan (its executor walks its own steps).  Decided from
+ * the shape and the steps alone, never from where the operands lie, so the bits of
+ * a product do not depend on its addresses. */
+static void slice_place_walks(at_plan *p, int dtype)
+{
+    if (p->info.path != 0 || p->copy_a || p->ta || p->streaming || p->nsteps < 2 ||
+        p->N > AT_PLACE_SLICE_MAX_N)
+        return;
+    int tallest = 1;
+    for (int64_t s = 0; s < p->nsteps; s++)
+        if (p->steps[s].mb > tallest) tallest = p->steps[s].mb;
+    p->place_kc = at__place_k_slice(p->K, tallest, (int)p->N, p->lda, dtype == AT_F32 ? 4 : 8);
+    p->info.blk_k = p->place_kc;
+}
+
 /* `pre`: the tiling choose_vector_flags already made for the plan's own flags
  * and leading dimensions, or one not built. */
 static int build_nopack(at_plan *p, int T, at_nopack *pre)
@@ -772,6 +794,7 @@ static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int6
     in->kernel_trans = p->ktrans_a * 2 + p->ktrans_b;
     for (int64_t s = 0; s < p->nsteps && !p->streaming; s++)
         p->streaming = p->steps[s].kernel >= 0 && at_kernel_table[p->steps[s].kernel].kernel.fn_s;
+    if (!rc) slice_place_walks(p, dtype);
     if (rc) {
         at__set_error("out of memory while planning %lld x %lld x %lld", (long long)M,
                       (long long)N, (long long)K);

@@ -1,0 +1,155 @@
+"""K walked in slices by in-place plans of a few columns of C (plan.c,
+slice_place_walks; cost.c, at__place_k_slice).
+
+A few columns of C read A in place one sliver a step; where those slivers straddle
+cache lines, fall into a few L1 sets or sit a page apart, each step walks K in slices
+and every step takes its turn per slice, so a neighbour re-reads the lines it shares
+from L1.  The slice is the plan's blk_k on the small path.  Here: which plans slice
+and by how much (the rule written out again), and that sliced plans compute the
+product, bit for bit the same whatever the thread count, the batch or the address.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+import pytest
+
+import autotune.runtime as rt
+from autotune import plans
+from autotune.runtime import loader
+
+from .reference import assert_close
+
+LINE, SETS, WAYS, STEP, MIN_SLICES = 64, 64, 8, 8, 4
+
+
+@pytest.fixture(autouse=True)
+def lib(built):
+    """The session's library, every product read in place (these shapes would pack
+    on some hosts' crossovers)."""
+    runtime = rt.use_library(built.library)
+    params = loader.at_tune_params()
+    assert runtime.lib.at_params_get(ctypes.byref(params)) == 0
+    params.pack_flops[0] = params.pack_flops[1] = 1e15
+    params.pack_flops_tn[0] = params.pack_flops_tn[1] = 1e15
+    assert runtime.lib.at_params_set(ctypes.byref(params)) == 0
+    rt.set_num_threads(0)
+    yield runtime
+    runtime.lib.at_params_set(None)
+    rt.set_num_threads(0)
+
+
+def expected_slice(p: plans.Plan) -> int:
+    """docs/runtime.md's rule: at most 8 columns of C over an untransposed A, K at
+    least four slices long; a slice as deep as one step's walk fits the L1 sets it
+    falls in, and at least 8 steps of K per column of C."""
+    if p.path != "small" or p.a_copied or p.trans[0] == "t" or p.step_count < 2 or p.N > 8:
+        return 0
+    bpe = 4 if p.dtype == "f32" else 8
+    lines = math.ceil(max(s.mb for s in p.steps) * bpe / LINE) + 1
+    sets = SETS
+    if (p.lda * bpe) % LINE == 0:
+        stride = (p.lda * bpe // LINE) % SETS
+        sets = min(SETS, SETS // math.gcd(stride or SETS, SETS) * lines)
+    slice_k = max(sets * WAYS // lines // STEP * STEP, STEP * p.N)
+    return slice_k if p.K >= MIN_SLICES * slice_k else 0
+
+
+@pytest.mark.parametrize("dtype,M,N,K,lda,trans", [
+    ("f32", 1024, 1, 1024, 1024, "nn"),  # a page a column: slices of 8
+    ("f32", 256, 1, 256, 256, "nn"),     # 1 KiB a column, a few sets
+    ("f32", 700, 2, 900, 1024, "nn"),
+    ("f64", 512, 4, 512, 512, "nn"),     # a page a column, four columns of C: slices of 32
+    ("f64", 300, 4, 2000, 300, "nn"),    # no whole number of lines a column: every set
+    ("f64", 250, 3, 3000, 250, "nt"),
+    ("f64", 64, 3, 128, 64, "nn"),       # two slices' walk: all of K
+    ("f32", 256, 9, 2048, 256, "nn"),    # more than 8 columns of C: all of K
+    ("f32", 256, 256, 256, 256, "nn"),
+    ("f32", 1024, 1, 1024, 1024, "tn"),  # A read along K: all of K
+])
+def test_which_plans_walk_k_in_slices(dtype, M, N, K, lda, trans):
+    p = plans.plan(M, N, K, dtype, trans, lda=lda if trans[0] == "n" else K, threads=1)
+    assert p.step_count == len(p.steps)  # every step listed, so the rule sees them all
+    assert p.path == "small" and p.blocks[:2] == (0, 0)
+    assert p.blocks[2] == expected_slice(p)
+
+
+def test_a_page_a_column_slices_by_columns_of_c_whatever_the_kernels():
+    # The walk falls into as many sets as its sliver has lines: one step's slice is
+    # WAYS columns of A, raised to STEP per column of C.
+    for N, want in ((1, 8), (2, 16), (4, 32), (8, 64)):
+        assert plans.plan(512, N, 2048, "f32", lda=1024, threads=1).blocks == (0, 0, want), N
+    assert "K walked in slices of 8" in plans.explain(plans.plan(512, 1, 2048, "f32", lda=1024, threads=1))
+
+
+SLICED = [(1024, 1, 1024), (257, 1, 2100), (1003, 2, 1500), (300, 4, 2000), (129, 3, 3000), (100, 8, 4000)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("M,N,K", SLICED)
+def test_sliced_products_are_right(dtype, M, N, K):
+    rng = np.random.default_rng(M * N + K)
+    sliced = 0
+    for ta, tb, alpha, beta, pad in ((False, False, 1.0, 0.0, 0), (False, True, -1.5, 0.5, 3),
+                                     (False, False, 0.25, -2.0, 16), (False, True, 1.0, 1.0, 1)):
+        A = np.asfortranarray(rng.standard_normal((M + pad, K)).astype(dtype))[:M]
+        B = np.asfortranarray(rng.standard_normal((N, K) if tb else (K, N)).astype(dtype))
+        C0 = np.asfortranarray(rng.standard_normal((M, N)).astype(dtype))
+        if beta == 0:
+            C0[...] = np.nan  # beta = 0 never reads C, in any slice
+        C = C0.copy(order="F")
+        rt.gemm(A, B, C, alpha=alpha, beta=beta, trans_b=tb)
+        assert_close(C, A, B, None if beta == 0 else C0, alpha, beta, ta, tb)
+        p = plans.plan(M, N, K, "f32" if dtype == np.float32 else "f64", "nt" if tb else "nn",
+                       lda=M + pad, threads=1, max_steps=1)
+        sliced += p.blocks[2] > 0
+    assert sliced, "no case of this shape walked K in slices: it tests nothing here"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_row_major_x_at_w_is_sliced_and_right(dtype):
+    # x @ W of a row-major caller is a column of steps over W's rows.
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2, 1536)).astype(dtype)
+    W = rng.standard_normal((1536, 1024)).astype(dtype)
+    p = plans.plan(2, 1024, 1536, "f32" if dtype == np.float32 else "f64", layout="row", threads=1,
+                   max_steps=1)
+    assert p.blocks[2] > 0
+    assert_close(rt.gemm(X, W), X, W, None, 1.0, 0.0, False, False)
+
+
+def _at_offset(a: np.ndarray, offset_bytes: int) -> np.ndarray:
+    """A C-ordered copy of a whose data starts offset_bytes past a 64-byte line."""
+    raw = np.empty(a.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset_bytes
+    out = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_sliced_bits_do_not_depend_on_threads_batch_or_address(lib, dtype):
+    # x @ W, row-major: the column-major problem is 1000 x 2 x 1200, a column of steps.
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((2, 1200)).astype(dtype)
+    W = rng.standard_normal((1200, 1000)).astype(dtype)
+    W2 = rng.standard_normal((1200, 1000)).astype(dtype)
+    assert plans.plan(2, 1000, 1200, "f32" if dtype == np.float32 else "f64", layout="row",
+                      threads=1, max_steps=1).blocks[2] > 0
+    results = []
+    for threads in (1, 2):
+        rt.set_num_threads(threads)
+        results.append(rt.gemm(X, W))
+    for offset in (0, 16, 32, 48):
+        results.append(rt.gemm(_at_offset(X, offset), _at_offset(W, offset)))
+    for threads in (1, 2):
+        rt.set_num_threads(threads)
+        batch = rt.gemm_batch(np.stack([X, X]), np.stack([W, W2]))
+        results.append(batch[0])
+        assert batch[1].tobytes() == rt.gemm(X, W2).tobytes()
+    for r in results[1:]:
+        assert r.tobytes() == results[0].tobytes()
+    assert_close(results[0], X, W, None, 1.0, 0.0, False, False)
