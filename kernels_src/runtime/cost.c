@@ -241,10 +241,11 @@ static double sliver_line_share(int mr, int bpe)
  * Zen 1, one thread, a few columns of C (plan.c, slice_place_walks), against all
  * of K, with A 16 bytes past a line: f32 1024x1x1024 (96x1 steps a page apart, slices
  * of 8) 1.57x, 4096x1x4096 3.8x, 256x1x256 (32x1, 1 KiB apart, 32) 1.34x,
- * 1024x4x1024 (24x4, 32) 1.56x, 300x4x2000 (1200 bytes apart, 168) 1.30x; fp64
- * 1024x4x1024 1.92x, 512x4x512 1.36x, 300x4x2000 1.60x, 250x3x3000 1.81x.  On
- * 64-byte aligned operands 1.0-2.5x.  Fewer steps a slice lost: fp64 512x4x512
- * ran 0.9x aligned in slices of 8 (C's block read and written once a slice). */
+ * 1024x4x1024 (24x4, 32) 1.48-1.56x, 300x4x2000 (1200 bytes apart, 168) 1.30x;
+ * fp64 1024x4x1024 1.7-1.9x, 512x4x512 1.36x, 300x4x2000 1.60x, 250x3x3000 1.81x.
+ * On 64-byte aligned operands 0.88-2.5x (fp64 300x5x2000 0.88x, 100x8x1000 0.96x).
+ * Fewer steps a slice lost: fp64 512x4x512 ran 0.9x aligned in slices of 8 (C's
+ * block read and written once a slice). */
 int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe)
 {
     int64_t lines = ((int64_t)mr * bpe + AT_L1_LINE - 1) / AT_L1_LINE + 1; /* one shared */
