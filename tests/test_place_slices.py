@@ -153,3 +153,19 @@ def test_sliced_bits_do_not_depend_on_threads_batch_or_address(lib, dtype):
     for r in results[1:]:
         assert r.tobytes() == results[0].tobytes()
     assert_close(results[0], X, W, None, 1.0, 0.0, False, False)
+
+
+def test_a_few_columns_of_c_never_pack(lib):
+    # Each element of an untransposed A is used N times: a copy of A costs about what the
+    # product does, whatever crossover the install measured on squares.
+    params = loader.at_tune_params()
+    assert lib.lib.at_params_get(ctypes.byref(params)) == 0
+    params.pack_flops[0] = params.pack_flops[1] = 0.0
+    params.pack_flops_tn[0] = params.pack_flops_tn[1] = 0.0
+    assert lib.lib.at_params_set(ctypes.byref(params)) == 0
+    for dtype in ("f32", "f64"):
+        assert plans.plan(2048, 8, 2048, dtype, threads=1, max_steps=1).path == "small"
+        assert plans.plan(2048, 2, 2048, dtype, "nt", threads=1, max_steps=1).path == "small"
+        assert plans.plan(2, 2048, 2048, dtype, layout="row", threads=1, max_steps=1).path == "small"
+        assert plans.plan(2048, 9, 2048, dtype, threads=1, max_steps=1).path == "packed"
+        assert plans.plan(2048, 4, 2048, dtype, "tn", threads=1, max_steps=1).path == "packed"

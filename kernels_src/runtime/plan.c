@@ -608,6 +608,12 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
     families(dtype, -1, fam);
     if (!(fam[0].count || fam[1].count || fam[2].count || fam[3].count)) return 0;
     if (!fam[p->ta * 2 + p->tb].count) return 1;
+    /* A few columns of C use each element of an untransposed A as many times: a copy
+     * of A costs about what the product does, and in place it walks K in slices
+     * (slice_place_walks).  The crossover, measured on squares, does not hold there:
+     * on Zen 1 it packed fp64 x @ W past 152^3 flops, 2x2048 @ 2048x2048 at 0.74x and
+     * 1x4096 @ 4096x1024 at 0.36x numpy's speed. */
+    if (!p->ta && p->N <= AT_PLACE_SLICE_MAX_N) return 0;
     double cross = at__tp->pack_flops[dtype], a = (double)p->M * (double)p->K;
     /* In place, op(A) = A^T meets B as dot products along K (the tn kernels), the
      * slowest way to read a large A: measured on a 2-vCPU Zen 5, f32 one thread,
