@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -563,12 +563,25 @@ def print_decisions(table: TunedTable, out: Console) -> None:
         out.print(f"crossover {line}", highlight=False, soft_wrap=True)
     mains = main_kernel_lines(table.settings.get("main_kernel"), table.settings.get("place_kernel"))
     for line in (edge_lines(table.settings.get("edge")) + mains
-                 + thread_cost_lines(table.settings.get("thread_cost"))):
+                 + thread_cost_lines(table.settings.get("thread_cost"))
+                 + upper_halves_lines(table.settings.get("upper_halves"))):
         out.print(line, highlight=False, soft_wrap=True)
     out.print(summary_line(table.tuning), highlight=False)
     held = held_out_line(table.tuning)
     if held:
         out.print(held, highlight=False, soft_wrap=True)
+
+
+def upper_halves_lines(probe: Mapping[str, Any] | None) -> list[str]:
+    """Whether the x86 vector kernels clear the upper halves before they return, and
+    the measurement that decided it (install's ``settings["upper_halves"]``)."""
+    if not probe:
+        return []
+    times = (f"a call and SSE work after it {probe['dirty_ns']:.1f} ns leaving them dirty, "
+             f"{probe['clean_ns']:.1f} clearing them")
+    if probe["free"]:
+        return [f"vzeroupper: left out of the kernels ({times})"]
+    return [f"vzeroupper: kernels clear the upper halves before they return ({times})"]
 
 
 def print_quantised(quant: dict | None, out: Console) -> None:

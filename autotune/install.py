@@ -38,7 +38,7 @@ from .specs import TRANSPOSITIONS, KernelSpec
 from .table import KernelRecord, TunedTable, library_dir
 from .link import LibraryBuild, build_table_library, default_params, precompile_runtime
 from .pkgconfig import write_pc
-from .toolchain import Target, native_isas, target_for
+from .toolchain import Target, native_isas, target_for, upper_halves
 
 if TYPE_CHECKING:
     from .crossovers import Crossover
@@ -125,6 +125,16 @@ def resolve_targets(target: str, host: HostInfo, svl_bits: int | None = None) ->
     # natively, but its timings are the emulator's: the table must not pass for measured.
     emulated = bool(host.emulator) or any(t.emulated for t in targets.values())
     return ("emulated" if emulated else "measured"), targets
+
+
+def upper_halves_record(targets: Mapping[str, Target]) -> dict | None:
+    """What this CPU charges SSE code after dirty upper halves (toolchain.upper_halves),
+    which decided whether the x86 vector kernels clear them: for `autotune show`."""
+    for target in targets.values():
+        if target.isa in ("avx2", "avx512") and target.arch == "x86_64":
+            probe = upper_halves(target.cc)
+            return probe.to_dict() if probe else None
+    return None
 
 
 def svl_sets(targets: Mapping[str, Target], svl_bits: int | None = None) -> tuple[int, ...]:
@@ -812,6 +822,7 @@ def _install(options: InstallOptions, console: Console | None, host: HostInfo | 
         settings={"mode": mode, **settings, "isas": list(targets), "peak_by_isa": peaks,
                   **({"dominated": skipped} if skipped else {}),
                   **({"svl_bits": list(svls)} if svls else {}), **({"quant": quant} if quant else {}),
+                  **({"upper_halves": upper} if (upper := upper_halves_record(targets)) else {}),
                   "quant_library": library_qkernels(targets, quant)},
     )
     # The library is built and tuned in a staging directory; the table and its

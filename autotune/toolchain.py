@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .families import ARM_ISAS
+from .home import kernels_src
 from .host import HostInfo
 from .specs import SVL_CHOICES
 
@@ -162,6 +163,53 @@ def check_native_compiler(cc: tuple[str, ...], flags: tuple[str, ...]) -> None:
                          "(set CC to a compiler for it, e.g. CC=gcc)")
 
 
+#: Compiles the x86 vector kernels without their closing vzeroupper
+#: (codegen._x86._leave_vector_state), on a CPU that measured it not worth its cost.
+UPPER_HALVES_FREE_FLAG = "-DAT_UPPER_HALVES_FREE"
+# The probe's call must beat the clearing one by this much: an even result keeps the
+# clearing, whose worst case is a few cycles a call where the merge's is 6x (Intel).
+_UPPER_HALVES_MARGIN = 0.95
+
+
+@dataclass(frozen=True)
+class UpperHalves:
+    """What SSE code pays here after a kernel leaves the vector registers' upper halves
+    dirty, from kernels_src/harness/upper_halves.c: nanoseconds of a call and the SSE
+    work after it, leaving them dirty and clearing them."""
+
+    dirty_ns: float
+    clean_ns: float
+
+    @property
+    def free(self) -> bool:
+        """Dirty halves clearly cost the caller less than clearing them costs the kernel."""
+        return self.dirty_ns <= _UPPER_HALVES_MARGIN * self.clean_ns
+
+    def to_dict(self) -> dict:
+        return {"dirty_ns": self.dirty_ns, "clean_ns": self.clean_ns, "free": self.free}
+
+
+@lru_cache(maxsize=None)
+def upper_halves(cc: tuple[str, ...]) -> UpperHalves | None:
+    """Time upper_halves.c on this x86-64 CPU (0.1 s), once a process; None where it
+    cannot be built or run, and then the kernels clear the halves."""
+    with tempfile.TemporaryDirectory(prefix="autotune-upper-halves-") as folder:
+        program = os.path.join(folder, "upper_halves")
+        try:
+            built = subprocess.run([*cc, *_COMMON, "-mno-avx", str(kernels_src() / "harness" / "upper_halves.c"),
+                                    "-o", program], capture_output=True, timeout=120)
+            if built.returncode != 0:
+                return None
+            ran = subprocess.run([program], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    try:
+        dirty, clean = (float(field) for field in ran.stdout.split())
+    except ValueError:
+        return None
+    return UpperHalves(dirty, clean) if ran.returncode == 0 else None
+
+
 def _target_os(host: HostInfo) -> str:
     """A native target's object format family: "darwin" (Mach-O) on macOS, else "linux" (ELF)."""
     return "darwin" if host.os == "darwin" else "linux"
@@ -199,6 +247,10 @@ def target_for(isa: str, host: HostInfo, svl_bits: int | None = None) -> Target:
         if flags[0] == "-O2" and "clang" not in compiler_identity(cc).lower():
             flags = flags[:1] + GCC_VECTOR_FLAGS + flags[1:]
         check_native_compiler(cc, _COMMON)
+        if isa != "generic" and host.arch == "x86_64":
+            probe = upper_halves(cc)
+            if probe is not None and probe.free:
+                flags = flags + (UPPER_HALVES_FREE_FLAG,)
         return Target(isa=isa, cc=cc, cflags=flags, base_cflags=_COMMON, arch=host.arch,
                       os=_target_os(host), under_emulator=bool(host.emulator))
     if isa in X86_ISAS:

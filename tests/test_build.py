@@ -471,3 +471,35 @@ def test_gcc_s_cheaper_vector_flags_reach_gcc_alone_and_never_the_quantised_kern
     monkeypatch.setattr(build, "_compile", lambda target, source, name, language, flags, home: seen.append(flags))
     build.compile_qkernels(avx2, [qkernel("q4s", "avx2", 1, 8)])
     assert seen and not set(toolchain.GCC_VECTOR_FLAGS) & set(seen[0]) and "-O3" in seen[0]
+
+
+def test_vector_kernels_clear_the_upper_halves_unless_this_cpu_measured_them_free(monkeypatch):
+    """The install compiles the x86 vector kernels without their vzeroupper only where
+    the probe's call that leaves the halves dirty beat the clearing one by the margin:
+    an even result, a slower one (Intel's merges) or no result keeps the clearing."""
+    from autotune import toolchain
+    from autotune.host import detect
+
+    host = replace(detect(), arch="x86_64", features=("avx2", "avx512bw", "avx512dq", "avx512f",
+                                                       "avx512vl", "fma"))
+    flag = toolchain.UPPER_HALVES_FREE_FLAG
+    for probe, left_out in ((toolchain.UpperHalves(2.8, 4.0), True), (toolchain.UpperHalves(3.9, 4.0), False),
+                            (toolchain.UpperHalves(4.0, 4.0), False), (toolchain.UpperHalves(24.0, 4.0), False),
+                            (None, False)):
+        monkeypatch.setattr(toolchain, "upper_halves", lambda cc, probe=probe: probe)
+        for isa in ("avx512", "avx2"):
+            assert (flag in toolchain.target_for(isa, host).cflags) == left_out, (probe, isa)
+        assert flag not in toolchain.target_for("generic", host).cflags
+
+
+def test_the_upper_halves_probe_times_both_calls_on_this_cpu():
+    from autotune import toolchain
+    from autotune.host import detect_cpu
+
+    if "avx" not in detect_cpu().features:
+        pytest.skip("the probe runs 256-bit instructions: needs AVX")
+    toolchain.upper_halves.cache_clear()
+    probe = toolchain.upper_halves(toolchain.find_cc())
+    assert probe is not None
+    assert 0 < probe.dirty_ns < 1000 and 0 < probe.clean_ns < 1000
+    assert probe.to_dict() == {"dirty_ns": probe.dirty_ns, "clean_ns": probe.clean_ns, "free": probe.free}

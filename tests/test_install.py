@@ -87,6 +87,10 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
         assert value == main["value"] and (names.get(value) if value else None) == main["name"]
     assert set(table.measurements["kernel"]) == {k.name for k in table.validated}
     assert set(table.selection) <= {k.name for k in table.validated}
+    # Whether the vector kernels clear the upper halves was measured here, and the
+    # table says what `autotune show` reports.
+    upper = table.settings["upper_halves"]
+    assert upper["dirty_ns"] > 0 and upper["clean_ns"] > 0 and isinstance(upper["free"], bool)
     # The plans the report draws are recorded beside the table: a report loads no library.
     from autotune.plans.examples import EXAMPLE_SHAPES, example_plans
 

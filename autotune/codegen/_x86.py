@@ -263,6 +263,32 @@ _IN_REGISTER = [
 ]
 
 
+# The common call's test, alpha == 1 and beta == +0, on the scalars' bits: two
+# integer compares and one branch where the floating-point ones take ordered
+# compares, flag merges and two branches (fp64 2x2x2 and 4x4x4 calls 4-8 %
+# faster, Zen 1).  -0.0 and NaN take the general epilogue, which gives the same
+# bits (1 * x is x) and still never reads C for a beta of zero.
+_PLAIN_CALL = [
+    "#ifndef AT_PLAIN_CALL",
+    "#define AT_PLAIN_CALL",
+    "static inline int at_plain_call_f32(float alpha, float beta)",
+    "{",
+    "    uint32_t a, b;",
+    "    __builtin_memcpy(&a, &alpha, sizeof a);",
+    "    __builtin_memcpy(&b, &beta, sizeof b);",
+    "    return (a == 0x3f800000u) & (b == 0);",
+    "}",
+    "static inline int at_plain_call_f64(double alpha, double beta)",
+    "{",
+    "    uint64_t a, b;",
+    "    __builtin_memcpy(&a, &alpha, sizeof a);",
+    "    __builtin_memcpy(&b, &beta, sizeof b);",
+    "    return (a == 0x3ff0000000000000u) & (b == 0);",
+    "}",
+    "#endif",
+]
+
+
 _STRATEGY_NOTES = {
     "bcast_b": [
         "op(A) columns are contiguous: the block is {nv} vector(s) of {w} lanes along M",
@@ -352,7 +378,7 @@ def emit(spec: KernelSpec, voc: Vocabulary) -> str:
     for line in _pieces_helpers(voc, T) if voc.in_pieces(_DOT_TAIL if kind == "dot" else tail) else []:
         out(line)
     if kind != "dot":
-        for line in _IN_REGISTER:
+        for line in _IN_REGISTER + _PLAIN_CALL:
             out(line)
     if spec.variant == GATHER:
         for line in _gather_helper(voc, T):
@@ -407,10 +433,14 @@ def _leave_vector_state(out: _Writer) -> None:
     harness) are SSE code, and on Intel cores SSE instructions after 256- or
     512-bit ones with the upper halves still dirty run slowly: a 48x8 fp32 kernel
     at K = 4 took 189 ns a call from such a caller, 31 with the halves cleared
-    (2-vCPU Xeon, family 6 model 207, 2026-12-04); AMD's Zen cores pay nothing, which is how the
-    flag got in unnoticed."""
+    (2-vCPU Xeon, family 6 model 207, 2026-12-04).  Zen 1 pays nothing for them,
+    and the instruction cost 1.5-2.4 ns of a 2x2x2 to 4x4x4 call (7.7 ns against
+    9.3 for fp64 2x2x2): a CPU whose install measured that (toolchain.upper_halves)
+    compiles its kernels with AT_UPPER_HALVES_FREE."""
+    out("#ifndef AT_UPPER_HALVES_FREE")
     out("/* The upper halves cleared for the caller's SSE code (slow after them on Intel). */")
     out("_mm256_zeroupper();")
+    out("#endif")
 
 
 def _signature(out: _Writer, spec: KernelSpec, name: str, qualifiers: str) -> None:
@@ -571,7 +601,7 @@ def _store_columns(out: _Writer, spec: KernelSpec, voc: Vocabulary, nv: int, tai
     def mask(v: int) -> str | None:
         return "tail" if masked and v == nv - 1 else None
 
-    out.open("if (beta == 0 && alpha == 1)")
+    out.open(f"if (at_plain_call_{spec.dtype}(alpha, beta))")
     out("/* C = op(A) op(B), the common call: no multiply by alpha (the same bits). */")
     for j in range(spec.nr):
         for v in range(nv):

@@ -154,10 +154,14 @@ double at__kernel_gflops(const at_table_entry *d, int64_t K)
     return g > 0 ? g : model_gflops(&d->kernel);
 }
 
+static double edge_fraction(int dtype)
+{
+    return at__weight(at__tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
+}
+
 static double edge_gflops(int dtype)
 {
-    double f = at__weight(at__tp->edge_frac[dtype], at_params_builtin.edge_frac[dtype]);
-    double g = f * peak_of(dtype);
+    double g = edge_fraction(dtype) * peak_of(dtype);
     return g > 0.5 ? g : 0.5;
 }
 
@@ -166,12 +170,28 @@ static double edge_gflops(int dtype)
  * code costs before its flops, at least: edge_frac is the edge code's rate on
  * large blocks, timed at two depths so that the calls cancel, and a call of the
  * edge code has its set-up too, which the kernels' figures include and that rate
- * leaves out.  (It is more: a whole 1x1x1 product ran 16 ns on edge code, 8 on a
- * 1x1 kernel.) */
+ * leaves out, and as much again for each loop it runs (edge_loops). */
 static double shallowest_call_seconds(const at_table_entry *d)
 {
     if (at_facts.provenance == AT_PROVENANCE_MODEL || d->nk <= 0 || !(d->gflops[0] > 0)) return 0;
     return 2.0 * d->kernel.mr * d->kernel.nr * (double)d->k[0] / (d->gflops[0] * 1e9);
+}
+
+/* The loops edge code (edge_t.h) runs over an h x w block: 4x2 blocks, the 4-row
+ * pieces of an odd last column, then each row below the blocks by 4 columns and
+ * element by element.  Each loop is a sum of its own over K, with its set-up and
+ * its stores, and each costs about a kernel call's fixed cost: fp64 2x2x2 (four
+ * element loops) ran 43 ns on edge code and 10 on the 2x2 kernel, whose figures
+ * gave the edge 6.7 ns of fixed cost and 3 of flops, so the planner took the edge
+ * (Zen 1; a 1x1x1 product, 35 ns on edge code, 7 on the 1x1 kernel).  An edge_frac
+ * of 1, its top, prices edge code at the peak and nothing more: that is how the
+ * install's timing of the edge code (crossovers.measure_edge) and the tests put
+ * every block on it. */
+static int edge_loops(int dtype, int h, int w)
+{
+    if (edge_fraction(dtype) >= 1) return 0;
+    int rows4 = h / 4 * 4, cols2 = w / 2 * 2;
+    return rows4 / 4 * (cols2 / 2) + (cols2 < w ? rows4 / 4 : 0) + (h - rows4) * (w / 4 + w % 4);
 }
 
 /* ---- L1 set conflicts of operands read in place ------------------------------
@@ -308,7 +328,7 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
         for (int w = 1; w <= W; w++) {
             size_t c = (size_t)(h - 1) * W + (w - 1);
             g->kid[c] = AT_EDGE;
-            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + entry + call;
+            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + entry * (1 + edge_loops(dtype, h, w)) + call;
         }
     /* Fixed blocks first, so on a tie a block keeps its own kernel; then each
      * variable block offers its cost to every block it can compute. */
