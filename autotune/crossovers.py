@@ -360,8 +360,10 @@ def wait_for_quiet(max_wait_s: float = QUIET_WAIT_S, load: Callable[[], float | 
     return now
 
 
-def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf) -> tuple[SuiteShape, ...]:
-    """Squares between each measured threshold and the model's, for the held-out check.
+def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
+                 against: Iterable[PlannerParams] = ()) -> tuple[SuiteShape, ...]:
+    """Squares between each measured threshold and the model's, and the value each set
+    ``against`` has for it (a tuned set's), for the held-out check.
 
     Where the two thresholds are far apart, the held-out shapes may have none
     between them, and the check cannot tell one value from the other: an install
@@ -370,17 +372,20 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf) -> tup
     square at the geometric mean of the two sides is planned differently by the
     two values, on each thread count the sweep timed.
     """
+    others = tuple(against)
     shapes: dict[SuiteShape, None] = {}
     for c in found:
         if c.source not in ("measured", "beyond") or not (0 < c.flops < NEVER and 0 < c.model_flops < NEVER):
             continue
-        low, high = sorted((c.side, c.model_side))
-        if high < 1.1 * low:
-            continue
-        side = round(math.sqrt(low * high))
+        sides = [c.model_side] + [(float(p.get(c.dtype, c.param)) / 2.0) ** (1.0 / 3.0) for p in others]
         packing = next((t for t, param in PACK_PARAMS.items() if param == c.param), None)
-        for threads in ((1, 0) if packing else (0,)):
-            shapes[SuiteShape("probe", c.dtype, packing or "nn", side, side, side, threads=threads)] = None
+        for side in sides:
+            low, high = sorted((c.side, side))
+            if not 0 < low or high < 1.1 * low or high ** 3 >= NEVER / 2:
+                continue
+            middle = round(math.sqrt(low * high))
+            for threads in ((1, 0) if packing else (0,)):
+                shapes[SuiteShape("probe", c.dtype, packing or "nn", middle, middle, middle, threads=threads)] = None
     return tuple(s for s in shapes if s.flops <= max_flops)
 
 

@@ -174,7 +174,8 @@ def held_out_line(tuning: Mapping[str, Any] | None) -> str | None:
     held = (tuning or {}).get("held_out")
     if not held:
         return None
-    words = {"tuned": "tuned parameters", "measured": "measured crossovers",
+    words = {"tuned": "tuned parameters", "tuned, measured crossovers":
+             "tuned parameters with the measured crossovers", "measured": "measured crossovers",
              "model": "model's parameters (nothing measured beat them)"}
     gain = held.get("gain_over_model")
     chosen = str(held.get("chosen"))

@@ -472,6 +472,29 @@ def test_a_crossover_no_held_out_shape_tests_is_judged_on_its_probe() -> None:
     assert kept.get("f64", "pack_flops") == 2.0 * 215**3
 
 
+@pytest.mark.parametrize("truth, kept", [(215, "tuned, measured crossovers"), (262, "tuned")])
+def test_a_tuned_set_keeps_its_own_crossover_only_where_the_probes_ran_it_faster(truth, kept) -> None:
+    # The search moved f64 packing from the measured 215^3 to 262^3; no held-out f64
+    # shape lies between, so the probe at the geometric mean decides.
+    from autotune.install import ANCHORED, each_crossover_alone, held_out_check, with_measured_crossovers
+
+    model, found = _three_crossovers()
+    found = found[:2]  # both packing thresholds, measured right at 215^3
+    measured = with_measured_crossovers(model, found)
+    tuned = measured.with_values("f64", {"pack_flops": 2.0 * 262**3, "blk_m": 40})
+    anchored = with_measured_crossovers(tuned, found)
+    assert anchored != tuned and anchored.get("f64", "blk_m") == 40
+    assert anchored.get("f64", "pack_flops") == 2.0 * 215**3
+    probes = cx.probe_shapes(found, against=(tuned,))
+    assert {(s.dtype, s.m, s.threads) for s in probes} >= {("f64", 237, 1), ("f64", 237, 0)}
+    host = PackingHost({"f32": 215, "f64": truth})
+    candidates = {ANCHORED: anchored, "tuned": tuned, "measured": measured,
+                  **each_crossover_alone(model, found), "model": model}
+    chosen, record = held_out_check(host, candidates, found, held_out_suite() + probes, rounds=1)
+    assert record["chosen"] == kept and chosen == candidates[kept]
+    assert held_out_line({"held_out": record}).count("tuned parameters") == 1
+
+
 def test_held_out_shapes_cover_every_regime_and_never_meet_the_suite() -> None:
     from autotune.suite import default_suite
 
