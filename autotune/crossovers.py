@@ -377,11 +377,12 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
     for c in found:
         if c.source not in ("measured", "beyond") or not (0 < c.flops < NEVER and 0 < c.model_flops < NEVER):
             continue
-        sides = [c.model_side] + [(float(p.get(c.dtype, c.param)) / 2.0) ** (1.0 / 3.0) for p in others]
+        values = [float(p.get(c.dtype, c.param)) for p in others]
+        sides = [c.model_side] + [(v / 2.0) ** (1.0 / 3.0) for v in values if 0 < v < NEVER]
         packing = next((t for t, param in PACK_PARAMS.items() if param == c.param), None)
         for side in sides:
             low, high = sorted((c.side, side))
-            if not 0 < low or high < 1.1 * low or high ** 3 >= NEVER / 2:
+            if high < 1.1 * low:
                 continue
             middle = round(math.sqrt(low * high))
             for threads in ((1, 0) if packing else (0,)):

@@ -187,9 +187,8 @@ static double shallowest_call_seconds(const at_table_entry *d)
  * of 1, its top, prices edge code at the peak and nothing more: that is how the
  * install's timing of the edge code (crossovers.measure_edge) and the tests put
  * every block on it. */
-static int edge_loops(int dtype, int h, int w)
+static int edge_loops(int h, int w)
 {
-    if (edge_fraction(dtype) >= 1) return 0;
     int rows4 = h / 4 * 4, cols2 = w / 2 * 2;
     return rows4 / 4 * (cols2 / 2) + (cols2 < w ? rows4 / 4 : 0) + (h - rows4) * (w / 4 + w % 4);
 }
@@ -324,11 +323,12 @@ int at__grid_build(at_grid *g, int dtype, int ta, int tb, int64_t K, int64_t lda
         return AT_ENOMEM;
     }
     double eg = edge_gflops(dtype), call = call_seconds(dtype);
+    double per_loop = edge_fraction(dtype) >= 1 ? 0 : entry;
     for (int h = 1; h <= H; h++)
         for (int w = 1; w <= W; w++) {
             size_t c = (size_t)(h - 1) * W + (w - 1);
             g->kid[c] = AT_EDGE;
-            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + entry * (1 + edge_loops(dtype, h, w)) + call;
+            g->sec[c] = 2.0 * h * w * (double)K / (eg * 1e9) + entry + per_loop * edge_loops(h, w) + call;
         }
     /* Fixed blocks first, so on a tie a block keeps its own kernel; then each
      * variable block offers its cost to every block it can compute. */
