@@ -195,15 +195,19 @@ class _Interrupt:
     A KeyboardInterrupt raised at an arbitrary point can land inside optuna's
     storage write and leave the study half updated (optuna 5 then fails with an
     UnboundLocalError of its own, or logs the interrupt's traceback as a failed
-    trial).  So the first Ctrl-C only sets ``hit``; the search checks it between
-    shapes and stops cleanly.  A second one raises at once, as usual, except while
-    optuna's own code runs (``shielded``): there it waits for the next measurement
-    or checkpoint, which comes within one shape's time.
+    trial), or inside SQLAlchemy's cursor handling, which prints it as a
+    traceback.  So the first Ctrl-C only sets ``hit``; the search checks it
+    between shapes and stops cleanly.  A second one raises at once only while a
+    measurement runs (``shield(False)``); everywhere else the search is shielded
+    and it waits for the next measurement or checkpoint, which comes within one
+    shape's time.  Shielded by default, not only around optuna's calls: opening
+    the study, queueing its first trial and reading its trials back touch the
+    storage too.
     """
 
     def __init__(self) -> None:
         self.presses = 0
-        self.shielded = False
+        self.shielded = True
 
     @property
     def hit(self) -> bool:
@@ -551,7 +555,8 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
     try:
         for s in specs:
             t0 = time.perf_counter()
-            study_default[s.key] = suite_time(runner, default, by_study[s.key])
+            with stop.shield(False):
+                study_default[s.key] = suite_time(runner, default, by_study[s.key])
             wall[s.key] = max(time.perf_counter() - t0, 1e-6)
             if stop.hit:
                 raise KeyboardInterrupt
@@ -680,7 +685,8 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
                 rounds = 1 if interrupted else CONFIRM_ROUNDS
                 try:
                     stop.raise_if_insisted()
-                    times = race(runner, [incumbent] + [c for c, _ in candidates], study_shapes, rounds)
+                    with stop.shield(False):
+                        times = race(runner, [incumbent] + [c for c, _ in candidates], study_shapes, rounds)
                 except KeyboardInterrupt:
                     # Unconfirmed, so not kept: only measured wins replace the default.
                     interrupted = True
@@ -704,7 +710,8 @@ def _search(setup: SearchSetup, feedback: SearchFeedback, record: dict[str, Any]
     if incumbent != default:
         try:
             stop.raise_if_insisted()
-            obj_default, obj_tuned = race(runner, [default, incumbent], shapes, rounds)
+            with stop.shield(False):
+                obj_default, obj_tuned = race(runner, [default, incumbent], shapes, rounds)
         except KeyboardInterrupt:
             # Every kept study was confirmed against its incumbent: their sum stands.
             interrupted = True

@@ -15,6 +15,7 @@ import io
 import math
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -287,6 +288,34 @@ def test_ctrl_c_twice_inside_optunas_storage_writes_waits_for_a_safe_point(tmp_p
     monkeypatch.undo()
     again = run(tmp_path, n_trials=2)  # the storage was left consistent
     assert again.record["studies"][0]["trials"] == res.record["studies"][0]["trials"] + 2
+
+
+def test_ctrl_c_twice_between_optunas_calls_waits_for_a_safe_point(tmp_path, monkeypatch, caplog):
+    """Both presses land while the second study queues its first trial, outside
+    study.optimize: a busy run once raised the second one inside SQLAlchemy's cursor
+    code there, which printed the interrupt's traceback."""
+    enqueue = optuna.Study.enqueue_trial
+    queued = []
+
+    def press_twice_while_queueing(self, *args, **kwargs):
+        queued.append(self.study_name)
+        if len(queued) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # the handler counts the first press before the second comes
+            os.kill(os.getpid(), signal.SIGINT)
+        return enqueue(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.Study, "enqueue_trial", press_twice_while_queueing)
+    with caplog.at_level("WARNING"):
+        res = run(tmp_path, runner=FakeRunner(), n_trials=40)
+    assert len(queued) == 2
+    assert res.interrupted and len(res.record["studies"]) == 2
+    assert not any(t["state"] == "FAIL" for t in res.record["trials"])
+    assert not any(r.exc_info for r in caplog.records), caplog.text
+    assert_kept_only_if_faster(res)
+    monkeypatch.undo()
+    again = run(tmp_path, n_trials=2)  # the storage was left consistent
+    assert again.record["studies"][1]["trials"] == res.record["studies"][1]["trials"] + 2
 
 
 def test_a_second_ctrl_c_during_a_measurement_ends_the_search_at_once(tmp_path):
