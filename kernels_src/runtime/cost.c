@@ -261,7 +261,7 @@ static double sliver_line_share(int mr, int bpe)
  * of K, with A 16 bytes past a line: f32 1024x1x1024 (96x1 steps a page apart, slices
  * of 8) 1.57x, 4096x1x4096 3.8x, 256x1x256 (32x1, 1 KiB apart, 32) 1.34x,
  * 1024x4x1024 (24x4, 32) 1.48-1.56x, 300x4x2000 (1200 bytes apart, 168) 1.30x;
- * fp64 1024x4x1024 1.7-1.9x, 512x4x512 1.36x, 300x4x2000 1.60x, 250x3x3000 1.81x.
+ * fp64 512x4x512 1.36x, 300x4x2000 1.60x, 250x3x3000 1.81x.
  * On 64-byte aligned operands 0.88-2.5x (fp64 300x5x2000 0.88x, 100x8x1000 0.96x).
  * Fewer steps a slice lost: fp64 512x4x512 ran 0.9x aligned in slices of 8 (C's
  * block read and written once a slice). */
@@ -276,7 +276,12 @@ int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe)
     }
     int64_t slice = sets * AT_L1_WAYS / lines / AT_PLACE_SLICE_STEP * AT_PLACE_SLICE_STEP;
     /* Each slice reads and writes C once: AT_PLACE_SLICE_STEP steps of K per column
-     * of C keep that a fixed share of the loads. */
+     * of C keep that a fixed share of the loads.  That pays while A is cached and
+     * costs once it streams from memory, which this rule cannot tell apart (Zen 1,
+     * 8 MiB L3, fp64, 12x4 steps, one thread, GFLOPS in slices of 8 / of 32):
+     * 512x4x512 (A 2 MB) 9.5 / 16.1, but 1024x4x1024 (8 MB) 9.8 / 5.1 and
+     * 1024x8x1024 11.2 / 7.4 (64 there: 6.9).  Where A outgrows the last-level
+     * cache is a fact of the host to measure, not this rule's to guess. */
     if (slice < AT_PLACE_SLICE_STEP * nr) slice = AT_PLACE_SLICE_STEP * nr;
     /* A walk of a few slices evicts little of what its neighbour shares, and its
      * extra calls and C's traffic cost more: fp64 64x3x128 (12-row steps, 512 bytes
