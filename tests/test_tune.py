@@ -242,6 +242,17 @@ def test_hopeless_trials_are_pruned(tmp_path):
     assert all(t["state"] == "PRUNED" and t["value"] is None for t in grid2)
 
 
+def assert_resumed(before: tn.TuningResult, again: tn.TuningResult, study: int) -> None:
+    """The storage was left consistent: the next run reopened the study, kept its trials
+    and added its own, and the run as a whole searched.  How many trials one study adds
+    depends on its share of the budget, which follows the default pass's wall times:
+    a loaded machine moves it (one busy run added one of the two asked for)."""
+    old, new = before.record["studies"][study], again.record["studies"][study]
+    assert new["name"] == old["name"]
+    assert new["trials"] == old["trials"] + new["this_run"]
+    assert sum(s["this_run"] for s in again.record["studies"]) >= 1
+
+
 def test_ctrl_c_keeps_the_best_found(tmp_path):
     # Past the default's measurement and well into the search, before its end.
     runner = FakeRunner(interrupt_after=len(SUITE) + 100)
@@ -258,8 +269,7 @@ def test_a_real_ctrl_c_stops_cleanly_and_the_study_resumes(tmp_path):
     assert res.interrupted and len(res.record["studies"]) < 4
     assert_kept_only_if_faster(res)
     assert not any(t["state"] == "FAIL" for t in res.record["trials"])
-    again = run(tmp_path, n_trials=2)  # the storage was left consistent
-    assert again.record["studies"][0]["trials"] == res.record["studies"][0]["trials"] + 2
+    assert_resumed(res, run(tmp_path, n_trials=2), 0)
 
 
 def test_ctrl_c_twice_inside_optunas_storage_writes_waits_for_a_safe_point(tmp_path, monkeypatch, caplog):
@@ -286,8 +296,7 @@ def test_ctrl_c_twice_inside_optunas_storage_writes_waits_for_a_safe_point(tmp_p
     assert runner.calls == presses[0] + 1
     assert_kept_only_if_faster(res)
     monkeypatch.undo()
-    again = run(tmp_path, n_trials=2)  # the storage was left consistent
-    assert again.record["studies"][0]["trials"] == res.record["studies"][0]["trials"] + 2
+    assert_resumed(res, run(tmp_path, n_trials=2), 0)
 
 
 def test_ctrl_c_twice_between_optunas_calls_waits_for_a_safe_point(tmp_path, monkeypatch, caplog):
@@ -314,8 +323,7 @@ def test_ctrl_c_twice_between_optunas_calls_waits_for_a_safe_point(tmp_path, mon
     assert not any(r.exc_info for r in caplog.records), caplog.text
     assert_kept_only_if_faster(res)
     monkeypatch.undo()
-    again = run(tmp_path, n_trials=2)  # the storage was left consistent
-    assert again.record["studies"][1]["trials"] == res.record["studies"][1]["trials"] + 2
+    assert_resumed(res, run(tmp_path, n_trials=2), 1)
 
 
 def test_a_second_ctrl_c_during_a_measurement_ends_the_search_at_once(tmp_path):
