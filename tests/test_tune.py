@@ -197,13 +197,27 @@ def test_zero_budget_is_the_analytic_default_without_measuring(tmp_path):
     assert not (tmp_path / "tuning").exists()
 
 
+def assert_resumed(before: tn.TuningResult, again: tn.TuningResult, study: int) -> None:
+    """The storage was left consistent: the next run reopened the study, kept its trials
+    and added its own, and the run as a whole searched.  How many trials one study adds
+    depends on its share of the budget, which follows the default pass's wall times:
+    a loaded machine moves it (busy runs added 1 of 2 and 4 of 5 asked for)."""
+    old, new = before.record["studies"][study], again.record["studies"][study]
+    assert new["name"] == old["name"]
+    assert new["trials"] == old["trials"] + new["this_run"]
+    assert sum(s["this_run"] for s in again.record["studies"]) >= 1
+
+
 def test_resume_continues_the_study(tmp_path):
     first = run(tmp_path, n_trials=5)
     second = run(tmp_path, n_trials=5)
-    for a, b in zip(first.record["studies"], second.record["studies"]):
-        assert a["name"] == b["name"]
-        assert b["trials"] == a["trials"] + b["this_run"] and b["this_run"] == 5
-    assert len(second.record["trials"]) == len(first.record["trials"]) + 5 * len(first.record["studies"])
+    assert len(second.record["studies"]) == len(first.record["studies"])
+    for study, summary in enumerate(second.record["studies"]):
+        assert_resumed(first, second, study)
+        # Its n_trials, unless its share of the budget ended first.
+        assert summary["this_run"] <= 5
+    added = sum(s["this_run"] for s in second.record["studies"])
+    assert len(second.record["trials"]) == len(first.record["trials"]) + added
     storage = optuna.storages.RDBStorage(f"sqlite:///{tn.storage_path('host', tmp_path)}")
     assert len(storage.get_all_studies()) == len(first.record["studies"])
 
@@ -218,7 +232,9 @@ def test_corrupted_study_file_gives_a_message_and_a_fresh_study(tmp_path):
     assert "unreadable" in text and "fresh study" in text
     aside = Path(res.record["storage_reset"])
     assert aside.exists() and aside.read_bytes().startswith(b"this is not")
-    assert all(s["trials"] == s["this_run"] == 3 for s in res.record["studies"])
+    # Fresh: every trial is this run's (up to its n_trials, as its budget share allows).
+    assert all(s["trials"] == s["this_run"] <= 3 for s in res.record["studies"])
+    assert sum(s["this_run"] for s in res.record["studies"]) >= 1
 
 
 def test_same_seed_same_choices(tmp_path):
@@ -240,17 +256,6 @@ def test_hopeless_trials_are_pruned(tmp_path):
              or t["params"].get("f64.grid") == 2]
     assert grid2, "the seeded search never tried grid 2"
     assert all(t["state"] == "PRUNED" and t["value"] is None for t in grid2)
-
-
-def assert_resumed(before: tn.TuningResult, again: tn.TuningResult, study: int) -> None:
-    """The storage was left consistent: the next run reopened the study, kept its trials
-    and added its own, and the run as a whole searched.  How many trials one study adds
-    depends on its share of the budget, which follows the default pass's wall times:
-    a loaded machine moves it (one busy run added one of the two asked for)."""
-    old, new = before.record["studies"][study], again.record["studies"][study]
-    assert new["name"] == old["name"]
-    assert new["trials"] == old["trials"] + new["this_run"]
-    assert sum(s["this_run"] for s in again.record["studies"]) >= 1
 
 
 def test_ctrl_c_keeps_the_best_found(tmp_path):
