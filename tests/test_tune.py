@@ -238,9 +238,11 @@ def test_corrupted_study_file_gives_a_message_and_a_fresh_study(tmp_path):
 
 
 def test_same_seed_same_choices(tmp_path):
-    a = run(tmp_path / "a", seed=7, n_trials=14)
-    b = run(tmp_path / "b", seed=7, n_trials=14)
-    c = run(tmp_path / "c", seed=8, n_trials=14)
+    # A budget no study's share runs out of, however the machine's load splits it
+    # (the shares follow the default pass's wall times): each study runs its n_trials.
+    a = run(tmp_path / "a", seed=7, n_trials=14, budget_s=3600.0)
+    b = run(tmp_path / "b", seed=7, n_trials=14, budget_s=3600.0)
+    c = run(tmp_path / "c", seed=8, n_trials=14, budget_s=3600.0)
 
     def choices(r):
         return [(t["study"], t["params"], t["state"]) for t in r.record["trials"]]
