@@ -1,8 +1,11 @@
-"""Measuring the planner's crossovers on the host: when packing pays, when threads pay.
+"""Measuring the planner's crossovers on the host: when packing pays, when threads pay,
+when A comes from memory.
 
 The tiler takes two decisions from a threshold on a product's flops: pack the
 operands (Goto's path) or read them in place (IAAT's), and run on one thread or
-on all of them.  :mod:`autotune.models` derives both thresholds from what the
+on all of them; and one from the bytes of an A read in place: whether it outgrows
+the last-level cache, and a walk of a few columns of C takes K in short slices.
+:mod:`autotune.models` derives the thresholds from what the
 operating system reports about the caches, and a report can be far off: a
 2-core virtual machine that announced a 480 MB L3 put the packing crossover at
 24 GFLOP, and 1024^3 ran in place at a fifth of the machine.  So the install
@@ -26,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .host import other_load
+from .models import BPE
 from .params import BY_NAME, DTYPES, PlannerParams
 from .suite import SuiteRunner, SuiteShape
 
@@ -46,6 +50,29 @@ PACK_TN_SIDES: tuple[int, ...] = (48, 64, 96, 128, 180, 256, 360, 512, 720)
 THREAD_SIDES: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 180, 256)
 #: The packing threshold each transposition the sweeps time sets (the others pack with nn's).
 PACK_PARAMS: Mapping[str, str] = {"nn": "pack_flops", "tn": "pack_flops_tn"}
+#: The M x STREAM_N x M products the streaming sweep climbs (place_stream_bytes): an A
+#: of 1 MiB to 128 MiB, two sizes per doubling of its bytes, past the last-level cache
+#: of a current core's share.
+STREAM_SIDES: Mapping[str, tuple[int, ...]] = {
+    "f32": (512, 724, 1024, 1448, 2048, 2896, 4096, 5792),
+    "f64": (362, 512, 724, 1024, 1448, 2048, 2896, 4096),
+}
+STREAM_N = 4
+
+
+def param_value(shape: str, dtype: str, flops: float) -> float:
+    """A threshold on a sweep's scale (2 side^3 flops) as its parameter counts it: flops,
+    or for a ``stream`` sweep the bytes of A (side^2 elements)."""
+    if shape != "stream":
+        return flops
+    return (flops / 2.0) ** (2.0 / 3.0) * BPE[dtype]
+
+
+def sweep_flops(shape: str, dtype: str, value: float) -> float:
+    """The inverse of :func:`param_value`: a parameter's value on its sweep's scale."""
+    if shape != "stream":
+        return value
+    return 2.0 * (max(value, 0.0) / BPE[dtype]) ** 1.5
 
 #: The alternative must win at this many sizes in a row before a sweep stops: one
 #: lucky size is not a crossover.
@@ -123,10 +150,18 @@ class Crossover:
     points: tuple[Point, ...] = field(default_factory=tuple)
     #: Cores' worth of other work while the sweep ran (host.load_meter), where it was metered.
     other_load: float | None = None
-    #: What a point's side is the size of: ``square`` products (M = N = K = side) or the
-    #: quantised ``gemv`` (M = 1, K = N = side).  ``flops`` is 2 side^3 either way, the
-    #: sweep's scale for :func:`crossing`; the parameter itself may count otherwise.
+    #: What a point's side is the size of: ``square`` products (M = N = K = side), the
+    #: quantised ``gemv`` (M = 1, K = N = side) or ``stream`` (side x STREAM_N x side).
+    #: ``flops`` is 2 side^3 either way, the sweep's scale for :func:`crossing`; the
+    #: parameter itself may count otherwise (:attr:`value`).
     shape: str = "square"
+    #: The parameter's value as stored, where it counts otherwise than ``flops``.
+    threshold: float | None = None
+
+    @property
+    def value(self) -> float:
+        """The threshold as its parameter counts it (:func:`param_value`)."""
+        return self.threshold if self.threshold is not None else param_value(self.shape, self.dtype, self.flops)
 
     @property
     def side(self) -> float:
@@ -258,6 +293,9 @@ class SweepSpec:
     #: Thread counts each size is timed on (the shapes' ``threads``; 0: all): the
     #: threshold serves them all, so it is the one that loses least over all of them.
     threads: tuple[int, ...] = (0,)
+    #: What the sides measure (:attr:`Crossover.shape`), and so how the threshold
+    #: found on the sweep's scale becomes the parameter's value (:func:`param_value`).
+    shape: str = "square"
 
 
 def pack_sweep(dtype: str, threads: int = 2, trans: str = "nn") -> SweepSpec:
@@ -286,6 +324,29 @@ def pack_sweep(dtype: str, threads: int = 2, trans: str = "nn") -> SweepSpec:
                      force, (0, 1) if threads > 1 else (0,))
 
 
+def stream_sweep(dtype: str, threads: int = 2) -> SweepSpec:
+    """Slices for a cached A against short slices, on M x 4 x M products read in place,
+    one thread and all: from which bytes of A (place_stream_bytes) a walk of a few
+    columns of C takes K eight or sixteen steps at a time.
+
+    Whether A stays in the last-level cache between calls is the fact the walk
+    needs, and the one the operating system's report gets wrong (a 2-vCPU VM
+    announced 480 MB).  On a 2-vCPU Zen 1 VM (8 MiB L3; one thread / two, GFLOPS
+    cached rule against short slices): fp64 724 x 4 x 724 (A 4 MiB) 15.2 / 12.1 and
+    28.5 / 14.1, 1024 x 4 x 1024 10.3 / 12.6 and 23.6 / 15.8, 2048 x 4 x 2048 6.3 /
+    10.2 and 9.7 / 14.1.  The thread counts disagree in between (two Zen 1 vCPUs
+    may sit in two core complexes, each with its own L3), and the bits of a product
+    must not depend on its threads: the one threshold loses least over both.
+    """
+    def force(params: PlannerParams, side: int) -> tuple[tuple[PlannerParams, SuiteShape], ...]:
+        shape = SuiteShape("probe", dtype, "nn", side, STREAM_N, side)
+        in_place = params.with_values(dtype, {"pack_flops": NEVER, "thread_flops": 0.0})
+        return ((in_place.with_values(dtype, {"place_stream_bytes": NEVER}), shape),
+                (in_place.with_values(dtype, {"place_stream_bytes": 0.0}), shape))
+    return SweepSpec("place_stream_bytes", dtype, STREAM_SIDES[dtype], "slices for a cached A",
+                     "short K slices", force, (0, 1) if threads > 1 else (0,), "stream")
+
+
 def thread_sweep(dtype: str = "f32") -> SweepSpec:
     """One thread against all: f32, whose threshold is the higher (a flop costs half the time)."""
     def force(params: PlannerParams, side: int) -> tuple[tuple[PlannerParams, SuiteShape], ...]:
@@ -300,9 +361,10 @@ def sweep(runner: SuiteRunner, spec: SweepSpec, params: PlannerParams,
           advance: Callable[[], None] = lambda: None, effort: Effort = FULL) -> tuple[Point, ...]:
     """Climb the sizes until the alternative has won CONFIRM in a row (or a call gets too long)."""
     points: list[Point] = []
+    growth = 2 if spec.shape == "stream" else 3  # a call's work grows with side^3, or side^2 at N = 4
     for side in spec.sides:
         if points and max(p.base_s for p in points if p.side == points[-1].side) * \
-                (side / points[-1].side) ** 3 > effort.max_call_s:
+                (side / points[-1].side) ** growth > effort.max_call_s:
             break
         (base, base_shape), (alt, alt_shape) = spec.force(params, side)
         for threads in spec.threads:
@@ -325,6 +387,7 @@ def specs_for(dtypes: Iterable[str], threads: int, tn_dtypes: Iterable[str] = ()
     dtypes = [dt for dt in DTYPES if dt in set(dtypes)]
     tn = set(tn_dtypes)
     specs = [pack_sweep(dt, threads) for dt in dtypes] + [pack_sweep(dt, threads, "tn") for dt in dtypes if dt in tn]
+    specs += [stream_sweep(dt, threads) for dt in dtypes]
     if threads > 1 and dtypes:
         specs.append(thread_sweep("f32" if "f32" in dtypes else dtypes[0]))
     return tuple(specs)
@@ -362,8 +425,9 @@ def wait_for_quiet(max_wait_s: float = QUIET_WAIT_S, load: Callable[[], float | 
 
 def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
                  against: Iterable[PlannerParams] = ()) -> tuple[SuiteShape, ...]:
-    """Squares between each measured threshold and the model's, and the value each set
-    ``against`` has for it (a tuned set's), for the held-out check.
+    """Squares (M x 4 x M for the streaming threshold) between each measured threshold
+    and the model's, and the value each set ``against`` has for it (a tuned set's),
+    for the held-out check.
 
     Where the two thresholds are far apart, the held-out shapes may have none
     between them, and the check cannot tell one value from the other: an install
@@ -377,7 +441,7 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
     for c in found:
         if c.source not in ("measured", "beyond") or not (0 < c.flops < NEVER and 0 < c.model_flops < NEVER):
             continue
-        values = [float(p.get(c.dtype, c.param)) for p in others]
+        values = [sweep_flops(c.shape, c.dtype, float(p.get(c.dtype, c.param))) for p in others]
         sides = [c.model_side] + [(v / 2.0) ** (1.0 / 3.0) for v in values if 0 < v < NEVER]
         packing = next((t for t, param in PACK_PARAMS.items() if param == c.param), None)
         for side in sides:
@@ -385,9 +449,19 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
             if high < 1.1 * low:
                 continue
             middle = round(math.sqrt(low * high))
-            for threads in ((1, 0) if packing else (0,)):
-                shapes[SuiteShape("probe", c.dtype, packing or "nn", middle, middle, middle, threads=threads)] = None
+            for threads in ((1, 0) if packing or c.shape == "stream" else (0,)):
+                n = STREAM_N if c.shape == "stream" else middle
+                shapes[SuiteShape("probe", c.dtype, packing or "nn", middle, n, middle, threads=threads)] = None
     return tuple(s for s in shapes if s.flops <= max_flops)
+
+
+def _threshold(spec: SweepSpec, flops: float, model_flops: float, model_value: float) -> float | None:
+    """The parameter's value for a threshold that counts otherwise than in flops (the
+    model's own where the sweep kept it, which the round trip through the sweep's
+    scale would not give back exactly); None for one in flops."""
+    if spec.shape in ("square", "gemv"):
+        return None
+    return model_value if flops == model_flops else float(f"{param_value(spec.shape, spec.dtype, flops):.4g}")
 
 
 def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequence[SweepSpec],
@@ -414,9 +488,14 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
     """
     found: list[Crossover] = []
     for spec in specs:
-        model = float(params.get(spec.dtype, spec.param))
+        model_value = float(params.get(spec.dtype, spec.param))
+        model = sweep_flops(spec.shape, spec.dtype, model_value)
+
+        def unit(flops: float) -> float | None:
+            return _threshold(spec, flops, model, model_value)
         if busy:
-            found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy"))
+            found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy",
+                                   shape=spec.shape, threshold=unit(model)))
             continue
         other = None
         for _ in range(2):
@@ -428,15 +507,14 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
         loaded = None if other is None else round(other, 2)
         if loaded is not None and other >= BUSY_LOAD:
             found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy", points,
-                                   loaded))
+                                   loaded, spec.shape, unit(model)))
             continue
         flops, source = crossing(points, prior=model)
-        if flops is None:
-            flops = model
-        flops = float(f"{flops:.4g}")
-        params = params.with_values(spec.dtype, {spec.param: flops})
-        found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, flops, source, points,
-                               loaded))
+        flops = model if flops is None or flops == model else float(f"{flops:.4g}")
+        crossover = Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, flops, source, points,
+                              loaded, spec.shape, unit(flops))
+        params = params.with_values(spec.dtype, {spec.param: crossover.value})
+        found.append(crossover)
     runner.set_params(params)
     return params, tuple(found)
 

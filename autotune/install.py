@@ -1209,7 +1209,7 @@ def crossovers_that_held(verdict: HeldOutVerdict, model: PlannerParams,
     params, held = model, 0
     for name, c in _alone_names(model, found).items():
         if _held(verdict, name):
-            params, held = params.with_values(c.dtype, {c.param: c.flops}), held + 1
+            params, held = params.with_values(c.dtype, {c.param: c.value}), held + 1
     return params if held > 1 else None
 
 
@@ -1219,7 +1219,7 @@ def _alone_names(model: PlannerParams, found: Sequence[Crossover]) -> dict[str, 
 
     named = {}
     for c in found:
-        if c.source in ("measured", "beyond") and model.with_values(c.dtype, {c.param: c.flops}) != model:
+        if c.source in ("measured", "beyond") and model.with_values(c.dtype, {c.param: c.value}) != model:
             named[f"measured {c.param}" + (f" {c.dtype}" if BY_NAME[c.param].per_dtype else "")] = c
     return named
 
@@ -1246,7 +1246,7 @@ def with_measured_crossovers(params: PlannerParams, found: Sequence[Crossover]) 
 
     for c in found:
         if c.source in ("measured", "beyond") and c.param in BY_NAME:
-            params = params.with_values(c.dtype, {c.param: c.flops})
+            params = params.with_values(c.dtype, {c.param: c.value})
     return params
 
 
@@ -1258,7 +1258,7 @@ def each_crossover_alone(model: PlannerParams, found: Sequence[Crossover]) -> di
     768x512x384 ran 1.5x and 1.2x faster) and threads from 152^3 (128^3 ran 1.5x slower
     on one thread), and the whole measured set lost to the model's.
     """
-    sets = {name: model.with_values(c.dtype, {c.param: c.flops})
+    sets = {name: model.with_values(c.dtype, {c.param: c.value})
             for name, c in _alone_names(model, found).items()}
     return sets if len(sets) > 1 else {}
 

@@ -220,6 +220,18 @@ def pack_crossover_flops(geo: Geometry, dtype: str) -> float:
     return 2.0 * side**3
 
 
+def place_stream_bytes(geo: Geometry) -> float:
+    """The bytes of an A read in place from which it streams from memory between calls:
+    three quarters of the last-level cache, which one thread has to itself (the rest
+    holds B, C and what else the program keeps).
+
+    On Zen 1 (8 MiB L3) fp64 M x 4 x M ran faster in slices of 32 with A of 4.8 MB
+    and in slices of 8 with A of 8 MB; this puts the change at 6 MiB.  A prior only:
+    the install measures it (:func:`autotune.crossovers.stream_sweep`).
+    """
+    return float(round(0.75 * max(geo.l3.size, geo.l2.size), -3))
+
+
 def thread_crossover_flops(geo: Geometry, peak_gflops: float | None = None,
                            overhead_s: float = THREAD_OVERHEAD_S) -> float:
     """2MNK from which splitting over the cores saves more than the wake-up costs.
@@ -250,7 +262,8 @@ def analytic_params(
     peaks = dict(peak_gflops or {})
     params: dict = {key: {} for key in
                     ("blk_m", "blk_n", "blk_k", "pack_flops", "call_seconds", "edge_frac",
-                     "pack_seconds", "grid", "pack_flops_tn", "pack_kernel", *PLACE_KERNELS)}
+                     "pack_seconds", "grid", "pack_flops_tn", "pack_kernel", *PLACE_KERNELS,
+                     "place_stream_bytes")}
     for dtype, bpe in BPE.items():
         mr, nr = kernels.get(dtype, (max(1, geo.simd_bytes // bpe), 6))
         b = solve_blocking(geo, dtype, mr, nr, peak_gflops=peaks.get(dtype))
@@ -266,6 +279,7 @@ def analytic_params(
         # (autotune.crossovers.measure_place_kernel).
         for name in PLACE_KERNELS:
             params[name][dtype] = 0
+        params["place_stream_bytes"][dtype] = place_stream_bytes(geo)
         for name in ("call_seconds", "edge_frac", "pack_seconds", "grid"):
             params[name][dtype] = DEFAULTS.get(dtype, name)
     params["thread_flops"] = round(thread_crossover_flops(geo, peaks.get("f32")), -3)

@@ -120,6 +120,10 @@ PARAMS: tuple[Param, ...] = (
             "1 + its index in the "
             "library's kernel table (0: the tiler's choice by the kernels' figures; measured at install)")
       for trans in ("nn", "nt", "tn", "tt")),
+    Param("place_stream_bytes", "double", True, 6.0 * 2**20, "measured",
+          "bytes of an A read in place (M K elements) from which it comes from memory, not the last-level "
+          "cache: a walk of up to 16 columns of C then takes K in slices of 8 or 16 and is not packed "
+          "(measured at install)", low=2.0**18, high=2.0**31, log=True),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PER_DTYPE: tuple[str, ...] = tuple(p.name for p in PARAMS if p.per_dtype)
@@ -159,6 +163,7 @@ class PlannerParams:
     place_kernel_nt: tuple[int, int] = (0, 0)
     place_kernel_tn: tuple[int, int] = (0, 0)
     place_kernel_tt: tuple[int, int] = (0, 0)
+    place_stream_bytes: tuple[float, float] = (6.0 * 2**20,) * 2
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any]) -> "PlannerParams":

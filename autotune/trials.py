@@ -196,19 +196,27 @@ def held_out_line(tuning: Mapping[str, Any] | None) -> str | None:
 
 
 #: How a crossover's sizes read (autotune.crossovers.Crossover.shape): a square product's
-#: side, or the quantised GEMV's (M = 1, K = N = side).
-SIZE_AXES = {"square": "square size (M = N = K)", "gemv": "qmatmul GEMV size (M = 1, K = N)"}
+#: side, the quantised GEMV's (M = 1, K = N = side), or M of a few columns of C (M x 4 x M).
+SIZE_AXES = {"square": "square size (M = N = K)", "gemv": "qmatmul GEMV size (M = 1, K = N)",
+             "stream": "M of M x 4 x M (A of M^2 elements, read in place)"}
 
 
 def size_label(crossover: Mapping[str, Any], side: float) -> str:
-    """``512^3``, or ``1 x 512 x 512`` for a GEMV sweep."""
-    return f"1 x {side:.0f} x {side:.0f}" if crossover.get("shape") == "gemv" else f"{side:.0f}^3"
+    """``512^3``, ``1 x 512 x 512`` for a GEMV sweep, ``1024 x 4 x 1024 (A 8.0 MiB)`` for
+    the streaming one."""
+    shape = crossover.get("shape")
+    if shape == "gemv":
+        return f"1 x {side:.0f} x {side:.0f}"
+    if shape == "stream":
+        mib = side * side * (4 if crossover.get("dtype") == "f32" else 8) / 2**20
+        return f"{side:.0f} x 4 x {side:.0f} (A {mib:.1f} MiB)"
+    return f"{side:.0f}^3"
 
 
 def crossover_name(crossover: Mapping[str, Any]) -> str:
     """What a crossover decides, as a reader names it: ``pack_flops f32``, ``qmatmul threads``."""
     param = str(crossover.get("param"))
-    if param in ("pack_flops", "pack_flops_tn"):
+    if param in ("pack_flops", "pack_flops_tn", "place_stream_bytes"):
         return f"{param} {crossover.get('dtype')}"
     return {"qthread_macs": "qmatmul threads"}.get(param, param)
 
@@ -299,7 +307,8 @@ def crossover_lines(crossovers: Any) -> list[str]:
             how = (f"timed twice while other work took {float(c.get('other_load') or 0):.1f} cores "
                    "(other processes, or the hypervisor): the model's value; run the install again "
                    "on a quiet machine")
-        subject = "tn products (A transposed) " if c.get("param") == "pack_flops_tn" else ""
+        subject = {"pack_flops_tn": "tn products (A transposed) ",
+                   "place_stream_bytes": "a few columns of C read in place, "}.get(str(c.get("param")), "")
         lines.append(f"{name}: {subject}{c.get('alt')} from {size_label(c, side)} ({how}; "
                      f"the model said {size_label(c, model_side)})")
     return lines

@@ -24,13 +24,15 @@ from autotune.trials import crossover_lines, held_out_line
 
 class FakeMachine:
     """Packing pays from ``pack_side``^3 (tn products from ``tn_side``^3), two threads from
-    ``thread_side``^3; ``noise`` jitters."""
+    ``thread_side``^3, short K slices of a few columns of C from an A of ``stream_bytes``;
+    ``noise`` jitters."""
 
     def __init__(self, pack_side: float = 400.0, thread_side: float = 60.0, noise: float = 0.0,
-                 seed: int = 0, tn_side: float = 110.0) -> None:
+                 seed: int = 0, tn_side: float = 110.0, stream_bytes: float = 12 * 2**20) -> None:
         import random
 
         self.pack_side, self.thread_side, self.noise, self.tn_side = pack_side, thread_side, noise, tn_side
+        self.stream_bytes = stream_bytes
         self.params: PlannerParams | None = None
         self.rng = random.Random(seed)
         self.timed: list[SuiteShape] = []
@@ -50,6 +52,11 @@ class FakeMachine:
         packed = flops >= threshold
         # In place is 30% faster below the crossover and falls behind above it.
         speed = 1.0 if packed else (1.3 if side < crossover else 0.6)
+        if not packed and shape.n <= 8 and shape.trans == "nn":
+            # plan.c, slice_place_walks: the slices suit A only on the right side of the machine's line.
+            a_bytes = shape.m * shape.k * (4 if shape.dtype == "f32" else 8)
+            short = a_bytes >= self.params.get(shape.dtype, "place_stream_bytes")
+            speed *= 1.0 if short == (a_bytes >= self.stream_bytes) else 0.6
         seconds = flops / (50e9 * speed)
         threaded = shape.threads != 1 and flops >= self.params.thread_flops
         if threaded:
@@ -90,8 +97,12 @@ def test_stored_thresholds_follow_the_measurement_not_the_report(name: str) -> N
         # Between the last ladder size below 400 and the first above it.
         assert 360 <= side <= 512, (name, dtype, side)
     assert 48 <= _side(params.thread_flops) <= 64
+    for dtype in ("f32", "f64"):
+        # Between the ladder's A of 8 MiB and of 16 MiB, where the machine's 12 MiB lies.
+        assert 8 * 2**20 < params.get(dtype, "place_stream_bytes") < 16 * 2**20, (name, dtype)
     assert {c.source for c in found} == {"measured"}
-    assert [c.param for c in found] == ["pack_flops", "pack_flops", "thread_flops"]
+    assert [c.param for c in found] == ["pack_flops", "pack_flops", "place_stream_bytes", "place_stream_bytes",
+                                        "thread_flops"]
     # The record keeps the model's value beside the measured one.
     pack = next(c for c in found if c.param == "pack_flops")
     assert pack.model_flops == model.get("f32", "pack_flops")
@@ -102,7 +113,8 @@ def test_tn_products_get_a_crossover_of_their_own_where_there_are_tn_kernels() -
     machine = FakeMachine(pack_side=400, thread_side=60, tn_side=110)
     specs = cx.specs_for(("f32", "f64"), threads=2, tn_dtypes=("f32",))
     assert [(s.param, s.dtype) for s in specs] == [("pack_flops", "f32"), ("pack_flops", "f64"),
-                                                   ("pack_flops_tn", "f32"), ("thread_flops", "f32")]
+                                                   ("pack_flops_tn", "f32"), ("place_stream_bytes", "f32"),
+                                                   ("place_stream_bytes", "f64"), ("thread_flops", "f32")]
     params, found = cx.measure_crossovers(machine, model, specs)
     assert 96 <= _side(params.get("f32", "pack_flops_tn")) <= 128
     assert 360 <= _side(params.get("f32", "pack_flops")) <= 512  # nn's own, untouched by tn's
@@ -210,7 +222,9 @@ def test_the_pack_sweep_runs_on_all_threads_and_forces_each_side() -> None:
 
 
 def test_a_one_core_host_measures_no_thread_crossover() -> None:
-    assert [s.param for s in cx.specs_for(("f64",), threads=1)] == ["pack_flops"]
+    specs = cx.specs_for(("f64",), threads=1)
+    assert [s.param for s in specs] == ["pack_flops", "place_stream_bytes"]
+    assert all(s.threads == (0,) for s in specs)
 
 
 def test_the_record_round_trips_and_reads_as_a_line() -> None:
@@ -219,8 +233,35 @@ def test_the_record_round_trips_and_reads_as_a_line() -> None:
     again = tuple(cx.Crossover.from_dict(c.to_dict()) for c in found)
     assert again == found
     lines = crossover_lines([c.to_dict() for c in found])
-    assert len(lines) == 2 and lines[0].startswith("pack_flops f32: packed from ")
+    assert len(lines) == 3 and lines[0].startswith("pack_flops f32: packed from ")
     assert "the model said" in lines[0]
+    # The streaming threshold reads in products and bytes of A, not in flops.
+    assert lines[1].startswith("place_stream_bytes f32: a few columns of C read in place, short K slices from ")
+    assert " x 4 x " in lines[1] and "MiB)" in lines[1]
+
+
+def test_the_streaming_threshold_is_stored_in_bytes_of_a_and_probed_on_a_few_columns() -> None:
+    machine = FakeMachine(stream_bytes=12 * 2**20)
+    model = PlannerParams().with_values("f64", {"place_stream_bytes": 300 * 2**20})  # a 400 MB L3's
+    params, (found,) = cx.measure_crossovers(machine, model, [cx.stream_sweep("f64", threads=2)])
+    assert found.shape == "stream" and found.source == "measured"
+    assert params.get("f64", "place_stream_bytes") == found.value
+    # side x 4 x side: A of side^2 doubles; the value is A's bytes at the threshold's side.
+    assert found.value == pytest.approx(found.side ** 2 * 8, rel=1e-3)
+    assert cx.param_value("stream", "f64", cx.sweep_flops("stream", "f64", 5e6)) == pytest.approx(5e6)
+    assert found.model_flops == pytest.approx(cx.sweep_flops("stream", "f64", 300 * 2**20))
+    # Each size was timed on one thread and on all, with A in place and the slices forced each way.
+    timed = {(s.m, s.n, s.k, s.threads) for s in machine.timed}
+    assert {(m, n) for m, n, _, _ in timed} <= {(m, cx.STREAM_N) for m in cx.STREAM_SIDES["f64"]}
+    assert {t for *_, t in timed} == {0, 1}
+    (base, shape), (alt, _) = cx.stream_sweep("f64").force(PlannerParams(), 1024)
+    assert (shape.m, shape.n, shape.k) == (1024, cx.STREAM_N, 1024)
+    assert base.get("f64", "pack_flops") > 1e100 and base.get("f64", "place_stream_bytes") > 1e100
+    assert alt.get("f64", "place_stream_bytes") == 0
+    # The held-out check times the few-column products between the model's line and the measured one.
+    probes = cx.probe_shapes([found])
+    assert probes and all(s.n == cx.STREAM_N and s.m == s.k for s in probes)
+    assert all(found.side < s.m < found.model_side for s in probes) and {s.threads for s in probes} == {0, 1}
 
 
 # -- the held-out check ---------------------------------------------------------------
@@ -439,7 +480,7 @@ def _held_out(host: _Costs, model: PlannerParams, found: list[cx.Crossover],
 
     measured = model
     for c in found:
-        measured = measured.with_values(c.dtype, {c.param: c.flops})
+        measured = measured.with_values(c.dtype, {c.param: c.value})
     shapes = held_out_suite() + (cx.probe_shapes(found) if probes else ())
     return held_out_check(host, {"measured": measured, **each_crossover_alone(model, found), "model": model},
                           found, shapes, rounds=1)
@@ -522,8 +563,9 @@ def test_a_busy_machine_keeps_the_models_thresholds() -> None:
     machine = FakeMachine(thread_side=60)
     model = PlannerParams()
     params, found = cx.measure_crossovers(machine, model, cx.specs_for(("f32",), threads=2), busy=True)
-    assert {c.param for c in found} == {"pack_flops", "thread_flops"}
+    assert {c.param for c in found} == {"pack_flops", "place_stream_bytes", "thread_flops"}
     assert all(c.source == "busy" and not c.points for c in found)
+    assert all(c.value == model.get("f32", c.param) for c in found)
     assert params == model and not machine.timed
     assert all("quiet machine" in line for line in crossover_lines([c.to_dict() for c in found]))
 

@@ -53,17 +53,21 @@ def test_install_validates_measures_and_stores_a_table(tmp_path):
              for c in crossovers}
     assert held["chosen"] in (*install_mod.TUNED_SETS, "measured", "model", install_mod.HELD, *alone)
     assert held["shapes"] > 0
-    measured = {(c["param"], c["dtype"]): c["flops"] for c in crossovers}
+    # Each threshold as its parameter counts it (flops, or bytes of A for place_stream_bytes).
+    from autotune.crossovers import Crossover, param_value
+
+    measured = {(c["param"], c["dtype"]): Crossover.from_dict(c).value for c in crossovers}
     stored = PlannerParams.from_mapping(table.params)
     if held["chosen"] == "measured":
-        for (param, dtype), flops in measured.items():
-            assert stored.get(dtype, param) == flops
+        for (param, dtype), value in measured.items():
+            assert stored.get(dtype, param) == value
     if held["chosen"] == install_mod.HELD:  # some crossovers measured, the rest the model's
         for c in crossovers:
-            assert stored.get(c["dtype"], c["param"]) in (c["flops"], c["model_flops"])
+            model = param_value(c.get("shape", "square"), c["dtype"], c["model_flops"])
+            assert stored.get(c["dtype"], c["param"]) in (measured[c["param"], c["dtype"]], pytest.approx(model))
     if held["chosen"] in alone:  # the model's set with that one crossover
         c = alone[held["chosen"]]
-        assert stored.get(c["dtype"], c["param"]) == c["flops"]
+        assert stored.get(c["dtype"], c["param"]) == measured[c["param"], c["dtype"]]
     # The edge code's speed was timed, and every candidate planned with it: it is stored
     # whichever set won.
     for dtype in ("f32", "f64"):

@@ -35,6 +35,7 @@ def lib(built):
     assert runtime.lib.at_params_get(ctypes.byref(params)) == 0
     params.pack_flops[0] = params.pack_flops[1] = 1e15
     params.pack_flops_tn[0] = params.pack_flops_tn[1] = 1e15
+    params.place_stream_bytes[0] = params.place_stream_bytes[1] = 1e15  # A cached, whatever its size
     assert runtime.lib.at_params_set(ctypes.byref(params)) == 0
     rt.set_num_threads(0)
     yield runtime
@@ -42,12 +43,24 @@ def lib(built):
     rt.set_num_threads(0)
 
 
-def expected_slice(p: plans.Plan) -> int:
-    """docs/runtime.md's rule: at most 8 columns of C over an untransposed A, K at
-    least four slices long; a slice as deep as one step's walk fits the L1 sets it
-    falls in, and at least 8 steps of K per column of C."""
-    if p.path != "small" or p.a_copied or p.trans[0] == "t" or p.step_count < 2 or p.N > 8:
+def stream_from(lib, nbytes: float) -> None:
+    """Walk in place as if an A of ``nbytes`` or more streamed from memory (place_stream_bytes)."""
+    params = loader.at_tune_params()
+    assert lib.lib.at_params_get(ctypes.byref(params)) == 0
+    params.place_stream_bytes[0] = params.place_stream_bytes[1] = nbytes
+    assert lib.lib.at_params_set(ctypes.byref(params)) == 0
+
+
+def expected_slice(p: plans.Plan, streams: bool = False) -> int:
+    """docs/runtime.md's rule: at most 8 columns of C over an untransposed A (16 where
+    A streams from memory), K at least four slices long.  An A that streams: slices
+    of 8, or 16 for more than 4 columns of C.  Otherwise a slice as deep as one
+    step's walk fits the L1 sets it falls in, and at least 8 steps of K per column of C."""
+    if p.path != "small" or p.a_copied or p.trans[0] == "t" or p.step_count < 2 or p.N > (16 if streams else 8):
         return 0
+    if streams:
+        slice_k = STEP * (2 if p.N > 4 else 1)
+        return slice_k if p.K >= MIN_SLICES * slice_k else 0
     bpe = 4 if p.dtype == "f32" else 8
     lines = math.ceil(max(s.mb for s in p.steps) * bpe / LINE) + 1
     sets = SETS
@@ -77,6 +90,30 @@ def test_which_plans_walk_k_in_slices(dtype, M, N, K, lda, trans):
     assert p.blocks[2] == expected_slice(p)
 
 
+@pytest.mark.parametrize("dtype,M,N,K,lda,trans", [
+    ("f64", 1024, 4, 1024, 1024, "nn"),  # a page a column: 32 for a cached A
+    ("f64", 1500, 4, 1500, 1500, "nn"),  # every set: 184 for a cached A
+    ("f32", 2048, 8, 2048, 2048, "nn"),
+    ("f64", 1000, 6, 1000, 1003, "nt"),
+    ("f32", 2000, 1, 24, 2000, "nn"),    # too shallow for four slices: all of K
+    ("f32", 2048, 4, 2048, 2048, "tn"),  # A read along K: all of K
+    ("f64", 2048, 9, 2048, 2048, "nn"),  # more than 8 columns of C: all of K unless A streams
+    ("f32", 1500, 16, 1500, 1500, "nn"),
+    ("f64", 2048, 17, 2048, 2048, "nn"),  # more than 16: all of K
+])
+def test_an_a_that_streams_from_memory_is_walked_in_short_slices(lib, dtype, M, N, K, lda, trans):
+    bpe = 4 if dtype == "f32" else 8
+    kwargs = dict(lda=lda if trans[0] == "n" else K, threads=1, max_steps=1)
+    stream_from(lib, M * K * bpe + 1)  # one byte more than this A: cached
+    cached = plans.plan(M, N, K, dtype, trans, **kwargs)
+    assert cached.blocks[2] == expected_slice(cached)
+    stream_from(lib, M * K * bpe)  # A of exactly the threshold's bytes streams
+    streams = plans.plan(M, N, K, dtype, trans, **kwargs)
+    assert streams.blocks[2] == expected_slice(streams, streams=True)
+    if expected_slice(cached) and streams.blocks[2]:
+        assert streams.blocks[2] < cached.blocks[2]
+
+
 def test_a_page_a_column_slices_by_columns_of_c_whatever_the_kernels():
     # The walk falls into as many sets as its sliver has lines: one step's slice is
     # WAYS columns of A, raised to STEP per column of C.
@@ -88,9 +125,16 @@ def test_a_page_a_column_slices_by_columns_of_c_whatever_the_kernels():
 SLICED = [(1024, 1, 1024), (257, 1, 2100), (1003, 2, 1500), (300, 4, 2000), (129, 3, 3000), (100, 8, 4000)]
 
 
+#: Sliced only where A streams from memory: 9 to 16 columns of C.
+STREAM_SLICED = [(300, 12, 2000), (129, 16, 700), (1001, 9, 130)]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("M,N,K", SLICED)
-def test_sliced_products_are_right(dtype, M, N, K):
+@pytest.mark.parametrize("M,N,K,streams", [(*shape, False) for shape in SLICED] +
+                         [(*shape, True) for shape in SLICED + STREAM_SLICED])
+def test_sliced_products_are_right(lib, dtype, M, N, K, streams):
+    if streams:
+        stream_from(lib, 0.0)  # every A streams: the short slices
     rng = np.random.default_rng(M * N + K)
     sliced = 0
     for tb, alpha, beta, pad in ((False, 1.0, 0.0, 0), (True, -1.5, 0.5, 3), (False, 0.25, -2.0, 16),
@@ -130,9 +174,12 @@ def _at_offset(a: np.ndarray, offset_bytes: int) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("streams", [False, True], ids=["cached", "streams"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-def test_sliced_bits_do_not_depend_on_threads_batch_or_address(lib, dtype):
+def test_sliced_bits_do_not_depend_on_threads_batch_or_address(lib, dtype, streams):
     # x @ W, row-major: the column-major problem is 1000 x 2 x 1200, a column of steps.
+    if streams:
+        stream_from(lib, 0.0)
     rng = np.random.default_rng(11)
     X = rng.standard_normal((2, 1200)).astype(dtype)
     W = rng.standard_normal((1200, 1000)).astype(dtype)
@@ -169,3 +216,10 @@ def test_a_few_columns_of_c_never_pack(lib):
         assert plans.plan(2, 2048, 2048, dtype, layout="row", threads=1, max_steps=1).path == "small"
         assert plans.plan(2048, 9, 2048, dtype, threads=1, max_steps=1).path == "packed"
         assert plans.plan(2048, 4, 2048, dtype, "tn", threads=1, max_steps=1).path == "packed"
+    # Nor up to 16 columns over an A that streams from memory, in slices of 16.
+    stream_from(lib, 2048 * 2048 * 4)
+    for dtype in ("f32", "f64"):
+        assert plans.plan(2048, 16, 2048, dtype, threads=1, max_steps=1).blocks == (0, 0, 16)
+        assert plans.plan(2, 2048, 2048, dtype, layout="row", threads=1, max_steps=1).blocks == (0, 0, 8)
+        assert plans.plan(2048, 17, 2048, dtype, threads=1, max_steps=1).path == "packed"
+        assert plans.plan(2047, 16, 2048, dtype, threads=1, max_steps=1).path == ("packed" if dtype == "f32" else "small")

@@ -63,12 +63,15 @@ static inline double at__pack_seconds(int dtype)
 }
 
 /* The depth each no-pack step walks at a time, all steps in turn per slice (0: all
- * of K at once); mr is the tallest step's height, nr the columns of C.  A multiple
- * of AT_PLACE_SLICE_STEP. */
+ * of K at once); mr is the tallest step's height, nr the columns of C; `from_memory`:
+ * A outgrows the last-level cache between calls (place_stream_bytes).
+ * A multiple of AT_PLACE_SLICE_STEP. */
 #define AT_PLACE_SLICE_STEP 8
-/* The widest C whose no-pack plan walks K in slices (plan.c, slice_place_walks). */
+/* The widest C whose no-pack plan walks K in slices (plan.c, slice_place_walks), and
+ * the widest where A streams from memory (place_stream_bytes). */
 #define AT_PLACE_SLICE_MAX_N 8
-int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe);
+#define AT_PLACE_STREAM_MAX_N 16
+int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe, int from_memory);
 
 /* cover.c */
 /* Grows as a block is tiled; the no-pack and packed plans keep v as their steps. */

@@ -265,8 +265,20 @@ static double sliver_line_share(int mr, int bpe)
  * On 64-byte aligned operands 0.88-2.5x (fp64 300x5x2000 0.88x, 100x8x1000 0.96x).
  * Fewer steps a slice lost: fp64 512x4x512 ran 0.9x aligned in slices of 8 (C's
  * block read and written once a slice). */
-int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe)
+int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe, int from_memory)
 {
+    /* An A from memory is read by as many concurrent streams as a slice has
+     * columns, and the hardware prefetchers follow a dozen or two: past them every
+     * line is a miss to DRAM.  Zen 1 (8 MiB L3), fp64, the 12x4 kernel in this
+     * walk, one thread, GFLOPS in slices of 8 / 32 / all of K: 1024x4x1024 (A 8 MB)
+     * 9.8 / 5.1 / 5.8, 1500x4x1500 10.5 / 4.9 / 4.4, 996x4x2000 10.1 / 6.3 / 4.5,
+     * at any stride.  Software prefetch did not rescue the deeper slices (32: 5.2
+     * at best).  Past 4 columns, C's traffic a slice takes 16: 1500x8x1500 12.0
+     * in 8, 12.4 in 16; 1500x16x1500 12.8 and 13.5 (8 at N = 4: 10.5, 16: 8.8). */
+    if (from_memory) {
+        int64_t slice = AT_PLACE_SLICE_STEP * (nr > 4 ? 2 : 1);
+        return K >= AT_PLACE_MIN_SLICES * slice ? slice : 0;
+    }
     int64_t lines = ((int64_t)mr * bpe + AT_L1_LINE - 1) / AT_L1_LINE + 1; /* one shared */
     int64_t bytes = lda * bpe, sets = AT_L1_SETS;
     if (lda > 0 && bytes % AT_L1_LINE == 0) {
@@ -276,12 +288,9 @@ int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe)
     }
     int64_t slice = sets * AT_L1_WAYS / lines / AT_PLACE_SLICE_STEP * AT_PLACE_SLICE_STEP;
     /* Each slice reads and writes C once: AT_PLACE_SLICE_STEP steps of K per column
-     * of C keep that a fixed share of the loads.  That pays while A is cached and
-     * costs once it streams from memory, which this rule cannot tell apart (Zen 1,
-     * 8 MiB L3, fp64, 12x4 steps, one thread, GFLOPS in slices of 8 / of 32):
-     * 512x4x512 (A 2 MB) 9.5 / 16.1, but 1024x4x1024 (8 MB) 9.8 / 5.1 and
-     * 1024x8x1024 11.2 / 7.4 (64 there: 6.9).  Where A outgrows the last-level
-     * cache is a fact of the host to measure, not this rule's to guess. */
+     * of C keep that a fixed share of the loads, which pays while A is cached (Zen 1,
+     * fp64, 12x4 steps, one thread, GFLOPS in slices of 8 / of 32: 512x4x512, A of
+     * 2 MB, 9.5 / 16.1) and costs once A streams (above). */
     if (slice < AT_PLACE_SLICE_STEP * nr) slice = AT_PLACE_SLICE_STEP * nr;
     /* A walk of a few slices evicts little of what its neighbour shares, and its
      * extra calls and C's traffic cost more: fp64 64x3x128 (12-row steps, 512 bytes

@@ -75,6 +75,7 @@ int at_params_set(const at_tune_params *in)
         for (int d = 0; d < 2; d++)
             ok = ok && in->blk_m[d] >= 0 && in->blk_n[d] >= 0 && in->blk_k[d] >= 0 &&
                  nonneg(in->pack_flops[d]) && nonneg(in->pack_flops_tn[d]) && nonneg(in->call_seconds[d]) &&
+                 nonneg(in->place_stream_bytes[d]) &&
                  nonneg(in->edge_frac[d]) && in->edge_frac[d] <= 1 &&
                  nonneg(in->pack_seconds[d]) && in->grid[d] >= 0 && in->grid[d] <= 2 &&
                  kernel_of(in->pack_kernel[d], d) && kernel_of_trans(in->place_kernel_nn[d], d, 0) &&

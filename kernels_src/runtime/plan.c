@@ -232,25 +232,37 @@ static double split_if_it_pays(at_plan *p, at_item *it, int64_t n, int64_t m_ste
     return single;
 }
 
+/* Whether the A of p, read in place, outgrows the last-level cache between calls
+ * (place_stream_bytes, measured at install): it then comes from memory, read by as
+ * many concurrent streams as a slice has columns. */
+static int a_from_memory(const at_plan *p, int dtype)
+{
+    double bytes = (double)p->M * (double)p->K * (dtype == AT_F32 ? 4 : 8);
+    return bytes >= at__tp->place_stream_bytes[dtype];
+}
+
 /* A no-pack plan of a few columns of C reading A in place walks K in slices
  * (cost.c, at__place_k_slice), reported as its blk_k: x @ W of a row-major caller
  * with a few rows, whose slivers of A are each read by one or two steps.  Not a
  * wider C: its steps re-read each sliver one after another anyway, and C, read and
  * written once a slice, is as wide as they are (f32 256^3 in place ran 0.86x in
- * slices of 32 on Zen 1).  Not a copied A (rows along K, no walk across columns),
- * not a lone step (no neighbour re-reads its lines; the entries call it
- * themselves), not an SME2 plan (its executor walks its own steps).  Decided from
- * the shape and the steps alone, never from where the operands lie, so the bits of
- * a product do not depend on its addresses. */
+ * slices of 32 on Zen 1); but up to 16 columns where A comes from memory, whose
+ * walk over all of K is as many streams as K is deep (below).  Not a copied A
+ * (rows along K, no walk across columns), not a lone step (no neighbour re-reads
+ * its lines; the entries call it themselves), not an SME2 plan (its executor walks
+ * its own steps).  Decided from the shape and the steps alone, never from where
+ * the operands lie, so the bits of a product do not depend on its addresses. */
 static void slice_place_walks(at_plan *p, int dtype)
 {
+    int from_memory = a_from_memory(p, dtype);
     if (p->info.path != 0 || p->copy_a || p->ta || p->streaming || p->nsteps < 2 ||
-        p->N > AT_PLACE_SLICE_MAX_N)
+        p->N > (from_memory ? AT_PLACE_STREAM_MAX_N : AT_PLACE_SLICE_MAX_N))
         return;
     int tallest = 1;
     for (int64_t s = 0; s < p->nsteps; s++)
         if (p->steps[s].mb > tallest) tallest = p->steps[s].mb;
-    p->place_kc = at__place_k_slice(p->K, tallest, (int)p->N, p->lda, dtype == AT_F32 ? 4 : 8);
+    p->place_kc = at__place_k_slice(p->K, tallest, (int)p->N, p->lda, dtype == AT_F32 ? 4 : 8,
+                                    from_memory);
     p->info.blk_k = p->place_kc;
 }
 
@@ -591,6 +603,16 @@ static int choose_copy_a(at_plan *p, int dtype, at_nopack *kept)
     return AT_OK;
 }
 
+/* Whether the library has SME2 kernels of dtype: their executor walks its own steps
+ * and takes no K slices, and nothing has timed their in-place plans against packed
+ * ones where A comes from memory (takes_packed_path). */
+static int has_sme2_kernels(int dtype)
+{
+    for (int i = 0; i < at_kernel_table_count; i++)
+        if (at_kernel_table[i].kernel.fn_s && at_kernel_table[i].kernel.dtype == dtype) return 1;
+    return 0;
+}
+
 /* Whether the column-major problem of p takes the packed path.  Without a
  * kernel of its own transposition it must: the panels are packed into the form
  * of the kernels there are.  Otherwise from pack_flops on, the crossover the
@@ -614,6 +636,15 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
      * on Zen 1 it packed fp64 x @ W past 152^3 flops, 2x2048 @ 2048x2048 at 0.74x and
      * 1x4096 @ 4096x1024 at 0.36x numpy's speed. */
     if (!p->ta && p->N <= AT_PLACE_SLICE_MAX_N) return 0;
+    /* Nor up to 16 columns over an A from memory: a packed block of it serves one
+     * panel of B and is copied through the caches for it, where in place each slice
+     * of A is read once, in short slices (fp64 one thread, Zen 1, packed / in place,
+     * GFLOPS: 1024x16x1024 12.8 / 15.2, 1500x12x1500 10.9 / 14.4, 4000x16x700 12.2 /
+     * 15.6; f32 1448x12x1448 12.3 / 32.7).  Wider, a cached C's traffic grows and
+     * in place won only at some strides (fp64 1024x32x1024 17.5 against 16.0 packed,
+     * 1500x32x1500 14.1 against 15.5). */
+    if (!p->ta && p->N <= AT_PLACE_STREAM_MAX_N && a_from_memory(p, dtype) && !has_sme2_kernels(dtype))
+        return 0;
     double cross = at__tp->pack_flops[dtype], a = (double)p->M * (double)p->K;
     /* In place, op(A) = A^T meets B as dot products along K (the tn kernels), the
      * slowest way to read a large A: measured on a 2-vCPU Zen 5, f32 one thread,
