@@ -51,13 +51,15 @@ THREAD_SIDES: tuple[int, ...] = (16, 24, 32, 48, 64, 96, 128, 180, 256)
 #: The packing threshold each transposition the sweeps time sets (the others pack with nn's).
 PACK_PARAMS: Mapping[str, str] = {"nn": "pack_flops", "tn": "pack_flops_tn"}
 #: The M x STREAM_N x M products the streaming sweep climbs (place_stream_bytes): an A
-#: of 1 MiB to 128 MiB, two sizes per doubling of its bytes, past the last-level cache
-#: of a current core's share.
+#: of 1 MiB to 64 MiB, two sizes per doubling of its bytes, past the last-level cache
+#: of a current core's share (a larger one stores the threshold past the last size).
 STREAM_SIDES: Mapping[str, tuple[int, ...]] = {
-    "f32": (512, 724, 1024, 1448, 2048, 2896, 4096, 5792),
-    "f64": (362, 512, 724, 1024, 1448, 2048, 2896, 4096),
+    "f32": (512, 724, 1024, 1448, 2048, 2896, 4096),
+    "f64": (362, 512, 724, 1024, 1448, 2048, 2896),
 }
 STREAM_N = 4
+#: The widest C that stays in place where A comes from memory (plan.c, AT_PLACE_STREAM_MAX_N).
+STREAM_WIDEST = 16
 
 
 def param_value(shape: str, dtype: str, flops: float) -> float:
@@ -425,9 +427,9 @@ def wait_for_quiet(max_wait_s: float = QUIET_WAIT_S, load: Callable[[], float | 
 
 def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
                  against: Iterable[PlannerParams] = ()) -> tuple[SuiteShape, ...]:
-    """Squares (M x 4 x M for the streaming threshold) between each measured threshold
-    and the model's, and the value each set ``against`` has for it (a tuned set's),
-    for the held-out check.
+    """Squares (M x 4 x M and M x 16 x M for the streaming threshold) between each
+    measured threshold and the model's, and the value each set ``against`` has for
+    it (a tuned set's), for the held-out check.
 
     Where the two thresholds are far apart, the held-out shapes may have none
     between them, and the check cannot tell one value from the other: an install
@@ -449,9 +451,11 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
             if high < 1.1 * low:
                 continue
             middle = round(math.sqrt(low * high))
+            # The streaming threshold decides the slices of 4 columns and the path of 16.
+            widths = (STREAM_N, STREAM_WIDEST) if c.shape == "stream" else (middle,)
             for threads in ((1, 0) if packing or c.shape == "stream" else (0,)):
-                n = STREAM_N if c.shape == "stream" else middle
-                shapes[SuiteShape("probe", c.dtype, packing or "nn", middle, n, middle, threads=threads)] = None
+                for n in widths:
+                    shapes[SuiteShape("probe", c.dtype, packing or "nn", middle, n, middle, threads=threads)] = None
     return tuple(s for s in shapes if s.flops <= max_flops)
 
 

@@ -283,6 +283,8 @@ def test_sme2_library_is_right_on_every_arm_cpu(built):
         if svl in sets:
             assert one["cpu_check"] == 0 and one["usable"] == sets[svl], (cpu, one)
             assert one["svl_used"] == svl and one["streamed"] > 0, (cpu, one)
+            # An A from memory keeps 16 columns in place only where no SME2 kernel may run them.
+            assert one["wide_path"] == 1, (cpu, one)
         else:
             assert one["cpu_check"] == -4 and one["usable"] == 0, (cpu, one)
             assert one["streamed"] == 0, (cpu, one)

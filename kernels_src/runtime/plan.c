@@ -603,13 +603,14 @@ static int choose_copy_a(at_plan *p, int dtype, at_nopack *kept)
     return AT_OK;
 }
 
-/* Whether the library has SME2 kernels of dtype: their executor walks its own steps
- * and takes no K slices, and nothing has timed their in-place plans against packed
- * ones where A comes from memory (takes_packed_path). */
+/* Whether plans of dtype may use SME2 kernels on this CPU: their executor walks its
+ * own steps and takes no K slices, and nothing has timed their in-place plans against
+ * packed ones where A comes from memory (takes_packed_path). */
 static int has_sme2_kernels(int dtype)
 {
     for (int i = 0; i < at_kernel_table_count; i++)
-        if (at_kernel_table[i].kernel.fn_s && at_kernel_table[i].kernel.dtype == dtype) return 1;
+        if (at_kernel_table[i].kernel.fn_s && at_kernel_table[i].kernel.dtype == dtype && at__kernel_usable(i))
+            return 1;
     return 0;
 }
 

@@ -348,9 +348,25 @@ static int one(void)
         }
     free(calls);
     free(elements);
+    /* The path of 2048 x 16 x 2048 where every product past nothing packs and every A
+     * counts as coming from memory: read in place, unless SME2 kernels may run it
+     * (plan.c, takes_packed_path). */
+    int wide_path = -1;
+    at_tune_params params;
+    if (at_params_get(&params) == AT_OK) {
+        params.pack_flops[AT_F32] = 0;
+        params.place_stream_bytes[AT_F32] = 0;
+        at_plan *wide = at_params_set(&params) == AT_OK ?
+            at_plan_create_ex(AT_F32, AT_COL_MAJOR, 0, 0, 2048, 16, 2048, 2048, 2048, 2048, 1) : NULL;
+        at_plan_info wide_info;
+        if (wide && at_plan_get_info(wide, &wide_info) == AT_OK) wide_path = wide_info.path;
+        at_plan_destroy(wide);
+        at_params_set(NULL);
+    }
     printf("{\"event\":\"one\",\"rc\":%d,\"wrong\":%d,\"usable\":%d,\"kernels\":%d,"
-           "\"cpu_check\":%d,\"streamed\":%lld,\"svl_used\":%d,\"error\":\"%s\"}\n",
-           rc, wrong, usable, total, check, (long long)streamed, svl_used, check ? at_last_error() : "");
+           "\"cpu_check\":%d,\"streamed\":%lld,\"svl_used\":%d,\"wide_path\":%d,\"error\":\"%s\"}\n",
+           rc, wrong, usable, total, check, (long long)streamed, svl_used, wide_path,
+           check ? at_last_error() : "");
     at_plan_destroy(plan);
     return 0;
 }
