@@ -157,12 +157,13 @@ class Crossover:
     #: ``flops`` is 2 side^3 either way, the sweep's scale for :func:`crossing`; the
     #: parameter itself may count otherwise (:attr:`value`).
     shape: str = "square"
-    #: The parameter's value as stored, where it counts otherwise than ``flops``.
+    #: The parameter's value as stored (None in records older than it).
     threshold: float | None = None
 
     @property
     def value(self) -> float:
-        """The threshold as its parameter counts it (:func:`param_value`)."""
+        """The threshold as its parameter counts it (:func:`param_value` of ``flops`` in
+        records without one)."""
         return self.threshold if self.threshold is not None else param_value(self.shape, self.dtype, self.flops)
 
     @property
@@ -459,15 +460,6 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
     return tuple(s for s in shapes if s.flops <= max_flops)
 
 
-def _threshold(spec: SweepSpec, flops: float, model_flops: float, model_value: float) -> float | None:
-    """The parameter's value for a threshold that counts otherwise than in flops (the
-    model's own where the sweep kept it, which the round trip through the sweep's
-    scale would not give back exactly); None for one in flops."""
-    if spec.shape in ("square", "gemv"):
-        return None
-    return model_value if flops == model_flops else float(f"{param_value(spec.shape, spec.dtype, flops):.4g}")
-
-
 def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequence[SweepSpec],
                        advance: Callable[[], None] = lambda: None, busy: bool = False,
                        effort: Effort = FULL, meter: Callable[[], Callable[[], float | None]] | None = None
@@ -492,14 +484,13 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
     """
     found: list[Crossover] = []
     for spec in specs:
+        # The sweep's scale is 2 side^3; the parameter keeps its own unit, and the model's
+        # exact value where the sweep keeps it (the round trip need not give it back).
         model_value = float(params.get(spec.dtype, spec.param))
         model = sweep_flops(spec.shape, spec.dtype, model_value)
-
-        def unit(flops: float) -> float | None:
-            return _threshold(spec, flops, model, model_value)
         if busy:
             found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy",
-                                   shape=spec.shape, threshold=unit(model)))
+                                   shape=spec.shape, threshold=model_value))
             continue
         other = None
         for _ in range(2):
@@ -511,12 +502,16 @@ def measure_crossovers(runner: SuiteRunner, params: PlannerParams, specs: Sequen
         loaded = None if other is None else round(other, 2)
         if loaded is not None and other >= BUSY_LOAD:
             found.append(Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, model, "busy", points,
-                                   loaded, spec.shape, unit(model)))
+                                   loaded, spec.shape, model_value))
             continue
         flops, source = crossing(points, prior=model)
-        flops = model if flops is None or flops == model else float(f"{flops:.4g}")
+        if flops is None or flops == model:
+            flops, value = model, model_value
+        else:
+            flops = float(f"{flops:.4g}")
+            value = float(f"{param_value(spec.shape, spec.dtype, flops):.4g}")
         crossover = Crossover(spec.param, spec.dtype, spec.base, spec.alt, model, flops, source, points,
-                              loaded, spec.shape, unit(flops))
+                              loaded, spec.shape, value)
         params = params.with_values(spec.dtype, {spec.param: crossover.value})
         found.append(crossover)
     runner.set_params(params)

@@ -208,7 +208,9 @@ def size_label(crossover: Mapping[str, Any], side: float) -> str:
     if shape == "gemv":
         return f"1 x {side:.0f} x {side:.0f}"
     if shape == "stream":
-        mib = side * side * (4 if crossover.get("dtype") == "f32" else 8) / 2**20
+        from .models import BPE
+
+        mib = side * side * BPE.get(str(crossover.get("dtype")), 8) / 2**20
         return f"{side:.0f} x 4 x {side:.0f} (A {mib:.1f} MiB)"
     return f"{side:.0f}^3"
 

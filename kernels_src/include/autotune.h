@@ -157,9 +157,9 @@ typedef struct {
     int32_t place_kernel_nt[2]; /* that dtype and transposition; 0: the fastest by the table. */
     int32_t place_kernel_tn[2]; /* Taken from K = 64 up to 2 x 128^3 flops, where the install */
     int32_t place_kernel_tt[2]; /* timed it; other products tile by the kernels' figures */
-    double place_stream_bytes[2]; /* bytes of an A read in place from which a walk of a few
-                                     columns of C takes K in short slices: past the last-level
-                                     cache, A streams from memory (measured at install) */
+    double place_stream_bytes[2]; /* bytes of an A read in place from which it comes from
+                                     memory, not the last-level cache: up to 16 columns of C
+                                     stay in place and walk K in short slices (measured at install) */
 } at_tune_params;
 
 /* The parameters plans are made with now (the library's table unless replaced). */
