@@ -71,6 +71,15 @@ def expected_slice(p: plans.Plan, streams: bool = False) -> int:
     return slice_k if p.K >= MIN_SLICES * slice_k else 0
 
 
+def expected_prefetch(p: plans.Plan, streams: bool) -> int:
+    """docs/runtime.md's rule: a sliced walk over an A from memory most of whose steps
+    read whole lines of each column prefetches two lines below each band."""
+    assert p.step_count == len(p.steps), "the rule counts every step"
+    bpe = 4 if p.dtype == "f32" else 8
+    whole_lines = sum(s.mb * bpe % LINE == 0 for s in p.steps)
+    return 2 * LINE // bpe if streams and expected_slice(p, True) and 2 * whole_lines > len(p.steps) else 0
+
+
 @pytest.mark.parametrize("dtype,M,N,K,lda,trans", [
     ("f32", 1024, 1, 1024, 1024, "nn"),  # a page a column: slices of 8
     ("f32", 256, 1, 256, 256, "nn"),     # 1 KiB a column, a few sets
@@ -103,13 +112,15 @@ def test_which_plans_walk_k_in_slices(dtype, M, N, K, lda, trans):
 ])
 def test_an_a_that_streams_from_memory_is_walked_in_short_slices(lib, dtype, M, N, K, lda, trans):
     bpe = 4 if dtype == "f32" else 8
-    kwargs = dict(lda=lda if trans[0] == "n" else K, threads=1, max_steps=1)
+    kwargs = dict(lda=lda if trans[0] == "n" else K, threads=1)
     stream_from(lib, M * K * bpe + 1)  # one byte more than this A: cached
     cached = plans.plan(M, N, K, dtype, trans, **kwargs)
     assert cached.blocks[2] == expected_slice(cached)
+    assert cached.prefetch_rows == 0
     stream_from(lib, M * K * bpe)  # A of exactly the threshold's bytes streams
     streams = plans.plan(M, N, K, dtype, trans, **kwargs)
     assert streams.blocks[2] == expected_slice(streams, streams=True)
+    assert streams.prefetch_rows == expected_prefetch(streams, streams=True)
     if expected_slice(cached) and streams.blocks[2]:
         assert streams.blocks[2] < cached.blocks[2]
 
@@ -126,7 +137,7 @@ SLICED = [(1024, 1, 1024), (257, 1, 2100), (1003, 2, 1500), (300, 4, 2000), (129
 
 
 #: Sliced only where A streams from memory: 9 to 16 columns of C.
-STREAM_SLICED = [(300, 12, 2000), (129, 16, 700), (1001, 9, 130)]
+STREAM_SLICED = [(300, 12, 2000), (129, 16, 700), (1001, 9, 130), (70001, 16, 130)]  # the last in chunks
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
@@ -151,6 +162,16 @@ def test_sliced_products_are_right(lib, dtype, M, N, K, streams):
                        lda=M + pad, threads=1, max_steps=1)
         sliced += p.blocks[2] > 0
     assert sliced, "no case of this shape walked K in slices: it tests nothing here"
+
+
+def test_some_walk_over_an_a_from_memory_prefetches_its_lines(lib):
+    # The products above run the prefetching walk only if one of their plans takes it.
+    stream_from(lib, 0.0)
+    prefetching = [(dtype, M, N, K) for dtype in ("f32", "f64") for M, N, K in SLICED + STREAM_SLICED
+                   if plans.plan(M, N, K, dtype, threads=1, max_steps=1).prefetch_rows]
+    assert prefetching, "no streaming walk of the products above prefetches: the path goes untested"
+    dtype, M, N, K = prefetching[0]
+    assert "A's lines prefetched" in plans.explain(plans.plan(M, N, K, dtype, threads=1))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])

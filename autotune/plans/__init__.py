@@ -73,6 +73,9 @@ class Plan:
     steps: tuple[Step, ...]       # the first STEP_LIMIT steps (all of them below that)
     nsteps: int = -1              # every step of the plan; -1: len(steps)
     a_copied: bool = False        # small path: op(A) read from a copy in rows along K
+    # small path, K in slices over an A from memory: how many rows below a band of
+    # whole-line slivers the walk prefetches A before the band starts (0: none)
+    prefetch_rows: int = 0
     usage: tuple[tuple[str, int, int], ...] = ()  # (kernel, calls, elements of C) of every step
 
     def to_dict(self) -> dict:
@@ -216,7 +219,7 @@ def plan(
         path="packed" if info.path == 1 else "small", threads=info.threads,
         kernel_trans=_TRANS[info.kernel_trans], blocks=(info.blk_m, info.blk_n, info.blk_k),
         predicted_seconds=info.predicted_seconds, memops=info.memops, steps=tuple(steps),
-        nsteps=total, usage=usage, a_copied=bool(info.a_copied),
+        nsteps=total, usage=usage, a_copied=bool(info.a_copied), prefetch_rows=info.prefetch_rows,
     )
 
 
@@ -243,8 +246,9 @@ def explain(p: Plan) -> str:
             f"{p.kernel_trans} kernels)" if p.path == "packed" else
             f" (A copied into rows along K for the {p.kernel_trans} kernels, B read in place)"
             if p.a_copied else " (A and B read in place" + (
-                f", K walked in slices of {p.blocks[2]}, every step in turn per slice)"
-                if p.blocks[2] else ")")),
+                f", K walked in slices of {p.blocks[2]}, every step in turn per slice"
+                + (f", A's lines prefetched {p.prefetch_rows} rows ahead" if p.prefetch_rows else "")
+                + ")" if p.blocks[2] else ")")),
         f"threads: {p.threads}   steps: {p.step_count}",
         f"predicted: {p.predicted_seconds * 1e6:.2f} us ({p.predicted_gflops:.1f} GFLOPS)   "
         f"memops: {p.memops:.0f} elements (sum(mb+nb)*K + 2MN)",

@@ -51,6 +51,7 @@ class at_plan_info(ctypes.Structure):
         ("path", c_int32), ("threads", c_int32), ("kernel_trans", c_int32), ("a_copied", c_int32),
         ("nsteps", c_int64), ("blk_m", c_int64), ("blk_n", c_int64), ("blk_k", c_int64),
         ("predicted_seconds", ctypes.c_double), ("memops", ctypes.c_double),
+        ("prefetch_rows", c_int64),
     ]
 
 

@@ -60,6 +60,8 @@ typedef struct {
                           * each step walks at a time, every step in turn (0: all of K) */
     double predicted_seconds;
     double memops;       /* elements moved to registers: sum(mb + nb) * K + 2 M N */
+    int64_t prefetch_rows; /* no-pack path over an A from memory: how many rows below a
+                          * band of whole-line slivers the walk prefetches A (0: none) */
 } at_plan_info;
 
 typedef struct {

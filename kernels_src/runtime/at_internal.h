@@ -10,6 +10,9 @@
 #include "at_table.h"
 
 #define AT_MAX_THREADS 256
+/* The cache line cost.c's L1 model and the executor's prefetches assume: every x86
+ * core's and most Arm cores' (Apple's are 128 bytes). */
+#define AT_L1_LINE 64
 
 /* Everything below is the library's own: hidden, so calls between its units
  * are direct instead of through the PLT (a few ns each on a 2x2x2 call). */
@@ -49,6 +52,9 @@ struct at_plan {
     /* No-pack path: the depth each step walks at a time, every step in turn per
      * slice (plan.c, slice_place_walks); 0: all of K in one call. */
     int64_t place_kc;
+    /* No-pack path, sliced, A from memory: rows below a band of whole-line slivers
+     * whose lines the walk prefetches before the band's first step (0: none). */
+    int64_t place_prefetch;
     int64_t nblocks;
     at_block *blocks;          /* grouped by thread, then by column panel */
     int32_t ntilings;

@@ -71,6 +71,9 @@ static inline double at__pack_seconds(int dtype)
  * the widest where A streams from memory (place_stream_bytes). */
 #define AT_PLACE_SLICE_MAX_N 8
 #define AT_PLACE_STREAM_MAX_N 16
+/* Lines below a band of whole-line slivers that a walk over an A from memory
+ * prefetches (plan.c, slice_place_walks). */
+#define AT_PLACE_PREFETCH_LINES 2
 int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe, int from_memory);
 
 /* cover.c */

@@ -204,8 +204,8 @@ static int edge_loops(int h, int w)
  * spreads over all sets.  Measured on Zen 5 (one thread, per line of a walk
  * spanning S sets): 1.14 ns at S = 2 (8x1), 0.77 at 4, 0.62 at 6, 0.56 at 8
  * (32x1), fitted by AT_CONFLICT_BASE + AT_CONFLICT_SET / S.  Taller kernels
- * span more sets, so the term favours them exactly where it should. */
-#define AT_L1_LINE 64
+ * span more sets, so the term favours them exactly where it should.  The line:
+ * AT_L1_LINE (at_internal.h). */
 /* 64 sets of 64-byte lines: every x86 L1D since Sandy Bridge and Zen (32-48 KiB,
  * 8-12 ways); Arm cores with 64 KiB 4-way L1s have more sets, so this errs on the
  * side of predicting conflicts they do not have only for strides that alias here. */

@@ -53,9 +53,27 @@ static inline __attribute__((always_inline)) void AT_FN(run_place)(const at_plan
     }
     for (int64_t k0 = 0; k0 < K; k0 += kc) {
         int64_t kb = K - k0 < kc ? K - k0 : kc;
-        const AT_T *b = p->tb ? B + k0 * p->ldb : B + k0;
-        AT_FN(run_steps)(p->steps, s0, s1, kb, A + k0 * p->lda, p->lda, 0, b, p->ldb, p->tb, C,
-                         p->ldc, alpha, k0 ? (AT_T)1 : beta);
+        const AT_T *a = A + k0 * p->lda, *b = p->tb ? B + k0 * p->ldb : B + k0;
+        AT_T beta_k = k0 ? (AT_T)1 : beta;
+        if (!p->place_prefetch) {
+            AT_FN(run_steps)(p->steps, s0, s1, kb, a, p->lda, 0, b, p->ldb, p->tb, C, p->ldc,
+                             alpha, beta_k);
+            continue;
+        }
+        /* A from memory: before a band of whole-line slivers starts, the lines
+         * place_prefetch rows below it, a slice's columns each (plan.c,
+         * slice_place_walks). */
+        for (int64_t s = s0; s < s1; s++) {
+            const at_step *x = &p->steps[s];
+            if ((s == s0 || x->i0 != p->steps[s - 1].i0) && x->mb * sizeof(AT_T) % AT_L1_LINE == 0) {
+                int64_t r0 = x->i0 + p->place_prefetch, r1 = r0 + x->mb;
+                if (r1 > p->M) r1 = p->M;
+                for (int64_t r = r0; r < r1; r += AT_L1_LINE / (int64_t)sizeof(AT_T))
+                    for (int64_t k = 0; k < kb; k++) __builtin_prefetch(a + r + k * p->lda, 0, 3);
+            }
+            AT_FN(run_steps)(p->steps, s, s + 1, kb, a, p->lda, 0, b, p->ldb, p->tb, C, p->ldc,
+                             alpha, beta_k);
+        }
     }
 }
 

@@ -251,19 +251,35 @@ static int a_from_memory(const at_plan *p, int dtype)
  * (rows along K, no walk across columns), not a lone step (no neighbour re-reads
  * its lines; the entries call it themselves), not an SME2 plan (its executor walks
  * its own steps).  Decided from the shape and the steps alone, never from where
- * the operands lie, so the bits of a product do not depend on its addresses. */
+ * the operands lie, so the bits of a product do not depend on its addresses.
+ *
+ * Where A comes from memory and most steps' slivers are whole lines (an f32 16-row
+ * or fp64 8-row kernel), the walk also prefetches the lines two lines below
+ * each band of such slivers before the band's first step.  That walk reads one line
+ * of each of a slice's columns a band, and the hardware prefetchers fall behind:
+ * Zen 1, one thread, GFLOPS without / with: f32 2000x16x2000 26.2 / 33.5,
+ * 2048x16x2048 25.3 / 30.7, 2000x5x2000 20.7 / 28.5, 2000x11x2000 28.2 / 32.0; fp64
+ * 2000x5x2000 11.1 / 14.7, 1500x5x1500 11.9 / 14.5; with A 16 bytes past a line
+ * 1.15-1.42x.  Not slivers of a line and a half (f32 24 rows, fp64 12), whose lines
+ * the prefetchers follow (fp64 1024x4x1024 0.90x, f32 2000x9x2000 0.95x, the
+ * search for bands included), nor an A in cache (f32 700x5x1400 0.85x, fp64
+ * 512x5x512 0.93x).  A prefetch changes no result. */
 static void slice_place_walks(at_plan *p, int dtype)
 {
-    int from_memory = a_from_memory(p, dtype);
+    int from_memory = a_from_memory(p, dtype), bpe = dtype == AT_F32 ? 4 : 8;
     if (p->info.path != 0 || p->copy_a || p->ta || p->streaming || p->nsteps < 2 ||
         p->N > (from_memory ? AT_PLACE_STREAM_MAX_N : AT_PLACE_SLICE_MAX_N))
         return;
     int tallest = 1;
-    for (int64_t s = 0; s < p->nsteps; s++)
+    int64_t whole_lines = 0;
+    for (int64_t s = 0; s < p->nsteps; s++) {
         if (p->steps[s].mb > tallest) tallest = p->steps[s].mb;
-    p->place_kc = at__place_k_slice(p->K, tallest, (int)p->N, p->lda, dtype == AT_F32 ? 4 : 8,
-                                    from_memory);
+        whole_lines += p->steps[s].mb * bpe % AT_L1_LINE == 0;
+    }
+    p->place_kc = at__place_k_slice(p->K, tallest, (int)p->N, p->lda, bpe, from_memory);
     p->info.blk_k = p->place_kc;
+    if (p->place_kc && from_memory && 2 * whole_lines > p->nsteps)
+        p->place_prefetch = p->info.prefetch_rows = AT_PLACE_PREFETCH_LINES * AT_L1_LINE / bpe;
 }
 
 /* `pre`: the tiling choose_vector_flags already made for the plan's own flags
@@ -747,6 +763,7 @@ static int build_chunks(at_plan *p, int threads, int64_t cm, int64_t cn, const a
     in->blk_m = main->info.blk_m;
     in->blk_n = main->info.blk_n;
     in->blk_k = main->info.blk_k;
+    in->prefetch_rows = main->info.prefetch_rows;
     p->ktrans_a = main->ktrans_a;
     p->ktrans_b = main->ktrans_b;
     return AT_OK;
