@@ -52,16 +52,17 @@ def stream_from(lib, nbytes: float) -> None:
 
 
 def expected_slice(p: plans.Plan, streams: bool = False) -> int:
-    """docs/runtime.md's rule: at most 8 columns of C over an untransposed A (16 where
-    A streams from memory), K at least four slices long.  An A that streams: slices
-    of 8, or 16 for more than 4 columns of C.  Otherwise a slice as deep as one
+    """docs/runtime.md's rule: at most 8 columns of C over an untransposed A (any
+    number where A streams from memory), K at least four slices long.  An A that
+    streams: slices of 8, 16 for more than 4 columns of C, and 128 bytes of a row of A
+    for more than 16.  Otherwise a slice as deep as one
     step's walk fits the L1 sets it falls in, and at least 8 steps of K per column of C."""
-    if p.path != "small" or p.a_copied or p.trans[0] == "t" or p.step_count < 2 or p.N > (16 if streams else 8):
+    if p.path != "small" or p.a_copied or p.trans[0] == "t" or p.step_count < 2 or (p.N > 8 and not streams):
         return 0
-    if streams:
-        slice_k = STEP * (2 if p.N > 4 else 1)
-        return slice_k if p.K >= MIN_SLICES * slice_k else 0
     bpe = 4 if p.dtype == "f32" else 8
+    if streams:
+        slice_k = 128 // bpe if p.N > 16 else STEP * (2 if p.N > 4 else 1)
+        return slice_k if p.K >= MIN_SLICES * slice_k else 0
     lines = math.ceil(max(s.mb for s in p.steps) * bpe / LINE) + 1
     sets = SETS
     if (p.lda * bpe) % LINE == 0:
@@ -108,7 +109,8 @@ def test_which_plans_walk_k_in_slices(dtype, M, N, K, lda, trans):
     ("f32", 2048, 4, 2048, 2048, "tn"),  # A read along K: all of K
     ("f64", 2048, 9, 2048, 2048, "nn"),  # more than 8 columns of C: all of K unless A streams
     ("f32", 1500, 16, 1500, 1500, "nn"),
-    ("f64", 2048, 17, 2048, 2048, "nn"),  # more than 16: all of K
+    ("f64", 2048, 17, 2048, 2048, "nn"),  # more than 16: 128 bytes of each row a slice
+    ("f32", 1500, 64, 1500, 1500, "nn"),
 ])
 def test_an_a_that_streams_from_memory_is_walked_in_short_slices(lib, dtype, M, N, K, lda, trans):
     bpe = 4 if dtype == "f32" else 8
@@ -136,8 +138,9 @@ def test_a_page_a_column_slices_by_columns_of_c_whatever_the_kernels():
 SLICED = [(1024, 1, 1024), (257, 1, 2100), (1003, 2, 1500), (300, 4, 2000), (129, 3, 3000), (100, 8, 4000)]
 
 
-#: Sliced only where A streams from memory: 9 to 16 columns of C.
-STREAM_SLICED = [(300, 12, 2000), (129, 16, 700), (1001, 9, 130), (70001, 16, 130)]  # the last in chunks
+#: Sliced only where A streams from memory: more than 8 columns of C.
+STREAM_SLICED = [(300, 12, 2000), (129, 16, 700), (1001, 9, 130), (257, 33, 600),
+                 (70001, 16, 130)]  # the last in chunks
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])

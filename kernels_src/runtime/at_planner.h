@@ -67,8 +67,9 @@ static inline double at__pack_seconds(int dtype)
  * A outgrows the last-level cache between calls (place_stream_bytes).
  * A multiple of AT_PLACE_SLICE_STEP. */
 #define AT_PLACE_SLICE_STEP 8
-/* The widest C whose no-pack plan walks K in slices (plan.c, slice_place_walks), and
- * the widest where A streams from memory (place_stream_bytes). */
+/* The widest C whose no-pack plan over a cached A walks K in slices (plan.c,
+ * slice_place_walks; over an A from memory, place_stream_bytes, every one does), and
+ * the widest that stays in place over an A from memory (takes_packed_path). */
 #define AT_PLACE_SLICE_MAX_N 8
 #define AT_PLACE_STREAM_MAX_N 16
 /* Lines below a band of whole-line slivers that a walk over an A from memory

@@ -274,9 +274,12 @@ int64_t at__place_k_slice(int64_t K, int mr, int nr, int64_t lda, int bpe, int f
      * 9.8 / 5.1 / 5.8, 1500x4x1500 10.5 / 4.9 / 4.4, 996x4x2000 10.1 / 6.3 / 4.5,
      * at any stride.  Software prefetch did not rescue the deeper slices (32: 5.2
      * at best).  Past 4 columns, C's traffic a slice takes 16: 1500x8x1500 12.0
-     * in 8, 12.4 in 16; 1500x16x1500 12.8 and 13.5 (8 at N = 4: 10.5, 16: 8.8). */
+     * in 8, 12.4 in 16; 1500x16x1500 12.8 and 13.5 (8 at N = 4: 10.5, 16: 8.8).
+     * Past 16, 128 bytes of each row of A: f32 1500 x N x 1500, N = 20, 32, 48, in
+     * 16 / 32: 25.7 / 28.6, 24.9 / 28.6, 27.0 / 30.0; fp64 in 16 / 32: 13.2 / 11.6,
+     * 13.0 / 12.0. */
     if (from_memory) {
-        int64_t slice = AT_PLACE_SLICE_STEP * (nr > 4 ? 2 : 1);
+        int64_t slice = nr > 16 ? 128 / bpe : AT_PLACE_SLICE_STEP * (nr > 4 ? 2 : 1);
         return K >= AT_PLACE_MIN_SLICES * slice ? slice : 0;
     }
     int64_t lines = ((int64_t)mr * bpe + AT_L1_LINE - 1) / AT_L1_LINE + 1; /* one shared */

@@ -246,8 +246,11 @@ static int a_from_memory(const at_plan *p, int dtype)
  * with a few rows, whose slivers of A are each read by one or two steps.  Not a
  * wider C: its steps re-read each sliver one after another anyway, and C, read and
  * written once a slice, is as wide as they are (f32 256^3 in place ran 0.86x in
- * slices of 32 on Zen 1); but up to 16 columns where A comes from memory, whose
- * walk over all of K is as many streams as K is deep (below).  Not a copied A
+ * slices of 32 on Zen 1); but any width where A comes from memory, whose walk over
+ * all of K is as many streams as K is deep (cost.c): up to 16 columns stay in place
+ * there (takes_packed_path), and wider ones below the packing crossover (Zen 1, one
+ * thread, GFLOPS over all of K / in slices: f32 1500x32x1500 12.2 / 28.8, 1500x96x1500
+ * 12.7 / 30.8; fp64 1024x64x1024 5.9 / 13.9).  Not a copied A
  * (rows along K, no walk across columns), not a lone step (no neighbour re-reads
  * its lines; the entries call it themselves), not an SME2 plan (its executor walks
  * its own steps).  Decided from the shape and the steps alone, never from where
@@ -268,7 +271,7 @@ static void slice_place_walks(at_plan *p, int dtype)
 {
     int from_memory = a_from_memory(p, dtype), bpe = dtype == AT_F32 ? 4 : 8;
     if (p->info.path != 0 || p->copy_a || p->ta || p->streaming || p->nsteps < 2 ||
-        p->N > (from_memory ? AT_PLACE_STREAM_MAX_N : AT_PLACE_SLICE_MAX_N))
+        (!from_memory && p->N > AT_PLACE_SLICE_MAX_N))
         return;
     int tallest = 1;
     int64_t whole_lines = 0;
