@@ -36,14 +36,16 @@ import pandas as pd
 from autotune.host import usable_cores
 from autotune.runtime.loader import LIBRARY_NAME
 
-from .harness import Config, Point, Shape, build_harness, run_peer
+from .harness import TRANSPOSITIONS, Config, Point, Shape, build_harness, run_peer
 from .peers import PINNING_VARIABLES, Peer, discover, pinned_in_environment, thread_env
 from .results import (Target, add_ratios, evaluate_targets, points_frame, python_frame, regime_means,
                       report_frame)
 
 SQUARE = (2, 3, 4, 5, 7, 8, 12, 13, 16, 24, 31, 32, 48, 64, 80, 96, 128, 256, 512, 1024)
+#: The last two: PyTorch's x @ W.T for a few rows of x (column-major tn, N the rows of x).
 IRREGULAR = tuple(Shape(*s) for s in ((35, 32, 64), (15, 15, 15), (13, 33, 23), (87, 93, 56), (1, 256, 256),
-                                      (256, 1, 256), (64, 3, 128), (17, 129, 33), (100, 10, 1000)))
+                                      (256, 1, 256), (64, 3, 128), (17, 129, 33), (100, 10, 1000),
+                                      (256, 4, 256, 1, "tn"), (1024, 16, 1024, 1, "tn")))
 BATCH = Shape(8, 8, 8, 10000)
 QUICK_SQUARE = (4, 8, 16, 32, 64, 128, 512)
 QUICK_IRREGULAR = (Shape(13, 33, 23), Shape(87, 93, 56), Shape(1, 256, 256))
@@ -300,10 +302,15 @@ def _thread_count(text: str) -> int:
 
 
 def _shape(text: str) -> Shape:
-    parts = text.split(",")
-    if len(parts) not in (3, 4) or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not M,N,K or M,N,K,BATCH (whole numbers, 1 or more)")
-    return Shape(*(int(p) for p in parts))
+    dims, _, trans = text.partition(":")
+    parts = dims.split(",")
+    if (len(parts) not in (3, 4) or not all(p.strip().isdigit() and int(p) > 0 for p in parts)
+            or trans not in ("", *TRANSPOSITIONS)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not M,N,K or M,N,K,BATCH (whole numbers, 1 or more), optionally followed by "
+            f":TRANS ({', '.join(TRANSPOSITIONS)})")
+    sizes = [int(p) for p in parts] + [1] * (4 - len(parts))
+    return Shape(*sizes, trans=trans or "nn")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -328,8 +335,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only this peer (openblas, blis, mkl, libxsmm, numpy; repeatable)")
     parser.add_argument("--no-c", action="store_true", help="skip the C level")
     parser.add_argument("--no-python", action="store_true", help="skip the Python level")
-    parser.add_argument("--shape", type=_shape, action="append", default=None, metavar="M,N,K[,BATCH]",
-                        help="measure these shapes instead of the standard list (repeatable)")
+    parser.add_argument("--shape", type=_shape, action="append", default=None, metavar="M,N,K[,BATCH][:TRANS]",
+                        help="measure these shapes instead of the standard list (repeatable); TRANS is "
+                             "nn (the default), nt, tn or tt, as BLAS names op(A) and op(B)")
     parser.add_argument("--out", type=Path, default=None,
                         help="directory for latest.csv/json (default $AUTOTUNE_HOME/benchmarks)")
     parser.add_argument("--no-save", action="store_true", help="do not write result files")

@@ -4,7 +4,7 @@
  * export the same cblas_sgemm never meet: the library is dlopen()ed with
  * RTLD_LOCAL and its entry points fetched with dlsym().  Interfaces:
  *
- *   cblas    cblas_sgemm / cblas_dgemm, column-major, no transposition
+ *   cblas    cblas_sgemm / cblas_dgemm, column-major
  *   plan     libautotune's at_plan_create_ex once, at_plan_execute per call
  *   xsmm     LIBXSMM 1.17: libxsmm_smmdispatch / libxsmm_dmmdispatch once, the kernel per call
  *   mkljit   MKL: mkl_jit_create_sgemm / _dgemm (mkl_cblas_jit_create_*) once, the JIT kernel per call
@@ -15,7 +15,8 @@
  *              [--cold N] [--flush-mb MB] SHAPE...
  * SHAPE is M,N,K or M,N,K,BATCH (BATCH independent products, one after another
  * in memory; the plan interface runs them with at_plan_execute_batch, the others
- * call their kernel BATCH times).
+ * call their kernel BATCH times), optionally followed by :nt, :tn or :tt, op(A)
+ * op(B) as BLAS names them (column-major; A stored K x M where transposed, B N x K).
  *
  * For every shape one JSON object is printed on its own line:
  *   {"shape":..., "status":"ok"|"unsupported"|..., "err":..., "best_s":..., ...}
@@ -38,7 +39,7 @@
 #include <time.h>
 
 enum { API_CBLAS, API_PLAN, API_XSMM, API_MKLJIT };
-enum { COL_MAJOR = 102, NO_TRANS = 111 };
+enum { COL_MAJOR = 102, NO_TRANS = 111, TRANS = 112 };
 
 typedef void (*cblas_s_fn)(int, int, int, int, int, int, float, const float *, int,
                            const float *, int, float, float *, int);
@@ -67,6 +68,7 @@ typedef void (*set_threads_fn)(int);
 
 typedef struct {
     int api, f64, M, N, K, batch;
+    int ta, tb, lda, ldb;     /* op(A) = A^T where ta; A is lda x (ta ? M : K) */
     size_t esize, sa, sb, sc; /* elements per item */
     char *A, *B, *C;          /* item 0; item b at + b * s * esize */
     void *fn;                 /* cblas entry, xsmm kernel, mkl kernel or at_plan_execute */
@@ -196,14 +198,16 @@ static void run_once(const problem *p) {
         char *bb = p->B + (size_t)b * p->sb * p->esize;
         char *c = p->C + (size_t)b * p->sc * p->esize;
         switch (p->api) {
-        case API_CBLAS:
+        case API_CBLAS: {
+            int ta = p->ta ? TRANS : NO_TRANS, tb = p->tb ? TRANS : NO_TRANS;
             if (p->f64)
-                ((cblas_d_fn)p->fn)(COL_MAJOR, NO_TRANS, NO_TRANS, M, N, K, 1.0, (double *)a, M,
-                                    (double *)bb, K, 0.0, (double *)c, M);
+                ((cblas_d_fn)p->fn)(COL_MAJOR, ta, tb, M, N, K, 1.0, (double *)a, p->lda,
+                                    (double *)bb, p->ldb, 0.0, (double *)c, M);
             else
-                ((cblas_s_fn)p->fn)(COL_MAJOR, NO_TRANS, NO_TRANS, M, N, K, 1.0f, (float *)a, M,
-                                    (float *)bb, K, 0.0f, (float *)c, M);
+                ((cblas_s_fn)p->fn)(COL_MAJOR, ta, tb, M, N, K, 1.0f, (float *)a, p->lda,
+                                    (float *)bb, p->ldb, 0.0f, (float *)c, M);
             break;
+        }
         case API_PLAN:
             ((at_exec_fn)p->fn)(p->handle, 1.0, a, bb, 0.0, c);
             break;
@@ -264,7 +268,8 @@ static double check(const problem *p) {
             for (int i = 0; i < p->M; i += step) {
                 double ref = 0.0, mag = 0.0;
                 for (int k = 0; k < p->K; ++k) {
-                    double x = at(p, a, (size_t)k * p->M + i), y = at(p, bb, (size_t)j * p->K + k);
+                    double x = at(p, a, p->ta ? (size_t)i * p->lda + k : (size_t)k * p->lda + i);
+                    double y = at(p, bb, p->tb ? (size_t)k * p->ldb + j : (size_t)j * p->ldb + k);
                     ref += x * y;
                     mag += fabs(x * y);
                 }
@@ -286,7 +291,7 @@ static void *need(void *lib, const char *name) {
 static void usage(void) {
     fprintf(stderr, "usage: bench_gemm --lib PATH --api cblas|plan|xsmm|mkljit --dtype f32|f64 "
                     "[--threads T] [--align 64|16] [--min-time S] [--repeats R] [--cold N] "
-                    "[--flush-mb MB] M,N,K[,BATCH]...\n");
+                    "[--flush-mb MB] M,N,K[,BATCH][:nt|:tn|:tt]...\n");
     exit(2);
 }
 
@@ -381,12 +386,21 @@ int main(int argc, char **argv) {
     for (int si = first_shape; si < argc; ++si) {
         problem p = {0};
         p.api = api; p.f64 = f64; p.batch = 1;
+        const char *trans = strchr(argv[si], ':');
+        if (trans) {
+            ++trans;
+            p.ta = trans[0] == 't';
+            p.tb = trans[0] && trans[1] == 't';
+        }
         if (sscanf(argv[si], "%d,%d,%d,%d", &p.M, &p.N, &p.K, &p.batch) < 3 || p.M < 1 ||
-            p.N < 1 || p.K < 1 || p.batch < 1) {
+            p.N < 1 || p.K < 1 || p.batch < 1 ||
+            (trans && (strlen(trans) != 2 || !strchr("nt", trans[0]) || !strchr("nt", trans[1])))) {
             printf("{\"shape\":\"%s\",\"status\":\"bad-shape\"}\n", argv[si]);
             continue;
         }
         p.esize = f64 ? 8 : 4;
+        p.lda = p.ta ? p.K : p.M;
+        p.ldb = p.tb ? p.N : p.K;
         p.sa = (size_t)p.M * p.K; p.sb = (size_t)p.K * p.N; p.sc = (size_t)p.M * p.N;
         size_t off = align == 64 ? 0 : 16; /* numpy's default: 16-byte but not 32-aligned */
         size_t bytes[3] = {p.sa * p.batch * p.esize, p.sb * p.batch * p.esize, p.sc * p.batch * p.esize};
@@ -404,26 +418,27 @@ int main(int argc, char **argv) {
         char detail[160] = "";
         p.fn = entry;
         p.fn_batch = entry_batch;
-        int zero_i = 0;
         if (api == API_PLAN) {
-            p.handle = ((at_create_fn)create)(f64, 0, 0, 0, p.M, p.N, p.K, p.M, p.K, p.M, threads);
+            p.handle = ((at_create_fn)create)(f64, 0, p.ta, p.tb, p.M, p.N, p.K, p.lda, p.ldb, p.M, threads);
             if (!p.handle) {
                 status = "plan-failed";
                 snprintf(detail, sizeof detail, "%s", at_error ? at_error() : "");
             }
         } else if (api == API_XSMM) {
-            int lda = p.M, ldb = p.K, ldc = p.M, prefetch = 0;
+            /* LIBXSMM 1.17's flags: 1 transposes A, 2 B; it declines what its JIT lacks. */
+            int lda = p.lda, ldb = p.ldb, ldc = p.M, prefetch = 0, flags = p.ta | p.tb << 1;
             if (f64) {
                 double alpha = 1.0, beta = 0.0;
-                p.fn = ((xsmm_d_dispatch_fn)create)(p.M, p.N, p.K, &lda, &ldb, &ldc, &alpha, &beta, &zero_i, &prefetch);
+                p.fn = ((xsmm_d_dispatch_fn)create)(p.M, p.N, p.K, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
             } else {
                 float alpha = 1.0f, beta = 0.0f;
-                p.fn = ((xsmm_s_dispatch_fn)create)(p.M, p.N, p.K, &lda, &ldb, &ldc, &alpha, &beta, &zero_i, &prefetch);
+                p.fn = ((xsmm_s_dispatch_fn)create)(p.M, p.N, p.K, &lda, &ldb, &ldc, &alpha, &beta, &flags, &prefetch);
             }
             if (!p.fn) status = "unsupported";
         } else if (api == API_MKLJIT) {
-            int rc = f64 ? ((mkl_jit_d_create_fn)create)(&p.handle, COL_MAJOR, NO_TRANS, NO_TRANS, p.M, p.N, p.K, 1.0, p.M, p.K, 0.0, p.M)
-                         : ((mkl_jit_s_create_fn)create)(&p.handle, COL_MAJOR, NO_TRANS, NO_TRANS, p.M, p.N, p.K, 1.0f, p.M, p.K, 0.0f, p.M);
+            int ta = p.ta ? TRANS : NO_TRANS, tb = p.tb ? TRANS : NO_TRANS;
+            int rc = f64 ? ((mkl_jit_d_create_fn)create)(&p.handle, COL_MAJOR, ta, tb, p.M, p.N, p.K, 1.0, p.lda, p.ldb, 0.0, p.M)
+                         : ((mkl_jit_s_create_fn)create)(&p.handle, COL_MAJOR, ta, tb, p.M, p.N, p.K, 1.0f, p.lda, p.ldb, 0.0f, p.M);
             /* 0: JIT kernel; 1 (MKL_NO_JIT): a kernel that calls the standard gemm; 2: error. */
             if (rc == 2 || !p.handle) status = "unsupported";
             else {

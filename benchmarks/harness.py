@@ -21,21 +21,31 @@ from .peers import Peer, peer_environment
 SOURCE = Path(__file__).with_name("bench_gemm.c")
 
 
+#: op(A) op(B) as BLAS names them: "tn" is A^T B (PyTorch's x @ W.T, column-major).
+TRANSPOSITIONS = ("nn", "nt", "tn", "tt")
+
+
 @dataclass(frozen=True)
 class Shape:
     M: int
     N: int
     K: int
     batch: int = 1
+    trans: str = "nn"
+
+    def __post_init__(self) -> None:
+        if self.trans not in TRANSPOSITIONS:
+            raise ValueError(f"transposition {self.trans!r} is not one of {', '.join(TRANSPOSITIONS)}")
 
     @property
     def label(self) -> str:
-        base = f"{self.M}x{self.N}x{self.K}"
+        base = f"{self.M}x{self.N}x{self.K}" + (f" {self.trans}" if self.trans != "nn" else "")
         return f"{self.batch}x({base})" if self.batch > 1 else base
 
     @property
     def arg(self) -> str:
-        return f"{self.M},{self.N},{self.K}" + (f",{self.batch}" if self.batch > 1 else "")
+        return (f"{self.M},{self.N},{self.K}" + (f",{self.batch}" if self.batch > 1 else "")
+                + (f":{self.trans}" if self.trans != "nn" else ""))
 
     @property
     def flops(self) -> float:
@@ -43,7 +53,7 @@ class Shape:
 
     @property
     def square(self) -> bool:
-        return self.M == self.N == self.K and self.batch == 1
+        return self.M == self.N == self.K and self.batch == 1 and self.trans == "nn"
 
 
 @dataclass(frozen=True)

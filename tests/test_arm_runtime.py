@@ -155,7 +155,9 @@ def test_semantics_suite(built):
     summary = _suite_ok(events, rc, stderr)
     assert summary["cases"] == 2 * CASES and summary["kernels"] > 0
     assert summary["kernel_steps"] > 0  # the plans really ran the library's kernels
-    assert summary["packed_plans"] >= CASES // 2 and summary["split_plans"] >= CASES // 4
+    # Of the phase with every problem packed, all but the few columns of C that never pack
+    # (an untransposed A with up to 8, a transposed one with up to 32: plan.c).
+    assert summary["packed_plans"] >= CASES // 3 and summary["split_plans"] >= CASES // 4
     if target.isa == "sme2":
         # Kernels reading an A panel, a B panel, and hybrids (padded A panels) all ran.
         assert summary["pa_steps"] > 0 and summary["pb_steps"] > 0 and summary["hybrid_steps"] > 0

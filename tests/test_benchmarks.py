@@ -8,6 +8,7 @@ right on a tiny run.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
@@ -67,6 +68,41 @@ def test_harness_computes_correct_results(exe: Path, peers: list[Peer], library:
         assert p.cold_best_s > 0 and p.cold_median_s >= p.cold_best_s
         # The peak beside the point: measured wherever bench_gemm has a loop for the CPU, else absent.
         assert (p.core_gflops > 0) if _cpu_has_fma_loop() else math.isnan(p.core_gflops), p.shape
+
+
+#: Transposed operands: A stored K x M (tn, tt), B N x K (nt, tt); odd sizes, a column of C.
+TRANSPOSED = [Shape(13, 33, 23, 1, "tn"), Shape(40, 1, 70, 1, "tn"), Shape(17, 5, 9, 1, "nt"),
+              Shape(9, 31, 12, 1, "tt"), Shape(6, 7, 8, 2, "tn")]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("library,interface", PEER_IDS)
+def test_harness_transposes_as_blas_does(exe: Path, peers: list[Peer], library: str, interface: str,
+                                         dtype: str) -> None:
+    # Every BLAS agrees with the harness's reference on what op(A) op(B) is, so a wrong
+    # reference (or a wrong leading dimension) fails them all; a JIT may decline a
+    # transposition, but never computes it wrong.
+    peer = next(p for p in peers if (p.library, p.interface) == (library, interface))
+    if not peer.found:
+        pytest.skip(f"{library} not installed here: {peer.missing}")
+    points = run_peer(exe, peer, Config(dtype, 1, 16, 0), TRANSPOSED, min_time=1e-4, repeats=1)
+    assert [p.shape for p in points] == TRANSPOSED
+    for p in points:
+        if interface == "plan" and library != "autotune" and p.status == "unsupported":
+            continue
+        assert p.status == "ok" and p.check, (p.shape, p.status, p.detail, p.err)
+
+
+def test_shapes_name_their_transposition() -> None:
+    shape = benchmarks._shape("256,4,256:tn")
+    assert shape == Shape(256, 4, 256, 1, "tn") and shape.label == "256x4x256 tn" and shape.arg == "256,4,256:tn"
+    assert not shape.square and benchmarks._shape("8,8,8,3") == Shape(8, 8, 8, 3)
+    assert benchmarks._shape("8,8,8").label == "8x8x8"
+    for bad in ("8,8,8:xt", "8,8,8:t", "8,8:nn", "8,8,0"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            benchmarks._shape(bad)
+    with pytest.raises(ValueError):
+        Shape(1, 1, 1, 1, "nx")
 
 
 def _cpu_has_fma_loop() -> bool:

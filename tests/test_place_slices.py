@@ -239,7 +239,11 @@ def test_a_few_columns_of_c_never_pack(lib):
         assert plans.plan(2048, 2, 2048, dtype, "nt", threads=1, max_steps=1).path == "small"
         assert plans.plan(2, 2048, 2048, dtype, layout="row", threads=1, max_steps=1).path == "small"
         assert plans.plan(2048, 9, 2048, dtype, threads=1, max_steps=1).path == "packed"
-        assert plans.plan(2048, 4, 2048, dtype, "tn", threads=1, max_steps=1).path == "packed"
+        # A transposed A stays in place up to 32 columns (its copy is a transpose of all of A).
+        for trans in ("tn", "tt"):
+            assert plans.plan(2048, 1, 2048, dtype, trans, threads=1, max_steps=1).path == "small"
+            assert plans.plan(2048, 32, 2048, dtype, trans, threads=1, max_steps=1).path == "small"
+            assert plans.plan(2048, 33, 2048, dtype, trans, threads=1, max_steps=1).path == "packed"
     # Nor up to 16 columns over an A that streams from memory, in slices of 16 (the
     # install's held-out probes are as wide).
     from autotune.crossovers import STREAM_WIDEST

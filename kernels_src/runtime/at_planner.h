@@ -72,6 +72,8 @@ static inline double at__pack_seconds(int dtype)
  * the widest that stays in place over an A from memory (takes_packed_path). */
 #define AT_PLACE_SLICE_MAX_N 8
 #define AT_PLACE_STREAM_MAX_N 16
+/* The widest C that stays in place over a transposed A (takes_packed_path). */
+#define AT_PLACE_TRANS_MAX_N 32
 /* Lines below a band of whole-line slivers that a walk over an A from memory
  * prefetches (plan.c, slice_place_walks). */
 #define AT_PLACE_PREFETCH_LINES 2
