@@ -665,10 +665,10 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
      * 1500x32x1500 14.1 against 15.5). */
     if (!p->ta && p->N <= AT_PLACE_STREAM_MAX_N && a_from_memory(p, dtype) && !has_sme2_kernels(dtype))
         return 0;
-    /* Nor up to 32 columns of C over a transposed A.  Its crossover, measured on
-     * squares, packs from a few dozen rows (dot products along K lose to a packed A
-     * there), and a copy of A^T is a transpose of all of A for a product that uses
-     * each element N times.  In place, each row of op(A) is a contiguous column of A
+    /* Nor up to 32 columns of C over a transposed A.  The crossovers are measured on
+     * squares, where tn's packs from a few dozen rows (dot products along K lose to a
+     * packed A there); but a copy of A^T is a transpose of all of A for a product that
+     * uses each element N times.  In place, each row of op(A) is a contiguous column of A
      * and the tn/tt kernels read it as a stream.  Zen 1, one thread, packed / in place,
      * GFLOPS: f32 tn 2048x1x2048 1.8 / 9.3 (BLIS 9.0), 2048x4x2048 6.7 / 18.7 (14.7),
      * 2048x16x2048 17.0 / 25.3 (22.9), 2048x32x2048 23.1 / 26.4, 512x32x512 25.1 / 30.7,
