@@ -37,8 +37,8 @@ def lib(built):
 
 def packed_params(runtime, blk_m: int, blk_n: int, blk_k: int) -> None:
     """Every problem packed but an untransposed A with at most 8 columns of C and a
-    transposed one with at most 32, which never pack (plan.c, takes_packed_path), in blocks of at most blk_m x blk_n x blk_k, threads
-    from any size."""
+    transposed one with at most 32, which never pack (plan.c, takes_packed_path), in
+    blocks of at most blk_m x blk_n x blk_k, threads from any size."""
     p = loader.at_tune_params()
     assert runtime.lib.at_params_get(ctypes.byref(p)) == 0
     for d in range(2):
