@@ -76,6 +76,9 @@ class Plan:
     # small path, K in slices over an A from memory: how many rows below a band of
     # whole-line slivers the walk prefetches A before the band starts (0: none)
     prefetch_rows: int = 0
+    # small path of a few kernel steps on one thread: how many a call runs straight from
+    # the plan's list, each kernel called from a line of its own (0: the executor's walk)
+    direct_steps: int = 0
     usage: tuple[tuple[str, int, int], ...] = ()  # (kernel, calls, elements of C) of every step
 
     def to_dict(self) -> dict:
@@ -220,6 +223,7 @@ def plan(
         kernel_trans=_TRANS[info.kernel_trans], blocks=(info.blk_m, info.blk_n, info.blk_k),
         predicted_seconds=info.predicted_seconds, memops=info.memops, steps=tuple(steps),
         nsteps=total, usage=usage, a_copied=bool(info.a_copied), prefetch_rows=info.prefetch_rows,
+        direct_steps=info.direct_steps,
     )
 
 
@@ -249,7 +253,8 @@ def explain(p: Plan) -> str:
                 f", K walked in slices of {p.blocks[2]}, every step in turn per slice"
                 + (f", A's lines prefetched {p.prefetch_rows} rows ahead" if p.prefetch_rows else "")
                 + ")" if p.blocks[2] else ")")),
-        f"threads: {p.threads}   steps: {p.step_count}",
+        f"threads: {p.threads}   steps: {p.step_count}"
+        + (", each kernel called straight from the plan" if p.direct_steps else ""),
         f"predicted: {p.predicted_seconds * 1e6:.2f} us ({p.predicted_gflops:.1f} GFLOPS)   "
         f"memops: {p.memops:.0f} elements (sum(mb+nb)*K + 2MN)",
         "kernels:",

@@ -52,6 +52,7 @@ class at_plan_info(ctypes.Structure):
         ("nsteps", c_int64), ("blk_m", c_int64), ("blk_n", c_int64), ("blk_k", c_int64),
         ("predicted_seconds", ctypes.c_double), ("memops", ctypes.c_double),
         ("prefetch_rows", c_int64),
+        ("direct_steps", c_int64),
     ]
 
 

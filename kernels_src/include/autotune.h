@@ -62,6 +62,9 @@ typedef struct {
     double memops;       /* elements moved to registers: sum(mb + nb) * K + 2 M N */
     int64_t prefetch_rows; /* no-pack path over an A from memory: how many rows below a
                           * band of whole-line slivers the walk prefetches A (0: none) */
+    int64_t direct_steps; /* no-pack path of a few kernel steps on one thread: how many
+                          * a call runs straight from the plan's list, each kernel called
+                          * from a line of its own (0: through the executor's walk) */
 } at_plan_info;
 
 typedef struct {

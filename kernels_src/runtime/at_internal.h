@@ -61,10 +61,16 @@ struct at_plan {
     at_tiling tilings[4];
     int64_t *thread_start;     /* threads + 1 offsets into steps or blocks */
     double thread_flops;       /* the batch split's threshold, as planned */
-    /* Set when the whole plan is one kernel call on one thread without packing
-     * (every product one kernel covers) and that kernel reads A and B in place
-     * as an ordinary function (no panels, no streaming entry): the entry points
-     * call it themselves, with the operands swapped for row-major.  NULL otherwise. */
+    /* A no-pack plan of at most AT_DIRECT_STEPS kernel steps over all of K, each
+     * kernel an ordinary function reading A and B in place (no panels, no
+     * streaming entry): the steps' kernels and operand offsets, in step order,
+     * resolved once (plan.c, choose_direct).  A batch runs them per item; where
+     * the plan has one thread, single_steps == ndirect and the entry points call
+     * them themselves (at__single_run_*); `single` is then the kernel of a plan
+     * of one step, one load closer (a 2x2x2 call took 2.4 ns longer through the
+     * list, Zen 1).  ndirect == 0: none. */
+    int32_t ndirect, single_steps;
+    struct at_direct *direct;
     at_kernel_fn single;
     /* A plan whose steps would grow with M x N past a bound (a tall, thin C of
      * millions of rows): C is cut into chunks of chunk_m x chunk_n (in the
@@ -278,20 +284,68 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
     return at__plan_lookup_slow(&k, owned);
 }
 
-/* A one-kernel plan run by its caller: the kernel and arguments run_one would
- * use, so the same bits, without the executor's calls in between (at 2x2x2 they
- * cost as much as the kernel).  Ready unless the plan needs the executor: not
- * one kernel, or alpha == 0 (then, as in the reference BLAS, A and B are not
- * read).  The planner leaves `single` NULL for a kernel that reads packed
- * panels or runs in an SME2 streaming region (plan.c), so those always take
- * the executor.  The same definition in every translation unit: nothing here
- * may depend on a macro only some of them are compiled with (AT_SME2_EXEC is
- * exec.c's alone: blas.c, compiled without it, once called a packed SME2
- * kernel on unpacked operands from a cached plan). */
+/* One step of a plan's direct list: its kernel and where its block of op(A),
+ * op(B) and C starts, in elements from each operand's origin. */
+#define AT_DIRECT_STEPS 16
+typedef struct at_direct {
+    at_kernel_fn fn;
+    int64_t a, b, c;
+} at_direct;
+
+/* Steps d[-n] .. d[-1] of a direct list, each kernel called from a line of
+ * its own: the list is entered at its length and the cases fall through.  A
+ * loop over the same calls ran 16^3 fp64 (six steps) at 440 ns and its calls
+ * written out one after another at 390 (Zen 1).  The steps are the plan's, in
+ * its order, so the bits are the executor's walk's. */
+/* A case that runs on into the next, said so to -Wimplicit-fallthrough. */
+#if defined(__has_attribute)
+#if __has_attribute(fallthrough)
+#define AT_FALLTHROUGH __attribute__((fallthrough))
+#endif
+#endif
+#ifndef AT_FALLTHROUGH
+#define AT_FALLTHROUGH ((void)0)
+#endif
+#define AT_DIRECT_RUN(KFN, d, n, K, A, lda, B, ldb, C, ldc, alpha, beta)                               \
+    do {                                                                                               \
+        const at_direct *d_ = (d) + (n);                                                               \
+        switch (n) {                                                                                   \
+        case 16: AT_DIRECT_CALL(KFN, d_ - 16, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH; \
+        case 15: AT_DIRECT_CALL(KFN, d_ - 15, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH; \
+        case 14: AT_DIRECT_CALL(KFN, d_ - 14, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH; \
+        case 13: AT_DIRECT_CALL(KFN, d_ - 13, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH; \
+        case 12: AT_DIRECT_CALL(KFN, d_ - 12, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH; \
+        case 11: AT_DIRECT_CALL(KFN, d_ - 11, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH; \
+        case 10: AT_DIRECT_CALL(KFN, d_ - 10, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH; \
+        case 9: AT_DIRECT_CALL(KFN, d_ - 9, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 8: AT_DIRECT_CALL(KFN, d_ - 8, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 7: AT_DIRECT_CALL(KFN, d_ - 7, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 6: AT_DIRECT_CALL(KFN, d_ - 6, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 5: AT_DIRECT_CALL(KFN, d_ - 5, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 4: AT_DIRECT_CALL(KFN, d_ - 4, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 3: AT_DIRECT_CALL(KFN, d_ - 3, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 2: AT_DIRECT_CALL(KFN, d_ - 2, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        case 1: AT_DIRECT_CALL(KFN, d_ - 1, K, A, lda, B, ldb, C, ldc, alpha, beta); AT_FALLTHROUGH;   \
+        default: break;                                                                                \
+        }                                                                                              \
+    } while (0)
+#define AT_DIRECT_CALL(KFN, x, K, A, lda, B, ldb, C, ldc, alpha, beta)                     \
+    ((KFN)(x)->fn)(K, (A) + (x)->a, lda, (B) + (x)->b, ldb, (C) + (x)->c, ldc, alpha, beta)
+
+/* A plan of a few kernel steps run by its caller: the kernels and arguments
+ * run_one would use, so the same bits, without the executor's calls in between
+ * (at 2x2x2 they cost as much as the kernel).  Ready unless the plan needs the
+ * executor: no direct list, more than one thread, or alpha == 0 (then, as in the
+ * reference BLAS, A and B are not read).  The planner leaves the list empty for a
+ * kernel that reads packed panels or runs in an SME2 streaming region (plan.c),
+ * so those always take the executor.  The same definition in every translation
+ * unit: nothing here may depend on a macro only some of them are compiled with
+ * (AT_SME2_EXEC is exec.c's alone: blas.c, compiled without it, once called a
+ * packed SME2 kernel on unpacked operands from a cached plan). */
 #define AT_SINGLE(T, KFN)                                                                  \
     static inline int at__single_ready_##T(const at_plan *p, T alpha)                      \
     {                                                                                    \
-        return p->single != NULL && alpha != (T)0;                                       \
+        return (p->single != NULL || p->single_steps != 0) && alpha != (T)0;             \
     }                                                                                    \
     static inline void at__single_run_##T(const at_plan *p, T alpha, const T *A,         \
                                           const T *B, T beta, T *C)                      \
@@ -301,8 +355,18 @@ static inline at_plan *at__plan_lookup(int dtype, int layout, int trans_a, int t
             A = B;                                                                       \
             B = t;                                                                       \
         }                                                                                \
-        ((KFN)p->single)(p->K, A, p->lda, B, p->ldb, C, p->ldc, alpha, beta);            \
+        if (p->single) /* one kernel covers C: no offsets, no jump table */              \
+            ((KFN)p->single)(p->K, A, p->lda, B, p->ldb, C, p->ldc, alpha, beta);        \
+        else                                                                             \
+            at__direct_run_##T(p, alpha, A, B, beta, C);                                 \
     }
+/* exec.c: a plan's direct list on one product (operands already swapped for
+ * row-major).  Out of line, so an entry whose plan is one kernel keeps its short
+ * frame: the sixteen calls inlined made every entry save six registers. */
+void at__direct_run_float(const at_plan *p, float alpha, const float *A, const float *B,
+                          float beta, float *C);
+void at__direct_run_double(const at_plan *p, double alpha, const double *A, const double *B,
+                           double beta, double *C);
 AT_SINGLE(float, at_sgemm_fn)
 AT_SINGLE(double, at_dgemm_fn)
 #undef AT_SINGLE

@@ -376,6 +376,20 @@ int at__execute(const at_plan *plan, int64_t batch, double alpha, const void *co
     return atomic_load(&j.rc);
 }
 
+void at__direct_run_float(const at_plan *p, float alpha, const float *A, const float *B,
+                          float beta, float *C)
+{
+    AT_DIRECT_RUN(at_sgemm_fn, p->direct, p->single_steps, p->K, A, p->lda, B, p->ldb, C, p->ldc,
+                  alpha, beta);
+}
+
+void at__direct_run_double(const at_plan *p, double alpha, const double *A, const double *B,
+                           double beta, double *C)
+{
+    AT_DIRECT_RUN(at_dgemm_fn, p->direct, p->single_steps, p->K, A, p->lda, B, p->ldb, C, p->ldc,
+                  alpha, beta);
+}
+
 int at__execute_one(const at_plan *plan, double alpha, const void *A, const void *B, double beta,
                     void *C)
 {
@@ -390,7 +404,7 @@ int at__execute_one(const at_plan *plan, double alpha, const void *A, const void
 int at_plan_execute(const at_plan *plan, double alpha, const void *A, const void *B, double beta,
                     void *C)
 {
-    if (plan && plan->single) {
+    if (plan && (plan->single || plan->single_steps)) {
         if (plan->info.dtype == AT_F32 && at__single_ready_float(plan, (float)alpha)) {
             at__single_run_float(plan, (float)alpha, A, B, (float)beta, C);
             return AT_OK;

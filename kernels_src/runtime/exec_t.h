@@ -858,39 +858,22 @@ static int AT_FN(run_items)(const at_job *j, int64_t lo, int64_t hi)
     /* (A plan with SME2 steps keeps the generic walk below: its shares may run
      * in a streaming region, which run_part decides.) */
     if (p->info.path == 0 && !AT_STREAMING(p) && !p->copy_a) {
-        const at_step *st = p->steps;
-        int64_t s0 = p->thread_start[0], s1 = p->thread_start[p->info.threads];
         int64_t K = p->K, lda = p->lda, ldb = p->ldb, ldc = p->ldc;
-        int ta = p->ta, tb = p->tb;
-        /* A plan of a few kernel steps (every small product) resolves each step's
-         * kernel and operand offsets once for the whole range, so an item costs
-         * its kernel calls and nothing else. */
-        enum { AT_DIRECT_STEPS = 16 };
-        int64_t ns = s1 - s0;
-        int direct = ns <= AT_DIRECT_STEPS && !p->place_kc;
-        for (int64_t s = s0; direct && s < s1; s++) direct = st[s].kernel >= 0;
-        if (direct) {
-            AT_KFN fn[AT_DIRECT_STEPS];
-            int64_t oa[AT_DIRECT_STEPS], ob[AT_DIRECT_STEPS], oc[AT_DIRECT_STEPS];
-            for (int64_t s = 0; s < ns; s++) {
-                const at_step *x = &st[s0 + s];
-                fn[s] = (AT_KFN)at_kernel_table[x->kernel].kernel.fn;
-                oa[s] = ta ? x->i0 * lda : x->i0;
-                ob[s] = tb ? x->j0 : x->j0 * ldb;
-                oc[s] = x->i0 + x->j0 * ldc;
-            }
+        /* A plan of a few kernel steps (every small product) has them resolved
+         * once (plan.c, choose_direct), so an item costs its kernel calls and
+         * nothing else. */
+        if (p->ndirect) {
+            const at_direct *d = p->direct;
+            int n = p->ndirect;
             for (int64_t i = lo; i < hi; i++) {
                 const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);
                 const AT_T *y = Bp ? (const AT_T *)Bp[i] : (const AT_T *)(B0 + i * sb);
                 AT_T *z = j->C ? (AT_T *)j->C[i] : (AT_T *)(j->C0 + i * sc);
-                if (ns == 1)
-                    fn[0](K, x + oa[0], lda, y + ob[0], ldb, z + oc[0], ldc, a, b);
-                else
-                    for (int64_t s = 0; s < ns; s++)
-                        fn[s](K, x + oa[s], lda, y + ob[s], ldb, z + oc[s], ldc, a, b);
+                AT_DIRECT_RUN(AT_KFN, d, n, K, x, lda, y, ldb, z, ldc, a, b);
             }
             return AT_OK;
         }
+        int64_t s0 = p->thread_start[0], s1 = p->thread_start[p->info.threads];
         for (int64_t i = lo; i < hi; i++) {
             const AT_T *x = Ap ? (const AT_T *)Ap[i] : (const AT_T *)(A0 + i * sa);
             const AT_T *y = Bp ? (const AT_T *)Bp[i] : (const AT_T *)(B0 + i * sb);

@@ -37,6 +37,7 @@ void at__plan_free(at_plan *plan)
     free(plan->steps);
     free(plan->blocks);
     free(plan->thread_start);
+    free(plan->direct);
     free(plan);
 }
 
@@ -327,19 +328,42 @@ static int build_nopack(at_plan *p, int T, at_nopack *pre)
     p->info.memops = memops + 2.0 * (double)p->M * (double)p->N;
     p->info.nsteps = p->nsteps;
     p->info.path = 0;
-    /* A lone kernel the entries may call themselves (at__single_run_*): only one
-     * that reads A and B in place and is an ordinary function.  A packed-format
-     * kernel (pack_a_ld, pack_b_ld: SME2's pa/pb/papb and hybrids) reads panels
-     * only the executor packs, and an SME2 kernel (fn_s) runs in the executor's
-     * streaming region.  Decided here, from the kernel's record, so every
-     * translation unit of the runtime agrees. */
     p->info.a_copied = p->copy_a;
     for (int64_t k = 0; p->copy_a && k < p->nsteps; k++) p->steps[k].pack = AT_PACK_A;
-    if (rc == AT_OK && !p->copy_a && p->nsteps == 1 && p->info.threads == 1 && p->steps[0].kernel >= 0) {
-        const at_kernel *k = &at_kernel_table[p->steps[0].kernel].kernel;
-        if (k->pack_a_ld == 0 && k->pack_b_ld == 0 && k->fn_s == NULL) p->single = k->fn;
-    }
     return rc;
+}
+
+/* The direct list of a no-pack plan of a few steps (at_internal.h): each step's
+ * kernel and operand offsets, so a call runs its kernels and nothing else.  Only
+ * kernels that read A and B in place and are ordinary functions: a packed-format
+ * kernel (pack_a_ld, pack_b_ld: SME2's pa/pb/papb and hybrids) reads panels only
+ * the executor packs, and an SME2 kernel (fn_s) runs in the executor's streaming
+ * region.  Not a copied A (the executor copies it first), nor a walk in slices of
+ * K.  Decided here, from the kernels' records, so every translation unit of the
+ * runtime agrees. */
+static int choose_direct(at_plan *p)
+{
+    if (p->info.path != 0 || p->copy_a || p->streaming || p->place_kc || p->nsteps < 1 ||
+        p->nsteps > AT_DIRECT_STEPS)
+        return AT_OK;
+    for (int64_t s = 0; s < p->nsteps; s++) {
+        if (p->steps[s].kernel < 0) return AT_OK;
+        const at_kernel *k = &at_kernel_table[p->steps[s].kernel].kernel;
+        if (k->pack_a_ld || k->pack_b_ld || k->fn_s) return AT_OK;
+    }
+    p->direct = malloc((size_t)p->nsteps * sizeof *p->direct);
+    if (!p->direct) return AT_ENOMEM;
+    for (int64_t s = 0; s < p->nsteps; s++) {
+        const at_step *x = &p->steps[s];
+        p->direct[s] = (at_direct){at_kernel_table[x->kernel].kernel.fn,
+                                   p->ta ? x->i0 * p->lda : x->i0,
+                                   p->tb ? x->j0 : x->j0 * p->ldb, x->i0 + x->j0 * p->ldc};
+    }
+    p->ndirect = (int32_t)p->nsteps;
+    p->single_steps = p->info.threads == 1 ? p->ndirect : 0;
+    p->info.direct_steps = p->single_steps;
+    if (p->single_steps == 1) p->single = p->direct[0].fn;
+    return AT_OK;
 }
 
 static int build_packed(at_plan *p, int T)
@@ -779,6 +803,7 @@ static int build_chunks(at_plan *p, int threads, int64_t cm, int64_t cn, const a
     in->blk_n = main->info.blk_n;
     in->blk_k = main->info.blk_k;
     in->prefetch_rows = main->info.prefetch_rows;
+    in->direct_steps = main->info.direct_steps;
     p->ktrans_a = main->ktrans_a;
     p->ktrans_b = main->ktrans_b;
     return AT_OK;
@@ -865,6 +890,7 @@ static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int6
     for (int64_t s = 0; s < p->nsteps && !p->streaming; s++)
         p->streaming = p->steps[s].kernel >= 0 && at_kernel_table[p->steps[s].kernel].kernel.fn_s;
     if (!rc) slice_place_walks(p, dtype);
+    if (!rc) rc = choose_direct(p);
     if (rc) {
         at__set_error("out of memory while planning %lld x %lld x %lld", (long long)M,
                       (long long)N, (long long)K);
@@ -872,7 +898,7 @@ static at_plan *plan_build(int dtype, int layout, int trans_a, int trans_b, int6
         return NULL;
     }
     p->bytes = sizeof *p + (size_t)p->nsteps * sizeof *p->steps +
-               (size_t)p->nblocks * sizeof *p->blocks +
+               (size_t)p->nblocks * sizeof *p->blocks + (size_t)p->ndirect * sizeof *p->direct +
                (p->thread_start ? ((size_t)p->info.threads + 1) * sizeof *p->thread_start : 0);
     for (int s = 0; s < 4; s++)
         if (p->sub[s]) p->bytes += p->sub[s]->bytes;
