@@ -58,8 +58,9 @@ STREAM_SIDES: Mapping[str, tuple[int, ...]] = {
     "f64": (362, 512, 724, 1024, 1448, 2048, 2896),
 }
 STREAM_N = 4
-#: The widest C that stays in place where A comes from memory (plan.c, AT_PLACE_STREAM_MAX_N).
-STREAM_WIDEST = 16
+#: The widest C that stays in place where A comes from memory: rows of 128 bytes (plan.c,
+#: AT_PLACE_STREAM_MAX_ROW_BYTES).
+STREAM_WIDEST: Mapping[str, int] = {"f32": 32, "f64": 16}
 
 
 def param_value(shape: str, dtype: str, flops: float) -> float:
@@ -452,8 +453,8 @@ def probe_shapes(found: Iterable[Crossover], max_flops: float = math.inf,
             if high < 1.1 * low:
                 continue
             middle = round(math.sqrt(low * high))
-            # The streaming threshold decides the slices of 4 columns and the path of 16.
-            widths = (STREAM_N, STREAM_WIDEST) if c.shape == "stream" else (middle,)
+            # The streaming threshold decides the slices of 4 columns and the path of the widest.
+            widths = (STREAM_N, STREAM_WIDEST[c.dtype]) if c.shape == "stream" else (middle,)
             for threads in ((1, 0) if packing or c.shape == "stream" else (0,)):
                 for n in widths:
                     shapes[SuiteShape("probe", c.dtype, packing or "nn", middle, n, middle, threads=threads)] = None

@@ -122,8 +122,8 @@ PARAMS: tuple[Param, ...] = (
       for trans in ("nn", "nt", "tn", "tt")),
     Param("place_stream_bytes", "double", True, 6.0 * 2**20, "measured",
           "bytes of an A read in place (M K elements) from which it comes from memory, not the last-level "
-          "cache: a walk of up to 16 columns of C then takes K in slices of 8 or 16 and is not packed "
-          "(measured at install)", low=2.0**18, high=2.0**31, log=True),
+          "cache: a walk of up to 128 bytes of a row of C (f32 32 columns, fp64 16) then takes K in short "
+          "slices and is not packed (measured at install)", low=2.0**18, high=2.0**31, log=True),
 )
 BY_NAME: dict[str, Param] = {p.name: p for p in PARAMS}
 PER_DTYPE: tuple[str, ...] = tuple(p.name for p in PARAMS if p.per_dtype)

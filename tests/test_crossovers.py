@@ -260,7 +260,7 @@ def test_the_streaming_threshold_is_stored_in_bytes_of_a_and_probed_on_a_few_col
     assert alt.get("f64", "place_stream_bytes") == 0
     # The held-out check times the few-column products between the model's line and the measured one.
     probes = cx.probe_shapes([found])
-    assert probes and {s.n for s in probes} == {cx.STREAM_N, cx.STREAM_WIDEST} and all(s.m == s.k for s in probes)
+    assert probes and {s.n for s in probes} == {cx.STREAM_N, cx.STREAM_WIDEST["f64"]} and all(s.m == s.k for s in probes)
     assert all(found.side < s.m < found.model_side for s in probes) and {s.threads for s in probes} == {0, 1}
 
 

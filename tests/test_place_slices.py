@@ -244,15 +244,20 @@ def test_a_few_columns_of_c_never_pack(lib):
             assert plans.plan(2048, 1, 2048, dtype, trans, threads=1, max_steps=1).path == "small"
             assert plans.plan(2048, 32, 2048, dtype, trans, threads=1, max_steps=1).path == "small"
             assert plans.plan(2048, 33, 2048, dtype, trans, threads=1, max_steps=1).path == "packed"
-    # Nor up to 16 columns over an A that streams from memory, in slices of 16 (the
-    # install's held-out probes are as wide).
+    # Nor rows of C of up to 128 bytes (f32 32 columns, fp64 16) over an A that streams
+    # from memory, in slices of 16 (or 128 bytes of a row of A past 16 columns); the
+    # install's held-out probes are as wide.
     from autotune.crossovers import STREAM_WIDEST
 
     stream_from(lib, 2048 * 2048 * 4)
     for dtype in ("f32", "f64"):
-        assert plans.plan(2048, STREAM_WIDEST, 2048, dtype, threads=1, max_steps=1).blocks == (0, 0, 16)
+        widest, bpe = STREAM_WIDEST[dtype], 4 if dtype == "f32" else 8
+        assert widest * bpe == 128
+        assert plans.plan(2048, 16, 2048, dtype, threads=1, max_steps=1).blocks == (0, 0, 16)
+        assert plans.plan(2048, widest, 2048, dtype, threads=1, max_steps=1).blocks == \
+            (0, 0, 16 if widest <= 16 else 128 // bpe)
         assert plans.plan(2, 2048, 2048, dtype, layout="row", threads=1, max_steps=1).blocks == (0, 0, 8)
-        assert plans.plan(2048, STREAM_WIDEST + 1, 2048, dtype, threads=1, max_steps=1).path == "packed"
+        assert plans.plan(2048, widest + 1, 2048, dtype, threads=1, max_steps=1).path == "packed"
         # A row short of the threshold, f32 packs; f64's A has twice the bytes.
         assert plans.plan(2047, 16, 2048, dtype, threads=1, max_steps=1).path == \
             ("packed" if dtype == "f32" else "small")

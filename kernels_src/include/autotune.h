@@ -163,8 +163,9 @@ typedef struct {
     int32_t place_kernel_tn[2]; /* Taken from K = 64 up to 2 x 128^3 flops, where the install */
     int32_t place_kernel_tt[2]; /* timed it; other products tile by the kernels' figures */
     double place_stream_bytes[2]; /* bytes of an A read in place from which it comes from
-                                     memory, not the last-level cache: up to 16 columns of C
-                                     stay in place and walk K in short slices (measured at install) */
+                                     memory, not the last-level cache: rows of C of up to 128
+                                     bytes (f32 32 columns, fp64 16) stay in place and walk K in
+                                     short slices (measured at install) */
 } at_tune_params;
 
 /* The parameters plans are made with now (the library's table unless replaced). */

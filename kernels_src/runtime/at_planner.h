@@ -69,9 +69,10 @@ static inline double at__pack_seconds(int dtype)
 #define AT_PLACE_SLICE_STEP 8
 /* The widest C whose no-pack plan over a cached A walks K in slices (plan.c,
  * slice_place_walks; over an A from memory, place_stream_bytes, every one does), and
- * the widest that stays in place over an A from memory (takes_packed_path). */
+ * the widest row of C, in bytes, that stays in place over an A from memory
+ * (takes_packed_path: f32 32 columns, fp64 16). */
 #define AT_PLACE_SLICE_MAX_N 8
-#define AT_PLACE_STREAM_MAX_N 16
+#define AT_PLACE_STREAM_MAX_ROW_BYTES 128
 /* The widest C that stays in place over a transposed A (takes_packed_path). */
 #define AT_PLACE_TRANS_MAX_N 32
 /* Lines below a band of whole-line slivers that a walk over an A from memory

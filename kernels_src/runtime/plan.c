@@ -248,8 +248,8 @@ static int a_from_memory(const at_plan *p, int dtype)
  * wider C: its steps re-read each sliver one after another anyway, and C, read and
  * written once a slice, is as wide as they are (f32 256^3 in place ran 0.86x in
  * slices of 32 on Zen 1); but any width where A comes from memory, whose walk over
- * all of K is as many streams as K is deep (cost.c): up to 16 columns stay in place
- * there (takes_packed_path), and wider ones below the packing crossover (Zen 1, one
+ * all of K is as many streams as K is deep (cost.c): rows of C of up to 128 bytes stay
+ * in place there (takes_packed_path), and wider ones below the packing crossover (Zen 1, one
  * thread, GFLOPS over all of K / in slices: f32 1500x32x1500 12.2 / 28.8, 1500x96x1500
  * 12.7 / 30.8; fp64 1024x64x1024 5.9 / 13.9).  Not a copied A
  * (rows along K, no walk across columns), not a lone step (no neighbour re-reads
@@ -680,14 +680,20 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
      * on Zen 1 it packed fp64 x @ W past 152^3 flops, 2x2048 @ 2048x2048 at 0.74x and
      * 1x4096 @ 4096x1024 at 0.36x numpy's speed. */
     if (!p->ta && p->N <= AT_PLACE_SLICE_MAX_N) return 0;
-    /* Nor up to 16 columns over an A from memory: a packed block of it serves one
-     * panel of B and is copied through the caches for it, where in place each slice
-     * of A is read once, in short slices (fp64 one thread, Zen 1, packed / in place,
-     * GFLOPS: 1024x16x1024 12.8 / 15.2, 1500x12x1500 10.9 / 14.4, 4000x16x700 12.2 /
-     * 15.6; f32 1448x12x1448 12.3 / 32.7).  Wider, a cached C's traffic grows and
-     * in place won only at some strides (fp64 1024x32x1024 17.5 against 16.0 packed,
-     * 1500x32x1500 14.1 against 15.5). */
-    if (!p->ta && p->N <= AT_PLACE_STREAM_MAX_N && a_from_memory(p, dtype) && !has_sme2_kernels(dtype))
+    /* Nor rows of C of up to 128 bytes (f32 32 columns, fp64 16) over an A from
+     * memory: a packed block of it serves one panel of B and is copied through the
+     * caches for it, where in place each slice of A is read once, in short slices
+     * with the band after next prefetched (slice_place_walks).  Zen 1, packed / in
+     * place, GFLOPS: fp64 one thread 1024x16x1024 12.8 / 15.2, 1500x12x1500 10.9 /
+     * 14.4, 4000x16x700 12.2 / 15.6; f32 one thread 2000x17x2000 23.9 / 28.4,
+     * 2000x24x2000 25.1 / 36.1, 2000x32x2000 31.4 / 34.6, 4000x24x1000 24.2 / 33.5,
+     * 500x24x8000 27.0 / 33.9, 2048x32x2048 27.8 / 27.3; two threads 2000x24x2000
+     * 45.7 / 58.7, 3000x20x3000 43.3 / 56.9, 2048x32x2048 54.6 / 57.8.  fp64 past 16
+     * columns ties (1500x17x1500 13.2 / 14.4, 1500x32x1500 15.9 / 15.4, 2000x24x1000
+     * 14.0 / 13.5), and past 32 f32 columns a cached C's traffic grows. */
+    int bpe = dtype == AT_F32 ? (int)sizeof(float) : (int)sizeof(double);
+    if (!p->ta && p->N * bpe <= AT_PLACE_STREAM_MAX_ROW_BYTES && a_from_memory(p, dtype) &&
+        !has_sme2_kernels(dtype))
         return 0;
     /* Nor up to 32 columns of C over a transposed A.  The crossovers are measured on
      * squares, where tn's packs from a few dozen rows (dot products along K lose to a
