@@ -261,3 +261,52 @@ def test_a_few_columns_of_c_never_pack(lib):
         # A row short of the threshold, f32 packs; f64's A has twice the bytes.
         assert plans.plan(2047, 16, 2048, dtype, threads=1, max_steps=1).path == \
             ("packed" if dtype == "f32" else "small")
+
+
+def expected_column_order(p: plans.Plan, threshold: float) -> bool:
+    """docs/runtime.md's rule: a small-path plan over a B from memory (its K N elements'
+    bytes past place_stream_bytes), N at least 8 times M, not walked in K slices nor
+    with A copied, goes column by column."""
+    b_bytes = p.K * p.N * (4 if p.dtype == "f32" else 8)
+    return (p.path == "small" and b_bytes >= threshold and not p.a_copied and not p.blocks[2]
+            and p.step_count > 1 and 8 * p.M <= p.N)
+
+
+# Between the bytes of A and of B in the products below: B comes from memory, A not.
+B_STREAMS = 48 * 1024
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_a_wide_c_over_a_b_from_memory_goes_column_by_column(lib, dtype):
+    ordered = 0
+    for threshold in (1e15, B_STREAMS):
+        stream_from(lib, threshold)
+        for M, N, K in ((17, 700, 300), (9, 1000, 100), (33, 264, 50), (33, 263, 50), (3, 64, 64),
+                        (200, 200, 300), (1, 500, 40), (12, 2000, 8)):
+            p = plans.plan(M, N, K, dtype, threads=1, max_steps=10**6)
+            want = expected_column_order(p, threshold)
+            assert p.column_order == want, (M, N, K, threshold, p.blocks, p.step_count)
+            keys = [(s.j0, s.i0) if want else (s.i0, s.j0) for s in p.steps]
+            assert keys == sorted(keys), (M, N, K, "steps out of order")
+            ordered += want
+    assert ordered >= 3
+    assert "column by column" in plans.explain(plans.plan(17, 700, 300, dtype, threads=1))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_column_order_bits_do_not_depend_on_threads_or_batch(lib, dtype):
+    """The order of the steps changes no bit: each writes its own block of C over all of K."""
+    rng = np.random.default_rng(17)
+    A = np.asfortranarray(rng.standard_normal((17, 300)).astype(dtype))
+    B = np.asfortranarray(rng.standard_normal((300, 700)).astype(dtype))
+    walked = rt.gemm(A, B)  # place_stream_bytes past any B here: band by band
+    stream_from(lib, B_STREAMS)
+    assert plans.plan(17, 700, 300, "f32" if dtype == np.float32 else "f64", threads=1).column_order
+    results = []
+    for threads in (1, 2):
+        rt.set_num_threads(threads)
+        results.append(rt.gemm(A, B))
+        results.append(rt.gemm_batch(np.stack([A, A]), np.stack([B, B]))[1])
+    for r in results:
+        assert r.tobytes() == walked.tobytes()
+    assert_close(walked, A, B, None, 1.0, 0.0, False, False)

@@ -79,6 +79,9 @@ class Plan:
     # small path of a few kernel steps on one thread: how many a call runs straight from
     # the plan's list, each kernel called from a line of its own (0: the executor's walk)
     direct_steps: int = 0
+    # small path over a B from memory, C much wider than tall: each thread's steps go
+    # column by column, not band by band of rows
+    column_order: bool = False
     usage: tuple[tuple[str, int, int], ...] = ()  # (kernel, calls, elements of C) of every step
 
     def to_dict(self) -> dict:
@@ -223,7 +226,7 @@ def plan(
         kernel_trans=_TRANS[info.kernel_trans], blocks=(info.blk_m, info.blk_n, info.blk_k),
         predicted_seconds=info.predicted_seconds, memops=info.memops, steps=tuple(steps),
         nsteps=total, usage=usage, a_copied=bool(info.a_copied), prefetch_rows=info.prefetch_rows,
-        direct_steps=info.direct_steps,
+        direct_steps=info.direct_steps, column_order=bool(info.column_order),
     )
 
 
@@ -254,7 +257,8 @@ def explain(p: Plan) -> str:
                 + (f", A's lines prefetched {p.prefetch_rows} rows ahead" if p.prefetch_rows else "")
                 + ")" if p.blocks[2] else ")")),
         f"threads: {p.threads}   steps: {p.step_count}"
-        + (", each kernel called straight from the plan" if p.direct_steps else ""),
+        + (", each kernel called straight from the plan" if p.direct_steps else "")
+        + (", column by column (B from memory)" if p.column_order else ""),
         f"predicted: {p.predicted_seconds * 1e6:.2f} us ({p.predicted_gflops:.1f} GFLOPS)   "
         f"memops: {p.memops:.0f} elements (sum(mb+nb)*K + 2MN)",
         "kernels:",

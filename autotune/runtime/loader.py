@@ -53,6 +53,7 @@ class at_plan_info(ctypes.Structure):
         ("predicted_seconds", ctypes.c_double), ("memops", ctypes.c_double),
         ("prefetch_rows", c_int64),
         ("direct_steps", c_int64),
+        ("column_order", c_int64),
     ]
 
 

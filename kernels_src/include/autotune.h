@@ -65,6 +65,9 @@ typedef struct {
     int64_t direct_steps; /* no-pack path of a few kernel steps on one thread: how many
                           * a call runs straight from the plan's list, each kernel called
                           * from a line of its own (0: through the executor's walk) */
+    int64_t column_order; /* no-pack path over a B from memory, C much wider than tall:
+                          * 1 where each thread's steps go column by column, not band by
+                          * band of rows */
 } at_plan_info;
 
 typedef struct {

@@ -73,6 +73,9 @@ static inline double at__pack_seconds(int dtype)
  * (takes_packed_path: f32 32 columns, fp64 16). */
 #define AT_PLACE_SLICE_MAX_N 8
 #define AT_PLACE_STREAM_MAX_ROW_BYTES 128
+/* A no-pack plan over a B from memory walks C column by column where N is at least
+ * this many times M (plan.c, order_by_columns). */
+#define AT_ORDER_BY_COLUMNS_RATIO 8
 /* The widest C that stays in place over a transposed A (takes_packed_path). */
 #define AT_PLACE_TRANS_MAX_N 32
 /* Lines below a band of whole-line slivers that a walk over an A from memory
