@@ -721,8 +721,9 @@ static int takes_packed_path(const at_plan *p, int dtype, double flops)
      * 2000x24x2000 25.1 / 36.1, 2000x32x2000 31.4 / 34.6, 4000x24x1000 24.2 / 33.5,
      * 500x24x8000 27.0 / 33.9, 2048x32x2048 27.8 / 27.3; two threads 2000x24x2000
      * 45.7 / 58.7, 3000x20x3000 43.3 / 56.9, 2048x32x2048 54.6 / 57.8.  fp64 past 16
-     * columns ties (1500x17x1500 13.2 / 14.4, 1500x32x1500 15.9 / 15.4, 2000x24x1000
-     * 14.0 / 13.5), and past 32 f32 columns a cached C's traffic grows. */
+     * columns was mixed, in place 0.97-1.09x (1500x17x1500 13.2 / 14.4, 1500x32x1500
+     * 15.9 / 15.4, 2000x24x1000 14.0 / 13.5), and past 32 f32 columns a cached C's
+     * traffic grows. */
     int bpe = dtype == AT_F32 ? (int)sizeof(float) : (int)sizeof(double);
     if (!p->ta && p->N * bpe <= AT_PLACE_STREAM_MAX_ROW_BYTES && a_from_memory(p, dtype) &&
         !has_sme2_kernels(dtype))
