@@ -20,7 +20,7 @@ import pytest
 import autotune.runtime as rt
 from autotune import plans
 
-from .reference import assert_close
+from .reference import assert_close, operand
 
 DIRECT_STEPS = 16
 LAYOUTS = {"col": 0, "row": 1}
@@ -73,17 +73,11 @@ def test_explain_says_when_the_kernels_run_straight(lib):
 def _operands(rng, M, N, K, dtype, ta, tb, layout, pad):
     """op(A) M x K and op(B) K x N stored in ``layout`` with leading dimensions ``pad``
     past the matrix, and the leading dimensions the plan is made for."""
-    rows_a, cols_a = (K, M) if ta else (M, K)
-    rows_b, cols_b = (N, K) if tb else (K, N)
-    if layout == "col":
-        A = np.asfortranarray(rng.standard_normal((rows_a + pad, cols_a)).astype(dtype))[:rows_a]
-        B = np.asfortranarray(rng.standard_normal((rows_b + pad, cols_b)).astype(dtype))[:rows_b]
-        lda, ldb, ldc = rows_a + pad, rows_b + pad, M + pad
-    else:
-        A = rng.standard_normal((rows_a, cols_a + pad)).astype(dtype)[:, :cols_a]
-        B = rng.standard_normal((rows_b, cols_b + pad)).astype(dtype)[:, :cols_b]
-        lda, ldb, ldc = cols_a + pad, cols_b + pad, N + pad
-    return A, B, (lda, ldb, ldc)
+    order = "F" if layout == "col" else "C"
+    A = operand(rng, *((K, M) if ta else (M, K)), dtype, order, pad)
+    B = operand(rng, *((N, K) if tb else (K, N)), dtype, order, pad)
+    lead = (lambda X: X.shape[0] + pad) if layout == "col" else (lambda X: X.shape[1] + pad)
+    return A, B, (lead(A), lead(B), (M if layout == "col" else N) + pad)
 
 
 def _c_store(M, N, ldc, layout, dtype, fill):

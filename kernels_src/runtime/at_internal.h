@@ -361,8 +361,8 @@ typedef struct at_direct {
             at__direct_run_##T(p, alpha, A, B, beta, C);                                 \
     }
 /* exec.c: a plan's direct list on one product (operands already swapped for
- * row-major).  Out of line, so an entry whose plan is one kernel keeps its short
- * frame: the sixteen calls inlined made every entry save six registers. */
+ * row-major).  Out of line: it saves six registers for its sixteen calls, which an
+ * entry whose plan is one kernel does not (at_plan_execute saves none). */
 void at__direct_run_float(const at_plan *p, float alpha, const float *A, const float *B,
                           float beta, float *C);
 void at__direct_run_double(const at_plan *p, double alpha, const double *A, const double *B,
